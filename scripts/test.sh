@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# README command 2: the whole test suite. Installs what is missing, builds the
+# Temporal CLI on first use, then lint, typecheck and vitest (whose global
+# setup starts a dev server and creates a throwaway database).
+source "$(dirname "$0")/lib.sh"
+ensure_node_modules
+ensure_temporal_cli
+echo "[test] lint"
+npm run --silent lint
+echo "[test] typecheck"
+npm run --silent typecheck
+echo "[test] vitest"
+exec npx vitest run "$@"

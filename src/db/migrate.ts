@@ -1,0 +1,73 @@
+/**
+ * Schema management. Migrations are forward-only numbered `.sql` files in
+ * `migrations/`, applied by node-pg-migrate (one transaction per file, an
+ * advisory lock so two runners can't race).
+ */
+import pg from 'pg';
+import { runner } from 'node-pg-migrate';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+import { SQLSTATE, isSqlState } from './index.ts';
+
+export const MIGRATIONS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../migrations');
+
+/** Creates the database named in `databaseUrl` if it does not exist yet. */
+export async function ensureDatabase(databaseUrl: string): Promise<void> {
+  const url = new URL(databaseUrl);
+  const name = decodeURIComponent(url.pathname.replace(/^\//, ''));
+  if (!name) throw new Error(`DATABASE_URL has no database name: ${redactUrl(databaseUrl)}`);
+  const probe = new pg.Client({ connectionString: databaseUrl });
+  try {
+    await probe.connect();
+    return;
+  } catch (err) {
+    if (!isSqlState(err, SQLSTATE.invalidCatalogName)) throw describeConnectError(err, databaseUrl);
+  } finally {
+    await probe.end().catch(() => undefined);
+  }
+  url.pathname = '/postgres';
+  const admin = new pg.Client({ connectionString: url.toString() });
+  try {
+    await admin.connect();
+    await admin.query(`CREATE DATABASE ${pg.escapeIdentifier(name)}`);
+  } catch (err) {
+    if (!isSqlState(err, '42P04')) throw describeConnectError(err, databaseUrl); // 42P04: created concurrently
+  } finally {
+    await admin.end().catch(() => undefined);
+  }
+}
+
+export async function migrate(
+  databaseUrl: string,
+  log: (msg: string) => void = () => undefined,
+): Promise<string[]> {
+  const applied = await runner({
+    databaseUrl,
+    dir: MIGRATIONS_DIR,
+    direction: 'up',
+    migrationsTable: 'pgmigrations',
+    checkOrder: true,
+    log: () => undefined,
+    logger: { debug: () => undefined, info: () => undefined, warn: log, error: log },
+  });
+  return applied.map((m) => m.name);
+}
+
+export function redactUrl(databaseUrl: string): string {
+  try {
+    const url = new URL(databaseUrl);
+    if (url.password) url.password = '***';
+    return url.toString();
+  } catch {
+    return '<unparseable DATABASE_URL>';
+  }
+}
+
+export function describeConnectError(err: unknown, databaseUrl: string): Error {
+  const message = err instanceof Error ? err.message : String(err);
+  return new Error(
+    `Cannot reach Postgres at ${redactUrl(databaseUrl)}: ${message}. ` +
+      'Start Postgres or set DATABASE_URL to a server you can reach.',
+    { cause: err },
+  );
+}

@@ -1,0 +1,270 @@
+/**
+ * Obtains and runs a local Temporal server for development and tests.
+ *
+ * The CLI is found in this order: `TEMPORAL_CLI_PATH`, then
+ * `<toolsDir>/bin/temporal`, then built from its Go module into that folder.
+ * Later CLI tags carry a `replace` directive that `go install` refuses, so the
+ * version is pinned.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { Connection } from '@temporalio/client';
+import { assertPortFree } from './ports.ts';
+
+export const TEMPORAL_CLI_MODULE = 'github.com/temporalio/cli/cmd/temporal';
+export const TEMPORAL_CLI_VERSION = 'v1.5.1';
+/** Custom search attributes the product upserts; registered on every dev server we start. */
+export const SEARCH_ATTRIBUTES = {
+  OrderStatus: 'Keyword',
+  TenantId: 'Keyword',
+  OrderLastError: 'Text',
+} as const;
+
+type Log = (line: string) => void;
+
+export class TemporalCliError extends Error {
+  override name = 'TemporalCliError';
+}
+
+function isExecutable(file: string): boolean {
+  try {
+    fs.accessSync(file, fs.constants.X_OK);
+    return fs.statSync(file).isFile();
+  } catch {
+    return false;
+  }
+}
+
+function which(cmd: string, env: NodeJS.ProcessEnv): string | undefined {
+  for (const dir of (env.PATH ?? '').split(path.delimiter)) {
+    if (dir && isExecutable(path.join(dir, cmd))) return path.join(dir, cmd);
+  }
+  const goroot = '/usr/local/go/bin/' + cmd; // Go's default install location, often not on PATH
+  return isExecutable(goroot) ? goroot : undefined;
+}
+
+export async function ensureTemporalCli(options: {
+  toolsDir: string;
+  env?: NodeJS.ProcessEnv;
+  log?: Log;
+}): Promise<string> {
+  const env = options.env ?? process.env;
+  const log = options.log ?? ((l: string) => console.error(l));
+  const explicit = env.TEMPORAL_CLI_PATH;
+  if (explicit) {
+    if (!isExecutable(explicit)) {
+      throw new TemporalCliError(`TEMPORAL_CLI_PATH=${explicit} is not an executable file.`);
+    }
+    return explicit;
+  }
+  const binDir = path.join(options.toolsDir, 'bin');
+  const target = path.join(binDir, 'temporal');
+  if (isExecutable(target)) return target;
+
+  const go = which('go', env);
+  if (!go) {
+    throw new TemporalCliError(
+      'No Temporal CLI found and no Go toolchain to build one.\n' +
+        `  Either install Go (https://go.dev/doc/install) and re-run, so the project can build ${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION},\n` +
+        '  or install the Temporal CLI (https://docs.temporal.io/cli#install) and set TEMPORAL_CLI_PATH=/path/to/temporal,\n' +
+        '  or point TEMPORAL_ADDRESS at a Temporal server you already run.',
+    );
+  }
+  fs.mkdirSync(binDir, { recursive: true });
+  log(
+    `[temporal] Building the Temporal CLI ${TEMPORAL_CLI_VERSION} from its Go module into ${binDir} (first run only; this takes several minutes)...`,
+  );
+  await buildWithProgress(go, binDir, env, log);
+  if (!isExecutable(target)) throw new TemporalCliError(`go install finished but ${target} is missing.`);
+  log(`[temporal] Built ${target}`);
+  return target;
+}
+
+async function buildWithProgress(
+  go: string,
+  binDir: string,
+  env: NodeJS.ProcessEnv,
+  log: Log,
+): Promise<void> {
+  const started = Date.now();
+  // Build into a temporary GOBIN and rename, so an interrupted build never leaves a half-written binary.
+  const tmpBin = fs.mkdtempSync(path.join(binDir, '.build-'));
+  const child = spawn(go, ['install', '-v', `${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION}`], {
+    env: { ...env, GOBIN: tmpBin, GOFLAGS: env.GOFLAGS ?? '-mod=mod' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let downloaded = 0;
+  let compiled = 0;
+  let lastLine = '';
+  const tail: string[] = [];
+  const onData = (chunk: Buffer) => {
+    for (const line of chunk.toString().split('\n')) {
+      if (!line.trim()) continue;
+      if (line.startsWith('go: downloading')) downloaded++;
+      else compiled++;
+      lastLine = line.trim();
+      tail.push(line);
+      if (tail.length > 30) tail.shift();
+    }
+  };
+  child.stdout.on('data', onData);
+  child.stderr.on('data', onData);
+  const ticker = setInterval(() => {
+    const secs = Math.round((Date.now() - started) / 1000);
+    log(
+      `[temporal] building... ${secs}s, ${downloaded} modules downloaded, ${compiled} packages compiled (${lastLine})`,
+    );
+  }, 10_000);
+  try {
+    const code = await new Promise<number | null>((resolve, reject) => {
+      child.once('error', reject);
+      child.once('exit', (c) => resolve(c));
+    });
+    if (code !== 0) {
+      throw new TemporalCliError(
+        `go install ${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION} failed (exit ${code}). Last output:\n${tail.join('\n')}`,
+      );
+    }
+    fs.renameSync(path.join(tmpBin, 'temporal'), path.join(binDir, 'temporal'));
+  } finally {
+    clearInterval(ticker);
+    fs.rmSync(tmpBin, { recursive: true, force: true });
+  }
+}
+
+export interface DevServerOptions {
+  cli: string;
+  port: number;
+  /** UI port, or undefined for a headless server. */
+  uiPort?: number;
+  /** SQLite file; its folder is created. */
+  dbFile: string;
+  namespace?: string;
+  logFile?: string;
+  readyTimeoutMs?: number;
+  log?: Log;
+}
+
+export interface DevServer {
+  address: string;
+  uiUrl: string | undefined;
+  process: ChildProcess;
+  stop(): Promise<void>;
+}
+
+export async function startDevServer(opts: DevServerOptions): Promise<DevServer> {
+  const log = opts.log ?? ((l: string) => console.error(l));
+  await assertPortFree(opts.port, 'Temporal frontend');
+  if (opts.uiPort !== undefined) await assertPortFree(opts.uiPort, 'Temporal UI');
+  fs.mkdirSync(path.dirname(opts.dbFile), { recursive: true });
+  const args = [
+    'server',
+    'start-dev',
+    '--ip',
+    '127.0.0.1',
+    '--port',
+    String(opts.port),
+    '--db-filename',
+    opts.dbFile,
+    '--namespace',
+    opts.namespace ?? 'default',
+    '--log-level',
+    'warn',
+    ...Object.entries(SEARCH_ATTRIBUTES).flatMap(([k, v]) => ['--search-attribute', `${k}=${v}`]),
+    ...(opts.uiPort !== undefined ? ['--ui-port', String(opts.uiPort)] : ['--headless']),
+  ];
+  const out = opts.logFile ? fs.openSync(opts.logFile, 'a') : 'ignore';
+  const child = spawn(opts.cli, args, { stdio: ['ignore', out, out] });
+  if (typeof out === 'number') fs.closeSync(out);
+  let exited: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+  const exitPromise = new Promise<void>((resolve) =>
+    child.once('exit', (code, signal) => {
+      exited = { code, signal };
+      resolve();
+    }),
+  );
+  const address = `127.0.0.1:${opts.port}`;
+  const uiUrl = opts.uiPort !== undefined ? `http://127.0.0.1:${opts.uiPort}` : undefined;
+
+  const stop = async () => {
+    if (exited) return;
+    child.kill('SIGTERM');
+    const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+    await exitPromise;
+    clearTimeout(timer);
+  };
+
+  try {
+    await waitForTemporal(address, opts.readyTimeoutMs ?? 120_000, () => exited, log, opts.logFile);
+    if (uiUrl) await waitForHttp(uiUrl, 60_000, () => exited);
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { address, uiUrl, process: child, stop };
+}
+
+/**
+ * Polls until the frontend answers a namespace describe. The SDK's own
+ * connect wait is 5 s, too short for a cold start on 2 cores.
+ */
+export async function waitForTemporal(
+  address: string,
+  timeoutMs: number,
+  exited: () => unknown = () => undefined,
+  log: Log = () => undefined,
+  logFile?: string,
+  namespace = 'default',
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  let nextNotice = Date.now() + 10_000;
+  while (Date.now() < deadline) {
+    if (exited()) {
+      throw new TemporalCliError(
+        `Temporal dev server exited during startup${logFile ? `; see ${logFile}` : ''}: ${JSON.stringify(exited())}`,
+      );
+    }
+    try {
+      const connection = await Connection.connect({ address, connectTimeout: 2_000 });
+      try {
+        await connection.workflowService.describeNamespace({ namespace });
+        return;
+      } finally {
+        await connection.close();
+      }
+    } catch (err) {
+      lastError = err;
+    }
+    if (Date.now() > nextNotice) {
+      log(`[temporal] waiting for the server at ${address}...`);
+      nextNotice = Date.now() + 10_000;
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new TemporalCliError(
+    `Temporal at ${address} was not ready within ${timeoutMs / 1000}s: ${lastError instanceof Error ? lastError.message : String(lastError)}`,
+  );
+}
+
+export async function waitForHttp(
+  url: string,
+  timeoutMs: number,
+  exited: () => unknown = () => undefined,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  while (Date.now() < deadline) {
+    if (exited()) throw new Error(`process serving ${url} exited during startup`);
+    try {
+      const res = await fetch(url, { signal: AbortSignal.timeout(2_000) });
+      if (res.status < 500) return;
+      lastError = new Error(`HTTP ${res.status}`);
+    } catch (err) {
+      lastError = err;
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`${url} did not answer within ${timeoutMs / 1000}s: ${String(lastError)}`);
+}

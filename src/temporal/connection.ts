@@ -1,0 +1,29 @@
+/**
+ * Connection settings for Temporal clients and workers. The address comes
+ * from our config (TEMPORAL_ADDRESS, or the dev server we started); TLS and
+ * API-key settings come through @temporalio/envconfig, the ecosystem's
+ * standard (TEMPORAL_TLS_*, TEMPORAL_API_KEY, TEMPORAL_PROFILE, a TOML file).
+ */
+import { loadClientConnectConfig } from '@temporalio/envconfig';
+import type { TLSConfig } from '@temporalio/client';
+
+export interface TemporalConnectionSettings {
+  address: string;
+  tls?: TLSConfig | boolean;
+  apiKey?: string;
+}
+
+export function connectionSettings(
+  address: string,
+  env: NodeJS.ProcessEnv = process.env,
+): TemporalConnectionSettings {
+  const { connectionOptions } = loadClientConnectConfig({
+    overrideEnvVars: Object.fromEntries(
+      Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined),
+    ),
+  });
+  const settings: TemporalConnectionSettings = { address };
+  if (connectionOptions.tls) settings.tls = connectionOptions.tls;
+  if (typeof connectionOptions.apiKey === 'string') settings.apiKey = connectionOptions.apiKey;
+  return settings;
+}

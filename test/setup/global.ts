@@ -1,0 +1,110 @@
+/**
+ * One real Postgres database and one real Temporal dev server for the whole
+ * run. Nothing is mocked and nothing is skipped: if a service is missing, the
+ * run fails here and says what is missing.
+ */
+import type { TestProject } from 'vitest/node';
+import pg from 'pg';
+import fs from 'node:fs';
+import path from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { bundleWorkflowCode } from '@temporalio/worker';
+import { loadConfig } from '../../src/config.ts';
+import { describeConnectError, migrate } from '../../src/db/migrate.ts';
+import {
+  ensureTemporalCli,
+  startDevServer,
+  waitForTemporal,
+  type DevServer,
+} from '../../src/devserver/temporal.ts';
+import { freePort } from '../../src/devserver/ports.ts';
+import { WORKFLOWS_PATH } from '../../src/worker/worker.ts';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    databaseUrl: string;
+    temporalAddress: string;
+    temporalUiUrl: string;
+    workflowBundlePath: string;
+    dataDir: string;
+  }
+}
+
+function withDatabase(url: string, name: string): string {
+  const u = new URL(url);
+  u.pathname = `/${name}`;
+  return u.toString();
+}
+
+export default async function setup(project: TestProject) {
+  const root = path.resolve(import.meta.dirname, '../..');
+  const config = loadConfig(process.env, root);
+  const runId = `${process.pid}_${randomBytes(3).toString('hex')}`;
+  const dataDir = path.join(config.dataDir, 'test', runId);
+  fs.mkdirSync(dataDir, { recursive: true });
+
+  // --- Postgres: a database of our own, never the user's data.
+  const adminUrl = withDatabase(config.databaseUrl, 'postgres');
+  const dbName = `onceflow_test_${runId}`;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  try {
+    await admin.connect();
+  } catch (err) {
+    throw describeConnectError(err, adminUrl);
+  }
+  await admin.query(`CREATE DATABASE ${pg.escapeIdentifier(dbName)}`);
+  await admin.end();
+  const databaseUrl = withDatabase(config.databaseUrl, dbName);
+  await migrate(databaseUrl);
+
+  // --- Temporal: TEMPORAL_ADDRESS if given, otherwise a dev server of our own on free ports.
+  let server: DevServer | undefined;
+  let temporalAddress = config.temporal.address;
+  let temporalUiUrl = config.temporal.uiUrl;
+  if (temporalAddress) {
+    await waitForTemporal(temporalAddress, 60_000);
+  } else {
+    const cli = await ensureTemporalCli({ toolsDir: config.toolsDir });
+    server = await startDevServer({
+      cli,
+      port: await freePort(),
+      uiPort: await freePort(),
+      dbFile: path.join(dataDir, 'temporal.sqlite'),
+      logFile: path.join(dataDir, 'temporal.log'),
+    });
+    temporalAddress = server.address;
+    temporalUiUrl = server.uiUrl ?? temporalUiUrl;
+  }
+
+  // --- Workflow bundle: built once per run instead of once per worker.
+  const workflowBundlePath = path.join(dataDir, 'workflow-bundle.js');
+  const { code } = await bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: quietLogger });
+  fs.writeFileSync(workflowBundlePath, code);
+
+  project.provide('databaseUrl', databaseUrl);
+  project.provide('temporalAddress', temporalAddress);
+  project.provide('temporalUiUrl', temporalUiUrl);
+  project.provide('workflowBundlePath', workflowBundlePath);
+  project.provide('dataDir', dataDir);
+
+  return async () => {
+    await server?.stop();
+    const cleanup = new pg.Client({ connectionString: adminUrl });
+    await cleanup.connect();
+    await cleanup.query(`DROP DATABASE IF EXISTS ${pg.escapeIdentifier(dbName)} WITH (FORCE)`);
+    await cleanup.end();
+    if (process.env.KEEP_TEST_DATA !== '1') {
+      // Keep artifacts (screenshots) but drop the bulky server state.
+      fs.rmSync(path.join(dataDir, 'temporal.sqlite'), { force: true });
+    }
+  };
+}
+
+const quietLogger = {
+  log: () => undefined,
+  trace: () => undefined,
+  debug: () => undefined,
+  info: () => undefined,
+  warn: (message: string) => console.warn(message),
+  error: (message: string) => console.error(message),
+};

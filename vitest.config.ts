@@ -1,0 +1,17 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    globalSetup: ['test/setup/global.ts'],
+    setupFiles: ['test/setup/runtime.ts'],
+    // Integration tests share one Temporal dev server and one test database;
+    // files run in parallel in forks, each with its own pools.
+    pool: 'forks',
+    maxWorkers: 2,
+    testTimeout: 120_000,
+    hookTimeout: 180_000,
+    teardownTimeout: 60_000,
+    reporters: ['default'],
+  },
+});

@@ -1,0 +1,3 @@
+// Every workflow the worker registers. Workflow files import only
+// @temporalio/workflow and *types* from activities.
+export { smokeWorkflow } from './smoke.ts';

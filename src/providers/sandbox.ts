@@ -1,0 +1,231 @@
+/**
+ * HTTP clients for the sandbox providers, implementing the provider
+ * interfaces. They map every outcome onto `Charge` / `Message` or a
+ * `ProviderError` whose `kind` says what the caller may conclude:
+ *
+ *   200                       -> the object
+ *   402 card_error            -> Charge with status 'failed' (definite decline)
+ *   409                       -> in_progress (same key still being processed)
+ *   other 4xx                 -> rejected (definite: nothing happened)
+ *   429, 5xx, timeout, reset,
+ *   dropped connection, junk  -> uncertain (the effect may have happened)
+ *   lookup 404                -> null
+ */
+import {
+  ProviderError,
+  type Charge,
+  type ChargeRequest,
+  type EmailProvider,
+  type Message,
+  type MessageRequest,
+  type PaymentProvider,
+} from './types.ts';
+
+export interface SandboxClientOptions {
+  /** e.g. http://127.0.0.1:4010 */
+  baseUrl: string;
+  /** Whole request, including reading the body. */
+  timeoutMs: number;
+}
+
+interface HttpResult {
+  status: number;
+  body: unknown;
+}
+
+interface ApiErrorBody {
+  error?: { type?: string; code?: string; message?: string; charge?: string; charge_object?: unknown };
+}
+
+function describe(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  const cause = err.cause instanceof Error ? `: ${err.cause.message}` : '';
+  return `${err.message}${cause}`;
+}
+
+async function request(
+  opts: SandboxClientOptions,
+  method: 'GET' | 'POST',
+  path: string,
+  what: string,
+  init: { body?: unknown; idempotencyKey?: string } = {},
+): Promise<HttpResult> {
+  const headers: Record<string, string> = { accept: 'application/json' };
+  if (init.body !== undefined) headers['content-type'] = 'application/json';
+  if (init.idempotencyKey !== undefined) headers['idempotency-key'] = init.idempotencyKey;
+  const signal = AbortSignal.timeout(opts.timeoutMs);
+  let status: number;
+  let text: string;
+  try {
+    const res = await fetch(new URL(path, opts.baseUrl), {
+      method,
+      headers,
+      body: init.body === undefined ? null : JSON.stringify(init.body),
+      signal,
+    });
+    status = res.status;
+    text = await res.text();
+  } catch (err) {
+    // No (complete) response: the request may or may not have been acted on.
+    const timeout = err instanceof Error && (err.name === 'TimeoutError' || signal.aborted);
+    throw new ProviderError(
+      'uncertain',
+      `${what}: ${timeout ? `no response within ${opts.timeoutMs} ms` : `connection failed (${describe(err)})`}`,
+      { code: timeout ? 'timeout' : 'network', cause: err },
+    );
+  }
+  let body: unknown;
+  try {
+    body = text === '' ? undefined : JSON.parse(text);
+  } catch (err) {
+    throw new ProviderError('uncertain', `${what}: unreadable response (HTTP ${status})`, {
+      code: 'bad_response',
+      status,
+      cause: err,
+    });
+  }
+  return { status, body };
+}
+
+/** The error for any status the caller doesn't handle itself. */
+function statusError(what: string, res: HttpResult): ProviderError {
+  const e = (res.body as ApiErrorBody | undefined)?.error;
+  const code = e?.code ?? e?.type ?? `http_${res.status}`;
+  const message = `${what}: HTTP ${res.status}${e?.message ? ` ${e.message}` : ''}`;
+  if (res.status === 409) return new ProviderError('in_progress', message, { code, status: res.status });
+  if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429) {
+    return new ProviderError('rejected', message, { code, status: res.status });
+  }
+  // 5xx, 408, 429, or anything unexpected: we can't know that nothing happened.
+  return new ProviderError('uncertain', message, { code, status: res.status });
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+const isoFromUnix = (sec: number) => new Date(sec * 1000).toISOString();
+
+function stringMap(v: unknown): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (isRecord(v)) for (const [k, x] of Object.entries(v)) if (typeof x === 'string') out[k] = x;
+  return out;
+}
+
+function parseCharge(what: string, v: unknown, status: number): Charge {
+  if (
+    !isRecord(v) ||
+    typeof v.id !== 'string' ||
+    (v.status !== 'succeeded' && v.status !== 'failed') ||
+    typeof v.amount !== 'number' ||
+    typeof v.currency !== 'string' ||
+    typeof v.idempotency_key !== 'string' ||
+    typeof v.created !== 'number'
+  ) {
+    throw new ProviderError('uncertain', `${what}: response is not a charge`, {
+      code: 'bad_response',
+      status,
+    });
+  }
+  const charge: Charge = {
+    id: v.id,
+    status: v.status,
+    amount: v.amount,
+    currency: v.currency,
+    idempotencyKey: v.idempotency_key,
+    metadata: stringMap(v.metadata),
+    created: isoFromUnix(v.created),
+  };
+  if (typeof v.failure_code === 'string') charge.failureCode = v.failure_code;
+  return charge;
+}
+
+function parseMessage(what: string, v: unknown, status: number): Message {
+  if (
+    !isRecord(v) ||
+    typeof v.id !== 'string' ||
+    v.status !== 'sent' ||
+    typeof v.to !== 'string' ||
+    typeof v.idempotency_key !== 'string' ||
+    typeof v.created !== 'number'
+  ) {
+    throw new ProviderError('uncertain', `${what}: response is not a message`, {
+      code: 'bad_response',
+      status,
+    });
+  }
+  return {
+    id: v.id,
+    status: 'sent',
+    to: v.to,
+    idempotencyKey: v.idempotency_key,
+    created: isoFromUnix(v.created),
+  };
+}
+
+export function createSandboxPaymentProvider(opts: SandboxClientOptions): PaymentProvider {
+  return {
+    async createCharge(req: ChargeRequest, idempotencyKey: string): Promise<Charge> {
+      const what = 'sandbox createCharge';
+      const body: Record<string, unknown> = {
+        amount: req.amount,
+        currency: req.currency,
+        payment_method: req.paymentMethod,
+        metadata: req.metadata,
+      };
+      if (req.description !== undefined) body.description = req.description;
+      if (req.receiptEmail !== undefined) body.receipt_email = req.receiptEmail;
+      const res = await request(opts, 'POST', '/v1/charges', what, { body, idempotencyKey });
+      if (res.status === 200) return parseCharge(what, res.body, res.status);
+      const e = (res.body as ApiErrorBody | undefined)?.error;
+      if (res.status === 402 && e?.type === 'card_error') {
+        // A decline is a definite business outcome, not an error.
+        if (e.charge_object !== undefined) return parseCharge(what, e.charge_object, res.status);
+        // A provider that only returns the id (Stripe's Charges API): build it from the request.
+        if (typeof e.charge === 'string') {
+          return {
+            id: e.charge,
+            status: 'failed',
+            amount: req.amount,
+            currency: req.currency,
+            failureCode: e.code ?? 'card_declined',
+            idempotencyKey,
+            metadata: req.metadata,
+            created: new Date().toISOString(),
+          };
+        }
+      }
+      throw statusError(what, res);
+    },
+
+    async findChargeByIdempotencyKey(idempotencyKey: string): Promise<Charge | null> {
+      const what = 'sandbox findChargeByIdempotencyKey';
+      const path = `/v1/charges?idempotency_key=${encodeURIComponent(idempotencyKey)}`;
+      const res = await request(opts, 'GET', path, what);
+      if (res.status === 200) return parseCharge(what, res.body, res.status);
+      if (res.status === 404) return null;
+      throw statusError(what, res);
+    },
+  };
+}
+
+export function createSandboxEmailProvider(opts: SandboxClientOptions): EmailProvider {
+  return {
+    async sendMessage(req: MessageRequest, idempotencyKey: string): Promise<Message> {
+      const what = 'sandbox sendMessage';
+      const body = { to: req.to, subject: req.subject, text: req.text, metadata: req.metadata };
+      const res = await request(opts, 'POST', '/v1/messages', what, { body, idempotencyKey });
+      if (res.status === 200) return parseMessage(what, res.body, res.status);
+      throw statusError(what, res);
+    },
+
+    async findMessageByIdempotencyKey(idempotencyKey: string): Promise<Message | null> {
+      const what = 'sandbox findMessageByIdempotencyKey';
+      const path = `/v1/messages?idempotency_key=${encodeURIComponent(idempotencyKey)}`;
+      const res = await request(opts, 'GET', path, what);
+      if (res.status === 200) return parseMessage(what, res.body, res.status);
+      if (res.status === 404) return null;
+      throw statusError(what, res);
+    },
+  };
+}

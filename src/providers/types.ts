@@ -1,0 +1,114 @@
+/**
+ * Provider interfaces: what the product needs from a payment provider and an
+ * email provider. The sandbox (src/sandbox) implements them over HTTP; a real
+ * provider (Stripe, an email API) would get its own adapter with the same
+ * shape. See docs/PROVIDERS.md.
+ *
+ * Terminology
+ * - idempotency key: the downstream key sent with every create request. It is
+ *   derived from the operation key, stable across retries, and the only way to
+ *   find an effect again after a lost response (`find...ByIdempotencyKey`).
+ * - definite: the caller knows for sure whether the effect happened. A decline
+ *   is definite (a `Charge` with status 'failed'); a timeout is not.
+ * - uncertain: the effect MAY have happened. Never presume it failed: look it
+ *   up by its key (reconcile) and only then retry with the SAME key.
+ */
+
+export interface ChargeRequest {
+  /** Integer minor units (cents), > 0. Never a float. */
+  amount: number;
+  /** ISO 4217, lowercase (e.g. 'usd'). */
+  currency: string;
+  /** A provider payment method token, e.g. 'pm_card_visa'. */
+  paymentMethod: string;
+  description?: string;
+  /** Flat string map; by convention carries order_id and tenant_id. */
+  metadata: Record<string, string>;
+  receiptEmail?: string;
+}
+
+export interface Charge {
+  id: string;
+  status: 'succeeded' | 'failed';
+  amount: number;
+  currency: string;
+  /** Set when status is 'failed', e.g. 'card_declined'. */
+  failureCode?: string;
+  idempotencyKey: string;
+  metadata: Record<string, string>;
+  /** ISO 8601. */
+  created: string;
+}
+
+export interface PaymentProvider {
+  /**
+   * Creates (or replays) the charge for this key. A decline resolves to a
+   * `Charge` with status 'failed' (a definite business outcome), not an error.
+   * Throws `ProviderError` otherwise.
+   */
+  createCharge(req: ChargeRequest, idempotencyKey: string): Promise<Charge>;
+  /** Reconciliation: the charge made under this key, or null if there is none. */
+  findChargeByIdempotencyKey(idempotencyKey: string): Promise<Charge | null>;
+}
+
+export interface MessageRequest {
+  to: string;
+  subject: string;
+  text: string;
+  metadata: Record<string, string>;
+}
+
+export interface Message {
+  id: string;
+  status: 'sent';
+  to: string;
+  idempotencyKey: string;
+  /** ISO 8601. */
+  created: string;
+}
+
+export interface EmailProvider {
+  sendMessage(req: MessageRequest, idempotencyKey: string): Promise<Message>;
+  findMessageByIdempotencyKey(idempotencyKey: string): Promise<Message | null>;
+}
+
+/**
+ * - 'uncertain': timeout, connection reset or dropped, 5xx, 429, unreadable
+ *   response. The effect MAY have happened (definite = false): reconcile.
+ * - 'rejected': 4xx validation or idempotency mismatch (not a 402 decline).
+ *   Nothing happened for this request (definite = true); retrying the same
+ *   request won't help.
+ * - 'in_progress': 409, another request with the same key is being processed.
+ *   definite = false; retry later with the same key.
+ */
+export type ProviderErrorKind = 'uncertain' | 'rejected' | 'in_progress';
+
+export class ProviderError extends Error {
+  override name = 'ProviderError';
+  readonly kind: ProviderErrorKind;
+  readonly definite: boolean;
+  /** HTTP status, when a response arrived. */
+  readonly status?: number;
+  /**
+   * Stable machine-readable code: the provider's error type or code
+   * ('idempotency_error', 'invalid_request_error', 'api_error', ...) or one of
+   * 'timeout', 'network', 'bad_response'.
+   */
+  readonly code: string;
+
+  constructor(
+    kind: ProviderErrorKind,
+    message: string,
+    opts: { code: string; status?: number; cause?: unknown },
+  ) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.kind = kind;
+    this.definite = kind === 'rejected';
+    this.code = opts.code;
+    if (opts.status !== undefined) this.status = opts.status;
+  }
+}
+
+export function isProviderError(err: unknown): err is ProviderError {
+  return err instanceof ProviderError;
+}

@@ -1,0 +1,527 @@
+/**
+ * The sandbox's SQL: one exported function per statement, client first so it
+ * can join a caller's transaction, parameterised, explicit `returning`.
+ * Everything is scoped by `account` (see migrations/0003_sandbox.sql).
+ */
+import type { Queryable } from '../db/index.ts';
+
+export type Scope = 'charges' | 'messages';
+export type FaultEndpoint = 'charges.create' | 'charges.lookup' | 'messages.create' | 'messages.lookup';
+export type FaultKind = 'fail_before' | 'fail_after' | 'drop_after' | 'delay';
+
+// ---------------------------------------------------------------- idempotency
+
+export interface StoredResponse {
+  status: number;
+  body: unknown;
+}
+
+export type ClaimOutcome =
+  | { kind: 'claimed'; token: string }
+  | { kind: 'completed'; fingerprint: string; response: StoredResponse }
+  | { kind: 'processing'; fingerprint: string };
+
+/**
+ * Claims (account, scope, key) for this request in one atomic statement: the
+ * primary key is the lock, so two concurrent requests can't both claim. An
+ * existing row is taken over only when it is dead: a 'processing' claim whose
+ * lease ran out (its request died before its effect committed: the effect and
+ * the completion commit together, and the fencing token stops a late
+ * completion), or a 'completed' key older than the retention window.
+ * Returns null if the row vanished between the two statements (released); the
+ * caller retries.
+ */
+export async function claimKey(
+  db: Queryable,
+  args: {
+    account: string;
+    scope: Scope;
+    key: string;
+    fingerprint: string;
+    token: string;
+    now: Date;
+    lockedUntil: Date;
+    retentionMs: number;
+  },
+): Promise<ClaimOutcome | null> {
+  const expiredBefore = new Date(args.now.getTime() - args.retentionMs);
+  const claimed = await db.query(
+    `insert into sandbox.idempotency_keys
+       (account, scope, key, fingerprint, state, token, locked_until, created_at)
+     values ($1, $2, $3, $4, 'processing', $5, $6, $7)
+     on conflict (account, scope, key) do update
+       set fingerprint = excluded.fingerprint, state = 'processing', token = excluded.token,
+           locked_until = excluded.locked_until, created_at = excluded.created_at,
+           response_status = null, response_body = null, completed_at = null
+       where (sandbox.idempotency_keys.state = 'processing' and sandbox.idempotency_keys.locked_until < $7)
+          or (sandbox.idempotency_keys.state = 'completed' and sandbox.idempotency_keys.created_at < $8)
+     returning token`,
+    [
+      args.account,
+      args.scope,
+      args.key,
+      args.fingerprint,
+      args.token,
+      args.lockedUntil,
+      args.now,
+      expiredBefore,
+    ],
+  );
+  if (claimed.rowCount === 1) return { kind: 'claimed', token: args.token };
+  const existing = await db.query<{
+    fingerprint: string;
+    state: 'processing' | 'completed';
+    response_status: number | null;
+    response_body: unknown;
+  }>(
+    `select fingerprint, state, response_status, response_body
+       from sandbox.idempotency_keys where account = $1 and scope = $2 and key = $3`,
+    [args.account, args.scope, args.key],
+  );
+  const row = existing.rows[0];
+  if (!row) return null;
+  if (row.state === 'processing' || row.response_status === null) {
+    return { kind: 'processing', fingerprint: row.fingerprint };
+  }
+  return {
+    kind: 'completed',
+    fingerprint: row.fingerprint,
+    response: { status: row.response_status, body: row.response_body },
+  };
+}
+
+/** Stores the final response; only the claim's owner (token) may. Returns false if the claim was lost. */
+export async function completeKey(
+  db: Queryable,
+  args: { account: string; scope: Scope; key: string; token: string; response: StoredResponse; now: Date },
+): Promise<boolean> {
+  const { rowCount } = await db.query(
+    `update sandbox.idempotency_keys
+        set state = 'completed', response_status = $5, response_body = $6, completed_at = $7
+      where account = $1 and scope = $2 and key = $3 and token = $4 and state = 'processing'
+      returning key`,
+    [
+      args.account,
+      args.scope,
+      args.key,
+      args.token,
+      args.response.status,
+      JSON.stringify(args.response.body),
+      args.now,
+    ],
+  );
+  return rowCount === 1;
+}
+
+/** Gives an unfinished claim back (the effect did not commit), so a retry runs normally. */
+export async function releaseKey(
+  db: Queryable,
+  args: { account: string; scope: Scope; key: string; token: string },
+): Promise<void> {
+  await db.query(
+    `delete from sandbox.idempotency_keys
+      where account = $1 and scope = $2 and key = $3 and token = $4 and state = 'processing'
+      returning key`,
+    [args.account, args.scope, args.key, args.token],
+  );
+}
+
+// -------------------------------------------------------------------- charges
+
+export interface ChargeRow {
+  id: string;
+  idempotency_key: string;
+  amount: number;
+  currency: string;
+  status: 'succeeded' | 'failed';
+  failure_code: string | null;
+  payment_method: string;
+  description: string | null;
+  receipt_email: string | null;
+  metadata: Record<string, string>;
+  created_at: Date;
+}
+
+const CHARGE_COLUMNS = `id, idempotency_key, amount, currency, status, failure_code, payment_method,
+  description, receipt_email, metadata, created_at`;
+
+export async function insertCharge(db: Queryable, account: string, c: ChargeRow): Promise<ChargeRow> {
+  const { rows } = await db.query<ChargeRow>(
+    `insert into sandbox.charges (account, ${CHARGE_COLUMNS})
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+     returning ${CHARGE_COLUMNS}`,
+    [
+      account,
+      c.id,
+      c.idempotency_key,
+      c.amount,
+      c.currency,
+      c.status,
+      c.failure_code,
+      c.payment_method,
+      c.description,
+      c.receipt_email,
+      JSON.stringify(c.metadata),
+      c.created_at,
+    ],
+  );
+  return rows[0]!;
+}
+
+/** The most recent charge made under this key (a key reused after the retention window may have several). */
+export async function findChargeByKey(
+  db: Queryable,
+  account: string,
+  key: string,
+): Promise<ChargeRow | null> {
+  const { rows } = await db.query<ChargeRow>(
+    `select ${CHARGE_COLUMNS} from sandbox.charges
+      where account = $1 and idempotency_key = $2 order by created_at desc, id desc limit 1`,
+    [account, key],
+  );
+  return rows[0] ?? null;
+}
+
+export interface AuditFilter {
+  orderId?: string | undefined;
+  tenantId?: string | undefined;
+  idempotencyKey?: string | undefined;
+}
+
+export async function listCharges(db: Queryable, account: string, f: AuditFilter): Promise<ChargeRow[]> {
+  const { rows } = await db.query<ChargeRow>(
+    `select ${CHARGE_COLUMNS} from sandbox.charges
+      where account = $1
+        and ($2::text is null or metadata ->> 'order_id' = $2)
+        and ($3::text is null or metadata ->> 'tenant_id' = $3)
+        and ($4::text is null or idempotency_key = $4)
+      order by created_at, id`,
+    [account, f.orderId ?? null, f.tenantId ?? null, f.idempotencyKey ?? null],
+  );
+  return rows;
+}
+
+// ------------------------------------------------------------------- messages
+
+export interface MessageRow {
+  id: string;
+  idempotency_key: string;
+  to_address: string;
+  subject: string;
+  body_text: string;
+  metadata: Record<string, string>;
+  created_at: Date;
+}
+
+const MESSAGE_COLUMNS = `id, idempotency_key, to_address, subject, body_text, metadata, created_at`;
+
+export async function insertMessage(db: Queryable, account: string, m: MessageRow): Promise<MessageRow> {
+  const { rows } = await db.query<MessageRow>(
+    `insert into sandbox.messages (account, ${MESSAGE_COLUMNS})
+     values ($1, $2, $3, $4, $5, $6, $7, $8)
+     returning ${MESSAGE_COLUMNS}`,
+    [
+      account,
+      m.id,
+      m.idempotency_key,
+      m.to_address,
+      m.subject,
+      m.body_text,
+      JSON.stringify(m.metadata),
+      m.created_at,
+    ],
+  );
+  return rows[0]!;
+}
+
+export async function findMessageByKey(
+  db: Queryable,
+  account: string,
+  key: string,
+): Promise<MessageRow | null> {
+  const { rows } = await db.query<MessageRow>(
+    `select ${MESSAGE_COLUMNS} from sandbox.messages
+      where account = $1 and idempotency_key = $2 order by created_at desc, id desc limit 1`,
+    [account, key],
+  );
+  return rows[0] ?? null;
+}
+
+export async function listMessages(db: Queryable, account: string, f: AuditFilter): Promise<MessageRow[]> {
+  const { rows } = await db.query<MessageRow>(
+    `select ${MESSAGE_COLUMNS} from sandbox.messages
+      where account = $1
+        and ($2::text is null or metadata ->> 'order_id' = $2)
+        and ($3::text is null or metadata ->> 'tenant_id' = $3)
+        and ($4::text is null or idempotency_key = $4)
+      order by created_at, id`,
+    [account, f.orderId ?? null, f.tenantId ?? null, f.idempotencyKey ?? null],
+  );
+  return rows;
+}
+
+// --------------------------------------------------------------------- faults
+
+export interface FaultRow {
+  id: string;
+  endpoint: FaultEndpoint;
+  kind: FaultKind;
+  remaining: number;
+  delay_ms: number | null;
+  created_at: Date;
+}
+
+export async function insertFault(
+  db: Queryable,
+  account: string,
+  f: { endpoint: FaultEndpoint; kind: FaultKind; count: number; delayMs: number | null },
+): Promise<FaultRow> {
+  const { rows } = await db.query<FaultRow>(
+    `insert into sandbox.faults (account, endpoint, kind, remaining, delay_ms)
+     values ($1, $2, $3, $4, $5)
+     returning id, endpoint, kind, remaining, delay_ms, created_at`,
+    [account, f.endpoint, f.kind, f.count, f.delayMs],
+  );
+  return rows[0]!;
+}
+
+/**
+ * Takes one use of the oldest active fault for this endpoint. The decrement is
+ * conditional (`remaining > 0`) and runs under the row lock, so two concurrent
+ * requests can't both consume a fault with one use left: the second re-checks
+ * the condition after the first commits and gets nothing.
+ */
+export async function consumeFault(
+  db: Queryable,
+  account: string,
+  endpoint: FaultEndpoint,
+): Promise<{ kind: FaultKind; delay_ms: number | null } | null> {
+  const { rows } = await db.query<{ kind: FaultKind; delay_ms: number | null }>(
+    `update sandbox.faults set remaining = remaining - 1
+      where id = (select id from sandbox.faults
+                   where account = $1 and endpoint = $2 and remaining > 0
+                   order by id limit 1
+                   for update)
+        and remaining > 0
+      returning kind, delay_ms`,
+    [account, endpoint],
+  );
+  return rows[0] ?? null;
+}
+
+export async function listFaults(db: Queryable, account: string): Promise<FaultRow[]> {
+  const { rows } = await db.query<FaultRow>(
+    `select id, endpoint, kind, remaining, delay_ms, created_at from sandbox.faults where account = $1 order by id`,
+    [account],
+  );
+  return rows;
+}
+
+export async function deleteFaults(db: Queryable, account: string): Promise<number> {
+  const { rowCount } = await db.query(`delete from sandbox.faults where account = $1 returning id`, [
+    account,
+  ]);
+  return rowCount ?? 0;
+}
+
+// ------------------------------------------------------------------- webhooks
+
+export interface WebhookConfigRow {
+  url: string | null;
+  enabled: boolean;
+  duplicate: boolean;
+  reorder: boolean;
+}
+
+export const DEFAULT_WEBHOOK_CONFIG: WebhookConfigRow = {
+  url: null,
+  enabled: true,
+  duplicate: false,
+  reorder: false,
+};
+
+export async function getWebhookConfig(db: Queryable, account: string): Promise<WebhookConfigRow> {
+  const { rows } = await db.query<WebhookConfigRow>(
+    `select url, enabled, duplicate, reorder from sandbox.webhook_config where account = $1`,
+    [account],
+  );
+  return rows[0] ?? DEFAULT_WEBHOOK_CONFIG;
+}
+
+/** Upserts only the fields given (undefined = keep; url null = back to the process default). */
+export async function updateWebhookConfig(
+  db: Queryable,
+  account: string,
+  patch: { url?: string | null; enabled?: boolean; duplicate?: boolean; reorder?: boolean },
+): Promise<WebhookConfigRow> {
+  const { rows } = await db.query<WebhookConfigRow>(
+    `insert into sandbox.webhook_config as c (account, url, enabled, duplicate, reorder, updated_at)
+     values ($1, $3, coalesce($4, true), coalesce($5, false), coalesce($6, false), now())
+     on conflict (account) do update
+       set url = case when $2 then excluded.url else c.url end,
+           enabled = coalesce($4, c.enabled),
+           duplicate = coalesce($5, c.duplicate),
+           reorder = coalesce($6, c.reorder),
+           updated_at = now()
+     returning url, enabled, duplicate, reorder`,
+    [
+      account,
+      patch.url !== undefined,
+      patch.url ?? null,
+      patch.enabled ?? null,
+      patch.duplicate ?? null,
+      patch.reorder ?? null,
+    ],
+  );
+  return rows[0]!;
+}
+
+export interface WebhookEventRow {
+  id: string;
+  seq: string;
+  type: string;
+  object: unknown;
+  created_at: Date;
+  state: 'pending' | 'delivered' | 'failed';
+  attempts: number;
+  deliveries: number;
+  next_attempt_at: Date;
+  last_status: number | null;
+  last_error: string | null;
+  delivered_at: Date | null;
+}
+
+const EVENT_COLUMNS = `id, seq, type, object, created_at, state, attempts, deliveries, next_attempt_at,
+  last_status, last_error, delivered_at`;
+
+export async function insertWebhookEvent(
+  db: Queryable,
+  account: string,
+  e: { id: string; type: string; object: unknown; createdAt: Date },
+): Promise<void> {
+  await db.query(
+    `insert into sandbox.webhook_events (account, id, type, object, created_at, next_attempt_at)
+     values ($1, $2, $3, $4, $5, $5)
+     returning id`,
+    [account, e.id, e.type, JSON.stringify(e.object), e.createdAt],
+  );
+}
+
+/**
+ * Leases up to `limit` due events to this dispatcher. SKIP LOCKED plus the
+ * lease lets several dispatchers (processes) share one outbox without
+ * delivering the same attempt twice; a dispatcher that dies mid-delivery
+ * loses its lease and the event is retried (at least once).
+ */
+export async function leaseDueEvents(
+  db: Queryable,
+  args: { account: string; now: Date; leaseUntil: Date; limit: number },
+): Promise<WebhookEventRow[]> {
+  const { rows } = await db.query<WebhookEventRow>(
+    `update sandbox.webhook_events
+        set locked_until = $3, attempts = attempts + 1
+      where id in (select id from sandbox.webhook_events
+                    where account = $1 and state = 'pending' and next_attempt_at <= $2
+                      and (locked_until is null or locked_until <= $2)
+                    order by seq limit $4
+                    for update skip locked)
+      returning ${EVENT_COLUMNS}`,
+    [args.account, args.now, args.leaseUntil, args.limit],
+  );
+  return rows.sort((a, b) => Number(a.seq) - Number(b.seq));
+}
+
+export async function markEventDelivered(
+  db: Queryable,
+  args: { account: string; id: string; status: number; now: Date; deliveries: number },
+): Promise<void> {
+  await db.query(
+    `update sandbox.webhook_events
+        set state = 'delivered', last_status = $3, last_error = null, delivered_at = $4,
+            deliveries = deliveries + $5, locked_until = null
+      where account = $1 and id = $2
+      returning id`,
+    [args.account, args.id, args.status, args.now, args.deliveries],
+  );
+}
+
+/** Schedules a retry, or marks the event 'failed' (kept, visible) once attempts are exhausted. */
+export async function markEventAttemptFailed(
+  db: Queryable,
+  args: {
+    account: string;
+    id: string;
+    status: number | null;
+    error: string;
+    nextAttemptAt: Date;
+    maxAttempts: number;
+  },
+): Promise<void> {
+  await db.query(
+    `update sandbox.webhook_events
+        set state = case when attempts >= $6 then 'failed' else 'pending' end,
+            last_status = $3, last_error = $4, next_attempt_at = $5, locked_until = null
+      where account = $1 and id = $2 and state = 'pending'
+      returning id`,
+    [args.account, args.id, args.status, args.error, args.nextAttemptAt, args.maxAttempts],
+  );
+}
+
+export async function getWebhookEvent(
+  db: Queryable,
+  account: string,
+  id: string,
+): Promise<WebhookEventRow | null> {
+  const { rows } = await db.query<WebhookEventRow>(
+    `select ${EVENT_COLUMNS} from sandbox.webhook_events where account = $1 and id = $2`,
+    [account, id],
+  );
+  return rows[0] ?? null;
+}
+
+/** Records a manual redelivery's outcome; a success settles a pending or failed event. */
+export async function recordRedelivery(
+  db: Queryable,
+  args: { account: string; id: string; status: number | null; error: string | null; ok: boolean; now: Date },
+): Promise<void> {
+  await db.query(
+    `update sandbox.webhook_events
+        set attempts = attempts + 1,
+            deliveries = deliveries + case when $5 then 1 else 0 end,
+            state = case when $5 then 'delivered' else state end,
+            delivered_at = case when $5 then $6 else delivered_at end,
+            last_status = $3, last_error = $4
+      where account = $1 and id = $2
+      returning id`,
+    [args.account, args.id, args.status, args.error, args.ok, args.now],
+  );
+}
+
+export async function listWebhookEvents(
+  db: Queryable,
+  account: string,
+  state: string | undefined,
+): Promise<WebhookEventRow[]> {
+  const { rows } = await db.query<WebhookEventRow>(
+    `select ${EVENT_COLUMNS} from sandbox.webhook_events
+      where account = $1 and ($2::text is null or state = $2) order by seq`,
+    [account, state ?? null],
+  );
+  return rows;
+}
+
+// ---------------------------------------------------------------------- reset
+
+/** Wipes everything this account has. Callers run it in one transaction. */
+export async function resetAccount(db: Queryable, account: string): Promise<void> {
+  for (const table of [
+    'idempotency_keys',
+    'charges',
+    'messages',
+    'faults',
+    'webhook_config',
+    'webhook_events',
+  ]) {
+    await db.query(`delete from sandbox.${table} where account = $1`, [account]);
+  }
+}

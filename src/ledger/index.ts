@@ -1,0 +1,13 @@
+/** The operation ledger's public surface. Vocabulary: see the Terminology block in types.ts. */
+export * from './types.ts';
+export { LedgerError, FinalFailure, isLedgerError, isDefiniteFailure } from './errors.ts';
+export {
+  canonicalJson,
+  fingerprint,
+  assertMinorUnits,
+  validateKey,
+  validateScope,
+  downstreamKey,
+  toStoredJson,
+} from './canonical.ts';
+export { Ledger, DEFAULT_RETENTION_MS, DEFAULT_LEASE_MS, DEFAULT_LOCAL_WAIT_MS } from './ledger.ts';

@@ -1,0 +1,421 @@
+/**
+ * Every statement the ledger runs, one exported function each, client first
+ * so it can join a caller's transaction. Hot-path statements are named
+ * (prepared once per connection, then only bound and executed).
+ *
+ * Locking model: the primary key (tenant_id, operation_type, key) is the only
+ * lock. Claims are INSERT ... ON CONFLICT; every later step is a conditional
+ * UPDATE/DELETE fenced by `owner_token`. Leases are compared with the
+ * database clock (`now()`), never an app clock, so skewed workers agree on
+ * who may take over.
+ */
+import type pg from 'pg';
+import type { Queryable } from '../db/index.ts';
+import type { FinalState, Json, ListFilter, OperationRecord, OperationState, Scope } from './types.ts';
+
+const COLUMNS = `tenant_id, operation_type, key, fingerprint, schema_version, state, owner_token,
+  lease_expires_at, attempts, downstream_key, provider_ref, result, error, created_at, updated_at, completed_at`;
+
+export interface OperationRow {
+  tenant_id: string;
+  operation_type: string;
+  key: string;
+  fingerprint: string;
+  schema_version: number;
+  state: OperationState;
+  owner_token: string | null;
+  lease_expires_at: Date | null;
+  attempts: number;
+  downstream_key: string | null;
+  provider_ref: string | null;
+  result: Json | null;
+  error: Json | null;
+  created_at: Date;
+  updated_at: Date;
+  completed_at: Date | null;
+}
+
+export function toRecord(row: OperationRow): OperationRecord {
+  return {
+    tenantId: row.tenant_id,
+    operationType: row.operation_type,
+    key: row.key,
+    fingerprint: row.fingerprint,
+    schemaVersion: row.schema_version,
+    state: row.state,
+    ownerToken: row.owner_token,
+    leaseExpiresAt: row.lease_expires_at,
+    attempts: row.attempts,
+    downstreamKey: row.downstream_key,
+    providerRef: row.provider_ref,
+    result: row.result,
+    error: row.error,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+    completedAt: row.completed_at,
+  };
+}
+
+/** What a replay needs: the hot path reads only these columns. */
+export interface ProbeRow {
+  fingerprint: string;
+  state: OperationState;
+  result: Json | null;
+  provider_ref: string | null;
+  /** Milliseconds until the lease expires (database clock); null when unowned. */
+  lease_ms_left: number | null;
+}
+
+function first<R>(result: pg.QueryResult<R & pg.QueryResultRow>): R | null {
+  return result.rows[0] ?? null;
+}
+
+const pk = (scope: Scope) => [scope.tenantId, scope.operationType, scope.key];
+
+/**
+ * The replay probe: one primary-key read, no transaction. A completed
+ * operation is answered by this statement alone.
+ */
+export async function selectProbe(db: Queryable, scope: Scope): Promise<ProbeRow | null> {
+  return first<ProbeRow>(
+    await db.query<ProbeRow>({
+      name: 'ledger_select_probe',
+      text: `select fingerprint, state, result, provider_ref,
+               (extract(epoch from lease_expires_at - now()) * 1000)::float8 as lease_ms_left
+             from operations where tenant_id = $1 and operation_type = $2 and key = $3`,
+      values: pk(scope),
+    }),
+  );
+}
+
+export async function selectOperation(db: Queryable, scope: Scope): Promise<OperationRow | null> {
+  return first<OperationRow>(
+    await db.query<OperationRow>({
+      name: 'ledger_select_operation',
+      text: `select ${COLUMNS} from operations where tenant_id = $1 and operation_type = $2 and key = $3`,
+      values: pk(scope),
+    }),
+  );
+}
+
+/**
+ * FOR UPDATE: `settle` reads, decides, then writes. Without the row lock a
+ * concurrent complete could land between the read and the write, and settle
+ * would report a stale `before` (the conditional UPDATE would still refuse
+ * to overwrite a final record, but the caller's audit row would lie).
+ */
+export async function selectOperationForUpdate(db: Queryable, scope: Scope): Promise<OperationRow | null> {
+  return first<OperationRow>(
+    await db.query<OperationRow>(
+      `select ${COLUMNS} from operations where tenant_id = $1 and operation_type = $2 and key = $3 for update`,
+      pk(scope),
+    ),
+  );
+}
+
+/**
+ * Opens the local-mode transaction and bounds how long its claim INSERT may
+ * wait behind a concurrent duplicate's uncommitted row, in ONE round trip.
+ * Returns the session's lock_timeout so the claim can restore it for the
+ * caller's body. `lockTimeoutMs` is interpolated because a multi-statement
+ * simple query cannot take parameters; it is a validated integer from
+ * LedgerOptions, never request data.
+ */
+export async function beginWithLockTimeout(client: Queryable, lockTimeoutMs: number): Promise<string> {
+  if (!Number.isSafeInteger(lockTimeoutMs) || lockTimeoutMs <= 0)
+    throw new Error('lockTimeoutMs must be a positive integer');
+  const results = (await client.query(
+    `begin; select current_setting('lock_timeout') as prev; set local lock_timeout = ${lockTimeoutMs}`,
+  )) as unknown as pg.QueryResult<{ prev: string }>[];
+  return results[1]?.rows[0]?.prev ?? '0';
+}
+
+/**
+ * Local-mode claim, inside the caller's transaction. The row stays
+ * uncommitted until the business write commits with it, so:
+ * - a concurrent duplicate's identical INSERT blocks on our row (bounded by
+ *   lock_timeout) and, when we commit, takes the conflict path and replays;
+ *   if we roll back, it inserts and runs instead. Without ON CONFLICT on the
+ *   primary key, two duplicates could both pass a "does it exist?" check.
+ * - a crash before commit leaves no record at all.
+ * RETURNING restores the session lock_timeout once the claim is ours, so the
+ * caller's body runs with its own lock settings (evaluated after any wait).
+ * Returns true when this call claimed the operation.
+ */
+export async function insertLocalClaim(
+  client: Queryable,
+  scope: Scope,
+  args: {
+    fingerprint: string;
+    schemaVersion: number;
+    ownerToken: string;
+    leaseMs: number;
+    restoreLockTimeout: string;
+  },
+): Promise<boolean> {
+  const { rowCount } = await client.query({
+    name: 'ledger_insert_local_claim',
+    text: `insert into operations (tenant_id, operation_type, key, fingerprint, schema_version, state,
+             owner_token, lease_expires_at)
+           values ($1, $2, $3, $4, $5, 'in_progress', $6, now() + $7::float8 * interval '1 millisecond')
+           on conflict (tenant_id, operation_type, key) do nothing
+           returning set_config('lock_timeout', $8, true)`,
+    values: [
+      ...pk(scope),
+      args.fingerprint,
+      args.schemaVersion,
+      args.ownerToken,
+      args.leaseMs,
+      args.restoreLockTimeout,
+    ],
+  });
+  return rowCount === 1;
+}
+
+/** Local-mode completion in the same transaction as the claim; fenced like every completion. */
+export async function finishLocalClaim(
+  client: Queryable,
+  scope: Scope,
+  ownerToken: string,
+  state: FinalState,
+  resultJson: string,
+): Promise<boolean> {
+  const { rowCount } = await client.query({
+    name: 'ledger_finish_local_claim',
+    text: `update operations
+              set state = $5, result = $6::json, owner_token = null, lease_expires_at = null,
+                  completed_at = now(), updated_at = now()
+            where tenant_id = $1 and operation_type = $2 and key = $3 and owner_token = $4`,
+    values: [...pk(scope), ownerToken, state, resultJson],
+  });
+  return rowCount === 1;
+}
+
+/**
+ * External-mode claim, autocommitted so every other attempt sees it at once.
+ * One statement decides between three cases under the primary key's lock:
+ * - no row: insert a fresh claim (`inserted` true);
+ * - same fingerprint AND (lease expired OR unknown and unowned/expired):
+ *   take it over with a new owner token and lease (`inserted` false). The old
+ *   owner's token no longer matches, so its late completion is refused;
+ * - anything else (live claim, final record, other fingerprint): no row; the
+ *   caller reads the record to say which. ON CONFLICT DO UPDATE ... WHERE
+ *   locks the conflicting row first, so two takeovers can't both win.
+ * `xmax = 0` is true only for a freshly inserted tuple (Postgres idiom).
+ */
+export async function upsertExternalClaim(
+  db: Queryable,
+  scope: Scope,
+  args: {
+    fingerprint: string;
+    schemaVersion: number;
+    ownerToken: string;
+    leaseMs: number;
+    downstreamKey: string;
+  },
+): Promise<(OperationRow & { inserted: boolean }) | null> {
+  return first<OperationRow & { inserted: boolean }>(
+    await db.query<OperationRow & { inserted: boolean }>({
+      name: 'ledger_upsert_external_claim',
+      text: `insert into operations as o (tenant_id, operation_type, key, fingerprint, schema_version, state,
+               owner_token, lease_expires_at, downstream_key)
+             values ($1, $2, $3, $4, $5, 'in_progress', $6, now() + $7::float8 * interval '1 millisecond', $8)
+             on conflict (tenant_id, operation_type, key) do update
+               set owner_token = excluded.owner_token,
+                   lease_expires_at = excluded.lease_expires_at,
+                   attempts = o.attempts + 1,
+                   updated_at = now()
+             where o.fingerprint = excluded.fingerprint
+               and o.state in ('in_progress', 'unknown')
+               and (o.lease_expires_at is null or o.lease_expires_at <= now())
+             returning ${COLUMNS}, (xmax = 0) as inserted`,
+      values: [
+        ...pk(scope),
+        args.fingerprint,
+        args.schemaVersion,
+        args.ownerToken,
+        args.leaseMs,
+        args.downstreamKey,
+      ],
+    }),
+  );
+}
+
+/**
+ * Takeover without input (reconcileOnly): same eligibility as the claim's
+ * takeover branch, minus the fingerprint (there is no new input to compare).
+ */
+export async function takeOverUnresolved(
+  db: Queryable,
+  scope: Scope,
+  ownerToken: string,
+  leaseMs: number,
+): Promise<OperationRow | null> {
+  return first<OperationRow>(
+    await db.query<OperationRow>(
+      `update operations
+          set owner_token = $4, lease_expires_at = now() + $5::float8 * interval '1 millisecond',
+              attempts = attempts + 1, updated_at = now()
+        where tenant_id = $1 and operation_type = $2 and key = $3
+          and state in ('in_progress', 'unknown')
+          and (lease_expires_at is null or lease_expires_at <= now())
+        returning ${COLUMNS}`,
+      [...pk(scope), ownerToken, leaseMs],
+    ),
+  );
+}
+
+/**
+ * Fenced completion: only the current owner token matches. The lease is NOT
+ * checked: an owner whose lease ran out but who was not taken over still
+ * holds the only token, and its outcome is real. Once someone takes over, the
+ * token changed and this matches nothing (the stale owner is refused).
+ */
+export async function completeOwned(
+  db: Queryable,
+  scope: Scope,
+  ownerToken: string,
+  outcome: { state: FinalState; resultJson: string; providerRef: string | null },
+): Promise<OperationRow | null> {
+  return first<OperationRow>(
+    await db.query<OperationRow>({
+      name: 'ledger_complete_owned',
+      text: `update operations
+                set state = $5, result = $6::json, provider_ref = coalesce($7, provider_ref),
+                    owner_token = null, lease_expires_at = null, completed_at = now(), updated_at = now()
+              where tenant_id = $1 and operation_type = $2 and key = $3 and owner_token = $4
+                and state in ('in_progress', 'unknown')
+              returning ${COLUMNS}`,
+      values: [...pk(scope), ownerToken, outcome.state, outcome.resultJson, outcome.providerRef],
+    }),
+  );
+}
+
+/** Fenced: the owner records that the outcome was lost and gives up ownership (the record needs reconcile). */
+export async function markOwnedUnknown(
+  db: Queryable,
+  scope: Scope,
+  ownerToken: string,
+  errorJson: string,
+): Promise<OperationRow | null> {
+  return first<OperationRow>(
+    await db.query<OperationRow>(
+      `update operations
+          set state = 'unknown', error = $5::json, owner_token = null, lease_expires_at = null, updated_at = now()
+        where tenant_id = $1 and operation_type = $2 and key = $3 and owner_token = $4
+          and state in ('in_progress', 'unknown')
+        returning ${COLUMNS}`,
+      [...pk(scope), ownerToken, errorJson],
+    ),
+  );
+}
+
+/**
+ * Fenced: the owner proves the effect did not happen and releases the claim
+ * by deleting it, so the next attempt starts fresh under the same downstream
+ * key. Fencing matters: after a takeover the stale owner must not delete the
+ * new owner's claim.
+ */
+export async function deleteOwnedClaim(db: Queryable, scope: Scope, ownerToken: string): Promise<boolean> {
+  const { rowCount } = await db.query(
+    `delete from operations
+      where tenant_id = $1 and operation_type = $2 and key = $3 and owner_token = $4
+        and state in ('in_progress', 'unknown')`,
+    [...pk(scope), ownerToken],
+  );
+  return rowCount === 1;
+}
+
+/**
+ * Settles an unresolved record nobody owns (unknown, or a claim whose lease
+ * expired). The WHERE repeats the eligibility so the statement is safe even
+ * outside `settle`'s FOR UPDATE read.
+ */
+export async function settleUnowned(
+  db: Queryable,
+  scope: Scope,
+  outcome: { state: FinalState; resultJson: string; providerRef: string | null },
+): Promise<OperationRow | null> {
+  return first<OperationRow>(
+    await db.query<OperationRow>(
+      `update operations
+          set state = $4, result = $5::json, provider_ref = coalesce($6, provider_ref),
+              owner_token = null, lease_expires_at = null, completed_at = now(), updated_at = now()
+        where tenant_id = $1 and operation_type = $2 and key = $3
+          and state in ('in_progress', 'unknown')
+          and (lease_expires_at is null or lease_expires_at <= now())
+        returning ${COLUMNS}`,
+      [...pk(scope), outcome.state, outcome.resultJson, outcome.providerRef],
+    ),
+  );
+}
+
+export async function listOperations(
+  db: Queryable,
+  filter: ListFilter & { limit: number },
+): Promise<OperationRow[]> {
+  const { rows } = await db.query<OperationRow>(
+    `select ${COLUMNS} from operations
+      where ($1::text is null or state = $1)
+        and ($2::text is null or operation_type = $2)
+        and ($3::text is null or tenant_id = $3)
+        and ($4::text is null or starts_with(key, $4))
+        and ($5::float8 is null or created_at < now() - $5::float8 * interval '1 millisecond')
+      order by created_at, tenant_id, operation_type, key
+      limit $6`,
+    [
+      filter.state ?? null,
+      filter.operationType ?? null,
+      filter.tenantId ?? null,
+      filter.keyPrefix ?? null,
+      filter.olderThanMs ?? null,
+      filter.limit,
+    ],
+  );
+  return rows;
+}
+
+/** Age in seconds of the oldest record in `state` (by created_at); null when there is none. */
+export async function selectOldestAgeSeconds(
+  db: Queryable,
+  state: 'in_progress' | 'unknown',
+): Promise<number | null> {
+  const { rows } = await db.query<{ age: number | null }>(
+    `select extract(epoch from now() - min(created_at))::float8 as age from operations where state = $1`,
+    [state],
+  );
+  return rows[0]?.age ?? null;
+}
+
+/**
+ * One bounded reaper batch. FOR UPDATE SKIP LOCKED: two reapers split the
+ * work instead of queueing behind each other, and a row a settle/claim is
+ * holding is simply left for the next run. The outer WHERE repeats the state
+ * filter, so only final records can ever be deleted.
+ */
+export async function deleteReapBatch(
+  db: Queryable,
+  olderThanMs: number,
+  batchSize: number,
+): Promise<{ succeeded: number; failed: number }> {
+  const { rows } = await db.query<{ succeeded: number; failed: number }>(
+    `with victims as (
+       select tenant_id, operation_type, key from operations
+        where state in ('succeeded', 'failed')
+          and completed_at < now() - $1::float8 * interval '1 millisecond'
+        order by completed_at
+        limit $2
+        for update skip locked
+     ), deleted as (
+       delete from operations o using victims v
+        where o.tenant_id = v.tenant_id and o.operation_type = v.operation_type and o.key = v.key
+          and o.state in ('succeeded', 'failed')
+       returning o.state
+     )
+     select count(*) filter (where state = 'succeeded')::int as succeeded,
+            count(*) filter (where state = 'failed')::int as failed
+       from deleted`,
+    [olderThanMs, batchSize],
+  );
+  return rows[0] ?? { succeeded: 0, failed: 0 };
+}

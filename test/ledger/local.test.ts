@@ -1,0 +1,333 @@
+/**
+ * Local mode against real Postgres: the business write and the completion
+ * commit in one transaction; concurrent duplicates on separate connections.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Pool, PoolClient } from '../../src/db/index.ts';
+import { FinalFailure, Ledger, LedgerError, type Json, type Scope } from '../../src/ledger/index.ts';
+import { deferred, eventLog, lockWaiters, namedPool, scopeFor, tableName, until } from './support.ts';
+
+let pool: Pool;
+let appName: string;
+const business = tableName('ledger_biz');
+
+beforeAll(async () => {
+  ({ pool, appName } = namedPool(55));
+  await pool.query(
+    `create table ${business} (tenant_id text not null, key text not null, label text not null, id serial primary key)`,
+  );
+});
+
+afterAll(async () => {
+  await pool?.query(`drop table if exists ${business}`);
+  await pool?.end();
+});
+
+async function businessRows(scope: Scope): Promise<string[]> {
+  const { rows } = await pool.query<{ label: string }>(
+    `select label from ${business} where tenant_id = $1 and key = $2 order by id`,
+    [scope.tenantId, scope.key],
+  );
+  return rows.map((r) => r.label);
+}
+
+function insertBusiness(tx: PoolClient, scope: Scope, label: string) {
+  return tx.query(`insert into ${business} (tenant_id, key, label) values ($1, $2, $3)`, [
+    scope.tenantId,
+    scope.key,
+    label,
+  ]);
+}
+
+const input = (value: unknown) => ({ schemaVersion: 1, value });
+
+describe('runLocal', () => {
+  it('runs once, then replays the stored result without running the body', async () => {
+    const log = eventLog();
+    const ledger = new Ledger(pool, { hooks: log });
+    const scope = scopeFor('replay');
+    let calls = 0;
+    const body = async (tx: PoolClient) => {
+      calls++;
+      await insertBusiness(tx, scope, 'only');
+      return { orderId: 'o1', amount: 1250 };
+    };
+    const first = await ledger.runLocal(scope, input({ amount: 1250 }), body);
+    const second = await ledger.runLocal(scope, input({ amount: 1250 }), body);
+    expect(first).toEqual({ result: { orderId: 'o1', amount: 1250 }, replayed: false });
+    expect(second).toEqual({ result: { orderId: 'o1', amount: 1250 }, replayed: true });
+    expect(calls).toBe(1);
+    expect(await businessRows(scope)).toEqual(['only']);
+    expect(log.count('claim')).toBe(1);
+    expect(log.count('complete')).toBe(1);
+    expect(log.count('replay')).toBe(1);
+    const record = await ledger.get(scope);
+    expect(record).toMatchObject({ state: 'succeeded', ownerToken: null, leaseExpiresAt: null, attempts: 1 });
+    expect(record?.completedAt).toBeInstanceOf(Date);
+  });
+
+  it('50 same-input calls on 50 connections: one runs, 49 wait behind its claim and replay', async () => {
+    const ledger = new Ledger(pool, { localWaitMs: 30_000 });
+    const scope = scopeFor('fifty');
+    const hold = deferred();
+    let calls = 0;
+    const runs = Array.from({ length: 50 }, () =>
+      ledger.runLocal(scope, input({ sku: 'a', qty: 1 }), async (tx) => {
+        calls++;
+        await insertBusiness(tx, scope, 'winner');
+        await hold.promise;
+        return { done: true };
+      }),
+    );
+    // Every duplicate is now blocked on the winner's uncommitted claim row.
+    await until(
+      '49 duplicates blocked on the claim',
+      async () => calls === 1 && (await lockWaiters(pool, appName)) === 49,
+    );
+    hold.resolve();
+    const settled = await Promise.allSettled(runs);
+    expect(calls).toBe(1);
+    const values = settled.map((s) => (s.status === 'fulfilled' ? s.value : s.reason));
+    expect(values.filter((v) => v.replayed === false)).toEqual([{ result: { done: true }, replayed: false }]);
+    expect(values.filter((v) => v.replayed === true)).toHaveLength(49);
+    for (const v of values) expect(v).toMatchObject({ result: { done: true } });
+    expect(await businessRows(scope)).toEqual(['winner']);
+  });
+
+  it('50 same-input calls with a short wait: the others get the typed in_progress error, nothing else', async () => {
+    const ledger = new Ledger(pool, { localWaitMs: 200 });
+    const scope = scopeFor('fifty-short');
+    const hold = deferred();
+    let calls = 0;
+    let finished = 0;
+    // Settle each call as soon as it ends (a rejection must not sit unhandled while we wait).
+    const runs = Array.from({ length: 50 }, () =>
+      ledger
+        .runLocal(scope, input({ sku: 'a' }), async (tx) => {
+          calls++;
+          await insertBusiness(tx, scope, 'winner');
+          await hold.promise;
+          return 'ok';
+        })
+        .then(
+          (value) => ({ value }),
+          (error: unknown) => ({ error }),
+        )
+        .finally(() => finished++),
+    );
+    await until('49 duplicates gave up waiting', () => finished === 49);
+    hold.resolve();
+    const outcomes = await Promise.all(runs);
+    expect(calls).toBe(1);
+    const errors = outcomes.flatMap((o) => ('error' in o ? [o.error] : []));
+    expect(errors).toHaveLength(49);
+    for (const err of errors) {
+      expect(err).toBeInstanceOf(LedgerError);
+      expect((err as LedgerError).code).toBe('in_progress');
+      expect((err as LedgerError).retryAfterMs).toBeGreaterThan(0);
+    }
+    expect(outcomes.flatMap((o) => ('value' in o ? [o.value] : []))).toEqual([
+      { result: 'ok', replayed: false },
+    ]);
+    expect(await businessRows(scope)).toEqual(['winner']);
+    // The session's own lock_timeout is back to normal for later users of these connections.
+    const { rows } = await pool.query<{ lock_timeout: string }>('show lock_timeout');
+    expect(rows[0]?.lock_timeout).toBe('0');
+  });
+
+  it('50 same-input calls racing freely: exactly one run; every result is the stored one or in_progress', async () => {
+    const ledger = new Ledger(pool);
+    const scope = scopeFor('fifty-free');
+    let calls = 0;
+    const settled = await Promise.allSettled(
+      Array.from({ length: 50 }, () =>
+        ledger.runLocal(scope, input({ n: 1 }), async (tx) => {
+          calls++;
+          await insertBusiness(tx, scope, 'winner');
+          return { n: 1 };
+        }),
+      ),
+    );
+    expect(calls).toBe(1);
+    for (const s of settled) {
+      if (s.status === 'fulfilled') expect(s.value.result).toEqual({ n: 1 });
+      else expect(s.reason).toMatchObject({ code: 'in_progress' });
+    }
+    expect(settled.filter((s) => s.status === 'fulfilled' && !s.value.replayed)).toHaveLength(1);
+    expect(await businessRows(scope)).toEqual(['winner']);
+  });
+
+  it('25 A + 25 B: one winner; every other-input loser gets conflict, including on the insert-conflict path', async () => {
+    const log = eventLog();
+    const ledger = new Ledger(pool, { localWaitMs: 30_000, hooks: log });
+    const scope = scopeFor('ab');
+    const hold = deferred();
+    const ran: string[] = [];
+    const call = (label: 'A' | 'B') =>
+      ledger.runLocal(scope, input({ label }), async (tx) => {
+        ran.push(label);
+        await insertBusiness(tx, scope, label);
+        await hold.promise;
+        return { label };
+      });
+    const labels = Array.from({ length: 50 }, (_, i) => (i % 2 === 0 ? 'A' : 'B') as 'A' | 'B');
+    const runs = labels.map((label) =>
+      call(label).then(
+        (v) => ({ label, v }),
+        (err: unknown) => ({ label, err }),
+      ),
+    );
+    // All 49 losers reached the INSERT and block on the winner's uncommitted row:
+    // none of them could see the winner's fingerprint before it commits.
+    await until(
+      '49 losers blocked on the claim',
+      async () => ran.length === 1 && (await lockWaiters(pool, appName)) === 49,
+    );
+    hold.resolve();
+    const outcomes = await Promise.all(runs);
+    const winner = ran[0];
+    expect(ran).toHaveLength(1);
+    for (const o of outcomes) {
+      if (o.label === winner) {
+        expect('v' in o && o.v.result).toEqual({ label: winner });
+      } else {
+        expect('err' in o && o.err).toBeInstanceOf(LedgerError);
+        expect('err' in o && (o.err as LedgerError).code).toBe('conflict');
+      }
+    }
+    expect(log.count('conflict')).toBe(25);
+    // Only the winner's write committed.
+    expect(await businessRows(scope)).toEqual([winner]);
+    // A later loser is refused on the probe path as well.
+    const other = winner === 'A' ? 'B' : 'A';
+    await expect(call(other)).rejects.toMatchObject({ code: 'conflict' });
+    expect(ran).toHaveLength(1);
+  });
+
+  it('body throws after its business write: nothing remains; a retry then runs exactly once', async () => {
+    const log = eventLog();
+    const ledger = new Ledger(pool, { hooks: log });
+    const scope = scopeFor('throws');
+    const boom = new Error('boom after write');
+    await expect(
+      ledger.runLocal(scope, input({ x: 1 }), async (tx) => {
+        await insertBusiness(tx, scope, 'doomed');
+        throw boom;
+      }),
+    ).rejects.toBe(boom);
+    expect(await businessRows(scope)).toEqual([]);
+    expect(await ledger.get(scope)).toBeNull();
+    expect(log.count('fail')).toBe(1);
+
+    let calls = 0;
+    const body = async (tx: PoolClient) => {
+      calls++;
+      await insertBusiness(tx, scope, 'retry');
+      return 'ok';
+    };
+    expect(await ledger.runLocal(scope, input({ x: 1 }), body)).toEqual({ result: 'ok', replayed: false });
+    expect(await ledger.runLocal(scope, input({ x: 1 }), body)).toEqual({ result: 'ok', replayed: true });
+    expect(calls).toBe(1);
+    expect(await businessRows(scope)).toEqual(['retry']);
+  });
+
+  it('FinalFailure commits the body writes with a failed record and is thrown again on replay', async () => {
+    const ledger = new Ledger(pool);
+    const scope = scopeFor('final');
+    let calls = 0;
+    const body = async (tx: PoolClient): Promise<Json> => {
+      calls++;
+      await insertBusiness(tx, scope, 'declined-audit');
+      throw new FinalFailure({ code: 'insufficient_stock' });
+    };
+    const first = await ledger.runLocal(scope, input({ sku: 'x' }), body).catch((e: unknown) => e);
+    expect(first).toBeInstanceOf(FinalFailure);
+    expect(first).toMatchObject({ result: { code: 'insufficient_stock' }, replayed: false });
+    const again = await ledger.runLocal(scope, input({ sku: 'x' }), body).catch((e: unknown) => e);
+    expect(again).toBeInstanceOf(FinalFailure);
+    expect(again).toMatchObject({ result: { code: 'insufficient_stock' }, replayed: true });
+    expect(calls).toBe(1);
+    expect(await businessRows(scope)).toEqual(['declined-audit']);
+    expect(await ledger.get(scope)).toMatchObject({
+      state: 'failed',
+      result: { code: 'insufficient_stock' },
+    });
+  });
+
+  it('the same key under two tenants is two independent operations', async () => {
+    const ledger = new Ledger(pool);
+    const a = scopeFor('tenant-a', 'shared-key');
+    const b = { ...scopeFor('tenant-b'), key: 'shared-key' };
+    const ra = await ledger.runLocal(
+      a,
+      input({ amount: 1 }),
+      async (tx) => (await insertBusiness(tx, a, 'a'), 'a'),
+    );
+    const rb = await ledger.runLocal(
+      b,
+      input({ amount: 2 }),
+      async (tx) => (await insertBusiness(tx, b, 'b'), 'b'),
+    );
+    expect(ra).toEqual({ result: 'a', replayed: false });
+    expect(rb).toEqual({ result: 'b', replayed: false });
+    expect(await businessRows(a)).toEqual(['a']);
+    expect(await businessRows(b)).toEqual(['b']);
+    expect((await ledger.get(a))?.fingerprint).not.toBe((await ledger.get(b))?.fingerprint);
+  });
+
+  it('stores results as JSON: the first call and every replay see the same round trip', async () => {
+    const ledger = new Ledger(pool);
+    const scope = scopeFor('roundtrip');
+    const at = new Date('2024-05-06T07:08:09.010Z');
+    const raw = { z: 1, a: { when: at, gone: undefined }, list: [1, undefined, 'x'], big: 2 ** 53 - 1 };
+    const first = await ledger.runLocal(scope, input({}), async () => raw as unknown as Json);
+    const replay = await ledger.runLocal(scope, input({}), async () => 'never');
+    const expected = {
+      z: 1,
+      a: { when: '2024-05-06T07:08:09.010Z' },
+      list: [1, null, 'x'],
+      big: 2 ** 53 - 1,
+    };
+    expect(first.result).toEqual(expected);
+    expect(replay.result).toEqual(expected);
+    // Key order is kept as stored (json, not jsonb).
+    expect(Object.keys(replay.result as unknown as object)).toEqual(['z', 'a', 'list', 'big']);
+  });
+
+  it('rejects a result that JSON cannot represent faithfully, storing nothing', async () => {
+    const ledger = new Ledger(pool);
+    const scope = scopeFor('nan');
+    await expect(
+      ledger.runLocal(scope, input({}), async (tx) => {
+        await insertBusiness(tx, scope, 'x');
+        return { amount: Number.NaN };
+      }),
+    ).rejects.toMatchObject({ code: 'invalid_input' });
+    expect(await ledger.get(scope)).toBeNull();
+    expect(await businessRows(scope)).toEqual([]);
+  });
+
+  it('validates keys and input before touching the database', async () => {
+    const ledger = new Ledger(pool);
+    const base = scopeFor('invalid');
+    for (const key of ['', 'has space', 'x'.repeat(256), 'caf\u00e9', 'tab\t']) {
+      await expect(ledger.runLocal({ ...base, key }, input({}), async () => 1)).rejects.toMatchObject({
+        code: 'invalid_key',
+      });
+    }
+    await expect(ledger.runLocal(base, input({ amount: Infinity }), async () => 1)).rejects.toMatchObject({
+      code: 'invalid_input',
+    });
+    expect(await ledger.get(base)).toBeNull();
+  });
+
+  it("runs the body with the session's own lock_timeout, not the claim's wait bound", async () => {
+    const ledger = new Ledger(pool, { localWaitMs: 1234 });
+    const scope = scopeFor('locktimeout');
+    const { result } = await ledger.runLocal(scope, input({}), async (tx) => {
+      const { rows } = await tx.query<{ lock_timeout: string }>('show lock_timeout');
+      return rows[0]?.lock_timeout ?? null;
+    });
+    expect(result).toBe('0');
+  });
+});

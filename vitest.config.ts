@@ -13,5 +13,6 @@ export default defineConfig({
     hookTimeout: 180_000,
     teardownTimeout: 60_000,
     reporters: ['default'],
+    env: { LOG_LEVEL: 'warn' },
   },
 });

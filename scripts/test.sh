@@ -5,6 +5,7 @@
 source "$(dirname "$0")/lib.sh"
 ensure_node_modules
 ensure_temporal_cli
+ensure_chromium
 echo "[test] lint"
 npm run --silent lint
 echo "[test] typecheck"

@@ -1,48 +1,22 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WorkflowIdReusePolicy } from '@temporalio/client';
-import type { Worker } from '@temporalio/worker';
-import { createWorker } from '../src/worker/worker.ts';
-import { nativeConnection, temporalClient, testPool, uniq, workflowBundlePath } from './support/env.ts';
-import type { NativeConnection } from '@temporalio/worker';
-import type { Client } from '@temporalio/client';
-import type { Pool } from '../src/db/index.ts';
+import { startOrderStack, type OrderStack } from './support/stack.ts';
+import { uniq } from './support/env.ts';
 
 describe('smoke: real Temporal dev server + real Postgres', () => {
-  const taskQueue = uniq('smoke');
-  let pool: Pool;
-  let conn: NativeConnection;
-  let worker: Worker;
-  let running: Promise<void>;
-  let client: Client;
-  let closeClient: () => Promise<void>;
-
+  let stack: OrderStack;
   beforeAll(async () => {
-    pool = testPool();
-    conn = await nativeConnection();
-    worker = await createWorker({
-      connection: conn,
-      namespace: 'default',
-      taskQueue,
-      deps: { pool },
-      workflowBundlePath: workflowBundlePath(),
-    });
-    running = worker.run();
-    ({ client, close: closeClient } = await temporalClient());
+    stack = await startOrderStack();
   });
-
   afterAll(async () => {
-    worker?.shutdown();
-    await running;
-    await conn?.close();
-    await closeClient?.();
-    await pool?.end();
+    await stack?.close();
   });
 
   it('writes one row keyed by the workflow ID, once, even when started twice', async () => {
     const workflowId = uniq('smoke/wf');
     const start = () =>
-      client.workflow.execute('smokeWorkflow', {
-        taskQueue,
+      stack.client.workflow.execute('smokeWorkflow', {
+        taskQueue: stack.taskQueue,
         workflowId,
         args: [],
         workflowIdReusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE,
@@ -54,12 +28,13 @@ describe('smoke: real Temporal dev server + real Postgres', () => {
     const second = await start();
     expect(second).toEqual({ key: `${workflowId}/smoke-write`, inserted: false });
 
-    const { rows } = await pool.query('select key, workflow_id from smoke_writes where workflow_id = $1', [
-      workflowId,
-    ]);
+    const { rows } = await stack.pool.query(
+      'select key, workflow_id from smoke_writes where workflow_id = $1',
+      [workflowId],
+    );
     expect(rows).toEqual([{ key: `${workflowId}/smoke-write`, workflow_id: workflowId }]);
 
-    const history = await client.workflow.getHandle(workflowId).fetchHistory();
+    const history = await stack.client.workflow.getHandle(workflowId).fetchHistory();
     const types = (history.events ?? []).map((e) => e.eventType);
     expect(types.length).toBeGreaterThan(0);
     expect(
@@ -73,18 +48,19 @@ describe('smoke: real Temporal dev server + real Postgres', () => {
   it('a second start with the same ID is refused under REJECT_DUPLICATE', async () => {
     const workflowId = uniq('smoke/dup');
     const opts = {
-      taskQueue,
+      taskQueue: stack.taskQueue,
       workflowId,
       args: [] as [],
       workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
     };
-    const handle = await client.workflow.start('smokeWorkflow', opts);
+    const handle = await stack.client.workflow.start('smokeWorkflow', opts);
     // Whether the first run is still running or already closed, the same ID is refused.
-    await expect(client.workflow.start('smokeWorkflow', opts)).rejects.toThrow(/already started/i);
+    await expect(stack.client.workflow.start('smokeWorkflow', opts)).rejects.toThrow(/already started/i);
     await handle.result();
-    const { rows } = await pool.query('select count(*)::int as n from smoke_writes where workflow_id = $1', [
-      workflowId,
-    ]);
+    const { rows } = await stack.pool.query(
+      'select count(*)::int as n from smoke_writes where workflow_id = $1',
+      [workflowId],
+    );
     expect(rows[0].n).toBe(1);
   });
 });

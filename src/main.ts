@@ -1,0 +1,188 @@
+/**
+ * README command 1: the whole system on one machine.
+ *
+ *   Temporal dev server (unless TEMPORAL_ADDRESS is set)
+ *   -> Postgres checked and migrated
+ *   -> sandbox providers, worker, API (each its own process)
+ *
+ * Every port is checked before anything starts, so a second copy fails fast
+ * with a clear message. SIGINT/SIGTERM stop the children in reverse order
+ * and then the Temporal server; nothing is left running.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
+import fs from 'node:fs';
+import readline from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { loadConfig } from './config.ts';
+import { ensureDatabase, migrate, redactUrl } from './db/migrate.ts';
+import {
+  ensureTemporalCli,
+  startDevServer,
+  waitForHttp,
+  waitForTemporal,
+  type DevServer,
+} from './devserver/temporal.ts';
+import { assertPortFree, PortInUseError } from './devserver/ports.ts';
+import { Client, Connection } from '@temporalio/client';
+import { connectionSettings } from './temporal/connection.ts';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const config = loadConfig(process.env, root);
+const say = (line: string) => process.stdout.write(`[onceflow] ${line}\n`);
+
+interface Service {
+  name: string;
+  child: ChildProcess;
+  exited: Promise<void>;
+}
+
+const services: Service[] = [];
+let devServer: DevServer | undefined;
+let stopping = false;
+
+function startService(name: string, entry: string, env: NodeJS.ProcessEnv): Service {
+  const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, entry)], {
+    cwd: root,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  for (const stream of [child.stdout, child.stderr]) {
+    readline.createInterface({ input: stream }).on('line', (line) => {
+      process.stdout.write(`[${name}] ${line}\n`);
+    });
+  }
+  const exited = new Promise<void>((resolve) =>
+    child.once('exit', (code, signal) => {
+      if (!stopping) {
+        say(`${name} exited unexpectedly (${signal ?? `exit code ${code}`}); stopping everything.`);
+        void shutdown(1);
+      }
+      resolve();
+    }),
+  );
+  const service = { name, child, exited };
+  services.push(service);
+  return service;
+}
+
+async function stopService(service: Service): Promise<void> {
+  if (service.child.exitCode !== null || service.child.signalCode !== null) return;
+  service.child.kill('SIGTERM');
+  const timer = setTimeout(() => service.child.kill('SIGKILL'), 20_000);
+  await service.exited;
+  clearTimeout(timer);
+}
+
+async function shutdown(code: number): Promise<never> {
+  if (stopping) return new Promise<never>(() => undefined);
+  stopping = true;
+  say('stopping...');
+  for (const service of [...services].reverse()) await stopService(service);
+  if (devServer) {
+    say('stopping the Temporal dev server...');
+    await devServer.stop();
+  }
+  say('stopped.');
+  process.exit(code);
+}
+
+process.on('SIGINT', () => void shutdown(0));
+process.on('SIGTERM', () => void shutdown(0));
+
+async function main(): Promise<void> {
+  // 1. Ports first: fail fast, never hang, if another stack (or anything) holds one.
+  const ports: [number, string][] = [
+    [config.ports.api, 'API (API_PORT)'],
+    [config.ports.sandbox, 'sandbox providers (SANDBOX_PORT)'],
+    [config.ports.workerMetrics, 'worker metrics (WORKER_METRICS_PORT)'],
+    [config.ports.workerSdkMetrics, 'worker SDK metrics (WORKER_SDK_METRICS_PORT)'],
+  ];
+  if (!config.temporal.address) {
+    ports.push([config.ports.temporal, 'Temporal frontend (TEMPORAL_PORT)']);
+    ports.push([config.ports.temporalUi, 'Temporal UI (TEMPORAL_UI_PORT)']);
+  }
+  for (const [port, what] of ports) await assertPortFree(port, what);
+
+  // 2. Postgres.
+  say(`checking Postgres at ${redactUrl(config.databaseUrl)}...`);
+  await ensureDatabase(config.databaseUrl);
+  const applied = await migrate(config.databaseUrl, (m) => say(m));
+  say(applied.length ? `applied migrations: ${applied.join(', ')}` : 'database schema is up to date');
+
+  // 3. Temporal.
+  let temporalAddress = config.temporal.address;
+  let uiUrl = config.temporal.uiUrl;
+  if (temporalAddress) {
+    say(`using the Temporal server at ${temporalAddress} (TEMPORAL_ADDRESS)`);
+    await waitForTemporal(temporalAddress, 60_000, undefined, say, undefined, config.temporal.namespace);
+  } else {
+    const cli = await ensureTemporalCli({ toolsDir: config.toolsDir, log: say });
+    fs.mkdirSync(config.dataDir, { recursive: true });
+    const logFile = path.join(config.dataDir, 'temporal.log');
+    say(`starting the Temporal dev server (log: ${logFile})...`);
+    devServer = await startDevServer({
+      cli,
+      port: config.ports.temporal,
+      uiPort: config.ports.temporalUi,
+      dbFile: path.join(config.dataDir, 'temporal.sqlite'),
+      logFile,
+      namespace: config.temporal.namespace,
+      log: say,
+    });
+    temporalAddress = devServer.address;
+    uiUrl = devServer.uiUrl ?? uiUrl;
+  }
+
+  // 4. Our processes, each with the same view of the world.
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    TEMPORAL_ADDRESS: temporalAddress,
+    TEMPORAL_UI_URL: uiUrl,
+    DATABASE_URL: config.databaseUrl,
+  };
+  startService('sandbox', 'src/sandbox/main.ts', env);
+  await waitForHttp(`${config.sandboxUrl}/healthz`, 60_000);
+  startService('worker', 'src/worker/main.ts', env);
+  // Returns once a worker has run the smoke workflow: the worker is up and polling.
+  await selfCheck(temporalAddress, uiUrl);
+  startService('api', 'src/api/main.ts', env);
+  await waitForHttp(`http://127.0.0.1:${config.ports.api}/healthz`, 60_000);
+
+  const api = `http://127.0.0.1:${config.ports.api}`;
+  say('');
+  say('onceflow is up. Ctrl-C stops everything.');
+  say(`  API                 ${api}  (OpenAPI: ${api}/openapi.json, docs: ${api}/docs)`);
+  say(`  Temporal UI         ${uiUrl}/namespaces/${config.temporal.namespace}/workflows`);
+  say(`  Temporal frontend   ${temporalAddress}`);
+  say(`  Sandbox providers   ${config.sandboxUrl}  (audit: ${config.sandboxUrl}/_sandbox/charges)`);
+  say(`  Worker metrics      http://127.0.0.1:${config.ports.workerMetrics}/metrics`);
+  say(`  API metrics         ${api}/metrics`);
+  say(`  Postgres            ${redactUrl(config.databaseUrl)}`);
+  say('');
+}
+
+/** Runs the smoke workflow once: proves Temporal -> worker -> Postgres end to end, and shows in the UI. */
+async function selfCheck(address: string, uiUrl: string): Promise<void> {
+  const connection = await Connection.connect(connectionSettings(address));
+  try {
+    const client = new Client({ connection, namespace: config.temporal.namespace });
+    const workflowId = `smoke/startup-${new Date().toISOString()}`;
+    const result = await client.workflow.execute('smokeWorkflow', {
+      workflowId,
+      taskQueue: config.temporal.taskQueue,
+      args: [],
+      workflowExecutionTimeout: '2 minutes',
+    });
+    say(`self-check passed: smoke workflow wrote ${JSON.stringify(result)}`);
+    say(`  ${uiUrl}/namespaces/${config.temporal.namespace}/workflows/${encodeURIComponent(workflowId)}`);
+  } finally {
+    await connection.close();
+  }
+}
+
+main().catch(async (err: unknown) => {
+  const message = err instanceof PortInUseError || err instanceof Error ? err.message : String(err);
+  process.stderr.write(`[onceflow] cannot start: ${message}\n`);
+  await shutdown(1);
+});

@@ -1,0 +1,16 @@
+import fs from 'node:fs';
+
+/** Debian's Chromium; `npm test` installs it when missing. CHROMIUM_PATH overrides. */
+export function chromiumPath(): string {
+  const candidates = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'].filter(
+    (p): p is string => Boolean(p),
+  );
+  const found = candidates.find((p) => fs.existsSync(p));
+  if (!found) {
+    throw new Error(
+      `No Chromium found (looked at ${candidates.join(', ')}). Install Debian's chromium package ` +
+        '(apt-get install chromium) or set CHROMIUM_PATH; `npm test` does this itself when run as root.',
+    );
+  }
+  return found;
+}

@@ -1,0 +1,190 @@
+/**
+ * An order stack for one test file: its own sandbox account on a free port,
+ * an in-process worker on its own task queue (real Temporal, real Postgres),
+ * and helpers to start orders and read the sandbox's audit.
+ */
+import { Worker, type NativeConnection } from '@temporalio/worker';
+import type { Client, WorkflowHandle } from '@temporalio/client';
+import { createWorker } from '../../src/worker/worker.ts';
+import { Ledger, type LedgerHooks } from '../../src/ledger/index.ts';
+import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
+import { startSandbox, type RunningSandbox } from '../../src/sandbox/server.ts';
+import { insertAcceptedOrder } from '../../src/api/sql.ts';
+import { orderWorkflowId, type OrderWorkflowInput } from '../../src/orders/model.ts';
+import type { OrderTiming } from '../../workflows/policies.ts';
+import type { Pool } from '../../src/db/index.ts';
+import { nativeConnection, temporalClient, testPool, uniq, workflowBundlePath } from './env.ts';
+import type { orderWorkflow } from '../../workflows/order.ts';
+
+/** Short timeouts so fault tests finish in seconds. Lease > start-to-close > provider timeout. */
+export const TEST_TIMING: Partial<OrderTiming> = {
+  activityStartToCloseMs: 4_000,
+  chargeMaxAttempts: 4,
+  stepMaxAttempts: 6,
+  retryInitialMs: 200,
+  retryMaxMs: 1_000,
+  reconcileInitialMs: 300,
+  reconcileMaxMs: 1_000,
+  unknownHorizonMs: 4_000,
+};
+export const TEST_PROVIDER_TIMEOUT_MS = 1_500;
+export const TEST_LEASE_MS = 6_000;
+
+export interface AuditCharge {
+  id: string;
+  status: 'succeeded' | 'failed';
+  idempotency_key: string;
+  order_id: string | null;
+  [k: string]: unknown;
+}
+
+export interface OrderStack {
+  taskQueue: string;
+  pool: Pool;
+  ledger: Ledger;
+  client: Client;
+  sandbox: RunningSandbox;
+  startOrder(
+    overrides?: Partial<OrderWorkflowInput>,
+    timing?: Partial<OrderTiming>,
+  ): Promise<{ input: OrderWorkflowInput; workflowId: string; handle: WorkflowHandle<typeof orderWorkflow> }>;
+  insertOrder(
+    overrides?: Partial<OrderWorkflowInput>,
+  ): Promise<{ input: OrderWorkflowInput; workflowId: string }>;
+  fault(endpoint: string, kind: string, count: number, delayMs?: number): Promise<void>;
+  clearFaults(): Promise<void>;
+  charges(orderId?: string): Promise<AuditCharge[]>;
+  messages(orderId?: string): Promise<AuditCharge[]>;
+  orderRow(
+    input: OrderWorkflowInput,
+  ): Promise<{ status: string; charge_id: string | null; last_error: string | null }>;
+  startWorker(): Promise<void>;
+  stopWorker(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export async function startOrderStack(
+  opts: { startWorker?: boolean; hooks?: LedgerHooks } = {},
+): Promise<OrderStack> {
+  const pool = testPool(20);
+  const ledger = new Ledger(pool, { leaseMs: TEST_LEASE_MS, ...(opts.hooks ? { hooks: opts.hooks } : {}) });
+  const sandbox = await startSandbox({
+    pool,
+    port: 0,
+    account: uniq('acct'),
+    webhook: { url: undefined, secret: 'whsec_test' },
+  });
+  const { client, close: closeClient } = await temporalClient();
+  const taskQueue = uniq('orders');
+  let connection: NativeConnection | undefined;
+  let worker: Worker | undefined;
+  let running: Promise<void> | undefined;
+
+  const providerOptions = { baseUrl: sandbox.url, timeoutMs: TEST_PROVIDER_TIMEOUT_MS };
+  const stack: OrderStack = {
+    taskQueue,
+    pool,
+    ledger,
+    client,
+    sandbox,
+    async insertOrder(overrides = {}) {
+      const orderId = overrides.orderId ?? uniq('ord');
+      const input: OrderWorkflowInput = {
+        tenantId: 'acme',
+        orderId,
+        amount: 3000,
+        currency: 'usd',
+        paymentMethod: 'pm_card_visa',
+        customer: { id: 'cus_1', email: 'buyer@example.com' },
+        ...overrides,
+      };
+      const workflowId = orderWorkflowId(input.tenantId, input.orderId);
+      await insertAcceptedOrder(pool, {
+        tenantId: input.tenantId,
+        orderId: input.orderId,
+        workflowId,
+        amount: input.amount,
+        currency: input.currency,
+        customerId: input.customer.id,
+        customerEmail: input.customer.email,
+        items: [{ sku: 'SKU-1', quantity: 2, unitAmount: input.amount / 2 }],
+        paymentMethod: input.paymentMethod,
+      });
+      return { input, workflowId };
+    },
+    async startOrder(overrides = {}, timing = TEST_TIMING) {
+      const { input, workflowId } = await stack.insertOrder(overrides);
+      const handle = await client.workflow.start<typeof orderWorkflow>('orderWorkflow', {
+        taskQueue,
+        workflowId,
+        args: [{ ...input, timing }],
+      });
+      return { input, workflowId, handle };
+    },
+    async fault(endpoint, kind, count, delayMs) {
+      const res = await fetch(`${sandbox.url}/_sandbox/faults`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ endpoint, kind, count, ...(delayMs !== undefined ? { delayMs } : {}) }),
+      });
+      if (!res.ok) throw new Error(`setting fault failed: ${res.status} ${await res.text()}`);
+    },
+    async clearFaults() {
+      const res = await fetch(`${sandbox.url}/_sandbox/faults`, { method: 'DELETE' });
+      if (!res.ok) throw new Error(`clearing faults failed: ${res.status}`);
+    },
+    async charges(orderId) {
+      return audit(`${sandbox.url}/_sandbox/charges`, orderId);
+    },
+    async messages(orderId) {
+      return audit(`${sandbox.url}/_sandbox/messages`, orderId);
+    },
+    async orderRow(input) {
+      const { rows } = await pool.query(
+        'select status, charge_id, last_error from orders where tenant_id = $1 and id = $2',
+        [input.tenantId, input.orderId],
+      );
+      if (!rows[0]) throw new Error(`order ${input.orderId} not found`);
+      return rows[0];
+    },
+    async startWorker() {
+      connection ??= await nativeConnection();
+      worker = await createWorker({
+        connection,
+        namespace: 'default',
+        taskQueue,
+        workflowBundlePath: workflowBundlePath(),
+        deps: {
+          pool,
+          ledger,
+          payments: createSandboxPaymentProvider(providerOptions),
+          email: createSandboxEmailProvider(providerOptions),
+        },
+        overrides: { shutdownGraceTime: '2 seconds' },
+      });
+      running = worker.run();
+    },
+    async stopWorker() {
+      if (worker && worker.getState() === 'RUNNING') worker.shutdown();
+      await running;
+      worker = undefined;
+      running = undefined;
+    },
+    async close() {
+      await stack.stopWorker();
+      await connection?.close();
+      await closeClient();
+      await sandbox.close();
+      await pool.end();
+    },
+  };
+  if (opts.startWorker !== false) await stack.startWorker();
+  return stack;
+}
+
+async function audit(url: string, orderId?: string): Promise<AuditCharge[]> {
+  const res = await fetch(orderId ? `${url}?order_id=${encodeURIComponent(orderId)}` : url);
+  if (!res.ok) throw new Error(`audit ${url} failed: ${res.status}`);
+  const body = (await res.json()) as { data?: AuditCharge[] } | AuditCharge[];
+  return Array.isArray(body) ? body : (body.data ?? []);
+}

@@ -1,0 +1,32 @@
+import { log, proxyActivities } from '@temporalio/workflow';
+import type { RetentionActivities, RetentionSummary } from '../activities/retention.ts';
+
+const { pruneLedger } = proxyActivities<RetentionActivities>({
+  startToCloseTimeout: '10 minutes',
+  retry: { initialInterval: '10 seconds', maximumAttempts: 5 },
+});
+
+export interface RetentionInput {
+  /** Succeeded and failed operations completed longer ago than this are deleted. */
+  windowMs: number;
+  batchSize: number;
+  maxBatches: number;
+}
+
+/**
+ * Run by the `onceflow-retention` Temporal Schedule. Deletes only finished
+ * ledger records past the retention window, in bounded batches; in_progress
+ * and unknown records are never touched. The result is the run's summary.
+ */
+export async function retentionWorkflow(input: RetentionInput): Promise<RetentionSummary> {
+  const summary = await pruneLedger.executeWithOptions(
+    {
+      startToCloseTimeout: '10 minutes',
+      retry: { initialInterval: '10 seconds', maximumAttempts: 5 },
+      summary: `prune finished operations older than ${Math.round(input.windowMs / 3_600_000)} h`,
+    },
+    [input],
+  );
+  log.info('retention run finished', { ...summary });
+  return summary;
+}

@@ -1,0 +1,92 @@
+/**
+ * API composition root: config -> pool -> ledger -> Temporal client -> HTTP
+ * server -> outbox relay. SIGTERM/SIGINT close them in reverse order (the
+ * HTTP server before the relay, since a finishing request may still hand the
+ * relay a workflow to start).
+ *
+ * The Temporal connection is lazy: orders are accepted (and their start
+ * intents committed) even while Temporal is unreachable; the outbox relay
+ * starts their workflows once it is back, and /readyz reports the outage.
+ */
+import { Client, Connection } from '@temporalio/client';
+import { loadConfig } from '../config.ts';
+import { createPool } from '../db/index.ts';
+import { PortInUseError } from '../devserver/ports.ts';
+import { Ledger } from '../ledger/index.ts';
+import { errorFields, log } from '../log.ts';
+import { connectionSettings } from '../temporal/connection.ts';
+import { buildApiApp } from './app.ts';
+import { OutboxRelay } from './outbox.ts';
+import { createMetrics, metricsPlugin } from '../metrics/index.ts';
+import { Operator, opsRoutes } from '../ops/index.ts';
+import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../providers/sandbox.ts';
+
+const config = loadConfig();
+const address = config.temporal.address ?? `127.0.0.1:${config.ports.temporal}`;
+
+const pool = createPool(config.databaseUrl, { max: 20 });
+const metrics = createMetrics({ pool, defaultLabels: { service: 'api' } });
+const ledger = new Ledger(pool, { leaseMs: config.ledgerLeaseMs, hooks: metrics.ledgerHooks });
+const connection = Connection.lazy(connectionSettings(address));
+const temporal = new Client({ connection, namespace: config.temporal.namespace });
+const relay = new OutboxRelay({
+  pool,
+  temporal,
+  taskQueue: config.temporal.taskQueue,
+  enabled: config.api.outboxRelay,
+  pollMs: config.api.outboxPollMs,
+});
+const providerOptions = { baseUrl: config.sandboxUrl, timeoutMs: config.providerTimeoutMs };
+const operator = new Operator({
+  pool,
+  ledger,
+  temporal,
+  payments: createSandboxPaymentProvider(providerOptions),
+  email: createSandboxEmailProvider(providerOptions),
+  temporalUi: { url: config.temporal.uiUrl, namespace: config.temporal.namespace },
+  source: 'api',
+});
+const app = await buildApiApp({ pool, ledger, temporal, config, relay });
+await app.register(metricsPlugin({ metrics }));
+await app.register(opsRoutes({ operator, adminToken: config.adminToken }));
+
+try {
+  await app.listen({ host: config.bindHost, port: config.ports.api });
+} catch (err) {
+  const code = (err as NodeJS.ErrnoException).code;
+  const failure =
+    code === 'EADDRINUSE' || code === 'EACCES' ? new PortInUseError(config.ports.api, 'API (API_PORT)') : err;
+  log.error('api failed to start', errorFields(failure));
+  await app.close().catch(() => undefined);
+  await connection.close().catch(() => undefined);
+  await pool.end().catch(() => undefined);
+  process.exit(1);
+}
+relay.start();
+log.info('api listening', {
+  url: `http://${config.bindHost}:${config.ports.api}`,
+  temporal: address,
+  taskQueue: config.temporal.taskQueue,
+  outboxRelay: config.api.outboxRelay ? 'on' : 'off',
+});
+
+let stopping = false;
+async function shutdown(signal: string): Promise<void> {
+  if (stopping) return;
+  stopping = true;
+  log.info('api stopping', { signal });
+  try {
+    // HTTP first (in-flight requests may still kick the relay), then the relay and its in-flight starts.
+    await app.close();
+    await relay.stop();
+    await connection.close();
+    await pool.end();
+    log.info('api stopped');
+    process.exit(0);
+  } catch (err) {
+    log.error('api shutdown failed', errorFields(err));
+    process.exit(1);
+  }
+}
+process.once('SIGTERM', () => void shutdown('SIGTERM'));
+process.once('SIGINT', () => void shutdown('SIGINT'));

@@ -1,0 +1,71 @@
+/** Liveness and readiness. Neither needs auth nor counts against a rate limit. */
+import type { FastifyPluginAsync } from 'fastify';
+import { withClient } from '../../db/index.ts';
+import { errorFields, log } from '../../log.ts';
+import type { ApiContext } from '../context.ts';
+import { ProblemError } from '../problems.ts';
+import { problemResponse } from '../schemas.ts';
+import { ping } from '../sql.ts';
+
+const CHECK_TIMEOUT_MS = 2000;
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+export const healthRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app, { ctx }) => {
+  const health = {
+    type: 'object',
+    properties: {
+      status: { type: 'string' },
+      checks: { type: 'object', additionalProperties: { type: 'string' } },
+    },
+  };
+
+  app.get(
+    '/healthz',
+    {
+      config: { rateLimit: false },
+      schema: { summary: 'Liveness: the process serves HTTP', tags: ['health'], response: { 200: health } },
+    },
+    async () => ({ status: 'ok' }),
+  );
+
+  app.get(
+    '/readyz',
+    {
+      config: { rateLimit: false },
+      schema: {
+        summary: 'Readiness: Postgres and Temporal answer',
+        tags: ['health'],
+        response: { 200: health, 503: problemResponse('A dependency is down') },
+      },
+    },
+    async () => {
+      const checks: Record<string, string> = {};
+      const run = async (name: string, fn: () => Promise<unknown>) => {
+        try {
+          await withTimeout(fn(), CHECK_TIMEOUT_MS);
+          checks[name] = 'ok';
+        } catch (err) {
+          log.warn('readiness check failed', { check: name, ...errorFields(err) });
+          checks[name] = 'unavailable';
+        }
+      };
+      await Promise.all([
+        run('postgres', () => withClient(ctx.pool, (c) => ping(c))),
+        run('temporal', () => ctx.temporal.workflowService.getSystemInfo({})),
+      ]);
+      if (Object.values(checks).some((v) => v !== 'ok')) {
+        throw new ProblemError('unavailable', 'Not ready.', { checks });
+      }
+      return { status: 'ok', checks };
+    },
+  );
+};

@@ -1,0 +1,324 @@
+/**
+ * POST /v1/orders (idempotent create), GET /v1/orders/{id}, GET /v1/orders.
+ *
+ * Order of checks on POST, and why: auth (401) and rate limit (429) run as
+ * hooks, schema validation (400) before the handler, the Idempotency-Key
+ * check (400) first thing in the handler. None of these touch the ledger, so
+ * none is stored and a corrected retry runs normally. Only then does the
+ * ledger see the request.
+ */
+import { randomBytes } from 'node:crypto';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { withClient } from '../../db/index.ts';
+import { isLedgerError, type OperationRecord } from '../../ledger/index.ts';
+import {
+  OPERATION_TYPES,
+  TERMINAL_STATUSES,
+  orderTotal,
+  orderWorkflowId,
+  type OrderItem,
+  type OrderWorkflowInput,
+} from '../../orders/model.ts';
+import type { ApiContext } from '../context.ts';
+import { readIdempotencyKey } from '../idempotency.ts';
+import { ProblemError } from '../problems.ts';
+import {
+  CreateOrderBody,
+  CreateOrderHeaders,
+  CreatedOrder,
+  GetOrderQuery,
+  ListOrdersQuery,
+  OrderDetail,
+  OrderIdParams,
+  OrderList,
+  problemResponse,
+} from '../schemas.ts';
+import {
+  getOrder,
+  getOrderStatus,
+  insertAcceptedOrder,
+  insertOutbox,
+  listOrders,
+  type OrderRow,
+} from '../sql.ts';
+import { ORDER_WORKFLOW_TYPE } from '../outbox.ts';
+
+/** Bump when the meaning of a field of the create request changes (it is part of the fingerprint). */
+const CREATE_ORDER_SCHEMA_VERSION = 1;
+const CREATE_ORDER_PATH = '/v1/orders';
+
+/** What the ledger stores and replays for a create: the full HTTP response. */
+type StoredResponse = {
+  statusCode: number;
+  headers: { location: string };
+  body: ReturnType<typeof orderView>;
+};
+
+export function newOrderId(): string {
+  return `ord_${randomBytes(12).toString('hex')}`;
+}
+
+/** The validated, canonical form of a create request: what is fingerprinted and what is stored. */
+export function normalizeCreateOrder(body: CreateOrderBody) {
+  const items: OrderItem[] = body.items.map((i) => ({
+    sku: i.sku,
+    quantity: i.quantity,
+    unitAmount: i.unitAmount,
+  }));
+  const amount = orderTotal(items);
+  if (amount <= 0) {
+    throw new ProblemError('invalidRequest', 'The order total must be greater than zero.', {
+      errors: [{ location: 'body', pointer: '/items', message: 'total must be > 0' }],
+    });
+  }
+  return {
+    customer: { id: body.customer.id, email: body.customer.email },
+    currency: body.currency.toLowerCase(),
+    items,
+    paymentMethod: body.paymentMethod,
+    amount,
+  };
+}
+
+function iso(d: Date | string | null): string | null {
+  if (d === null) return null;
+  return (d instanceof Date ? d : new Date(d)).toISOString();
+}
+
+function orderView(row: OrderRow) {
+  return {
+    id: row.id,
+    object: 'order' as const,
+    status: row.status,
+    amount: Number(row.amount),
+    currency: row.currency,
+    workflowId: row.workflow_id,
+    customer: { id: row.customer_id, email: row.customer_email },
+    items: row.items.map((i) => ({ sku: i.sku, quantity: i.quantity, unitAmount: i.unitAmount })),
+    paymentMethod: row.payment_method,
+    createdAt: row.created_at.toISOString(),
+  };
+}
+
+function stepView(workflowId: string, r: OperationRecord) {
+  return {
+    name: r.key.startsWith(`${workflowId}/`) ? r.key.slice(workflowId.length + 1) : r.key,
+    operationType: r.operationType,
+    operationKey: r.key,
+    state: r.state,
+    attempts: r.attempts,
+    providerRef: r.providerRef,
+    createdAt: iso(r.createdAt)!,
+    updatedAt: iso(r.updatedAt)!,
+    completedAt: iso(r.completedAt),
+  };
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function encodeCursor(row: OrderRow): string {
+  return Buffer.from(`${row.created_us}.${row.id}`, 'utf8').toString('base64url');
+}
+
+function decodeCursor(cursor: string): { createdUs: string; id: string } {
+  const m = /^(\d{1,20})\.([A-Za-z0-9_]{1,64})$/.exec(Buffer.from(cursor, 'base64url').toString('utf8'));
+  if (!m)
+    throw new ProblemError('invalidRequest', 'The cursor is not valid; use nextCursor from a previous page.');
+  return { createdUs: m[1]!, id: m[2]! };
+}
+
+export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async (app, { ctx }) => {
+  const { pool, ledger, relay } = ctx;
+
+  app.post(
+    '/v1/orders',
+    {
+      config: { auth: true },
+      schema: {
+        summary: 'Create an order (idempotent)',
+        description:
+          'Requires an Idempotency-Key. The same key and body replays the original 202 with ' +
+          '`Idempotent-Replayed: true`; a different body gets 422; a request still in progress gets 409 ' +
+          'with Retry-After.',
+        tags: ['orders'],
+        security: [{ bearer: [] }],
+        headers: CreateOrderHeaders,
+        body: CreateOrderBody,
+        response: {
+          202: { description: 'Accepted: the order exists and its workflow will run', ...CreatedOrder },
+          400: problemResponse('Schema violation or a missing/invalid Idempotency-Key (nothing stored)'),
+          401: problemResponse('Missing or invalid API key (nothing stored)'),
+          409: problemResponse(
+            'The first request with this key is still in progress; retry after Retry-After',
+          ),
+          413: problemResponse('Body larger than 64 KiB'),
+          422: problemResponse('The key was used with a different request'),
+          429: problemResponse('Rate limited (nothing stored)'),
+        },
+      },
+    },
+    async (request, reply) => {
+      const key = readIdempotencyKey(request);
+      const order = normalizeCreateOrder(request.body);
+      const tenantId = request.tenantId!;
+      let outcome: { result: StoredResponse; replayed: boolean };
+      try {
+        outcome = await ledger.runLocal<StoredResponse>(
+          { tenantId, operationType: OPERATION_TYPES.createOrder, key },
+          {
+            schemaVersion: CREATE_ORDER_SCHEMA_VERSION,
+            value: { method: 'POST', path: CREATE_ORDER_PATH, body: order },
+          },
+          async (tx) => {
+            const orderId = newOrderId();
+            const workflowId = orderWorkflowId(tenantId, orderId);
+            const row = await insertAcceptedOrder(tx, {
+              tenantId,
+              orderId,
+              workflowId,
+              amount: order.amount,
+              currency: order.currency,
+              customerId: order.customer.id,
+              customerEmail: order.customer.email,
+              items: order.items,
+              paymentMethod: order.paymentMethod,
+            });
+            const input: OrderWorkflowInput = {
+              tenantId,
+              orderId,
+              amount: order.amount,
+              currency: order.currency,
+              paymentMethod: order.paymentMethod,
+              customer: order.customer,
+            };
+            // The start intent commits with the order: see outbox.ts.
+            await insertOutbox(tx, {
+              workflowId,
+              tenantId,
+              orderId,
+              workflowType: ORDER_WORKFLOW_TYPE,
+              taskQueue: ctx.config.temporal.taskQueue,
+              input,
+            });
+            return {
+              statusCode: 202,
+              headers: { location: `/v1/orders/${orderId}` },
+              body: orderView(row),
+            };
+          },
+        );
+      } catch (err) {
+        if (isLedgerError(err, 'conflict')) {
+          throw new ProblemError(
+            'keyReused',
+            'This Idempotency-Key was already used for a different request. Use a new key for new work.',
+          );
+        }
+        if (isLedgerError(err, 'in_progress')) {
+          const seconds = Math.max(1, Math.ceil((err.retryAfterMs ?? 1000) / 1000));
+          throw new ProblemError(
+            'inProgress',
+            'A request with this Idempotency-Key is still being processed. Retry with the same key.',
+            {},
+            { 'retry-after': String(seconds) },
+          );
+        }
+        if (isLedgerError(err, 'invalid_key')) {
+          throw new ProblemError('invalidIdempotencyKey', 'The Idempotency-Key is not valid.');
+        }
+        throw err;
+      }
+      const { result, replayed } = outcome;
+      if (!replayed) relay.kick(result.body.workflowId);
+      if (replayed) void reply.header('idempotent-replayed', 'true');
+      return reply
+        .code(result.statusCode as 202)
+        .header('location', result.headers.location)
+        .send(result.body);
+    },
+  );
+
+  app.get(
+    '/v1/orders/:id',
+    {
+      config: { auth: true },
+      schema: {
+        summary: 'Get an order with its steps',
+        description:
+          'With ?wait=N (at most 30) the call long-polls until the order reaches a terminal status ' +
+          '(completed, rejected, needs_attention) or N seconds pass.',
+        tags: ['orders'],
+        security: [{ bearer: [] }],
+        params: OrderIdParams,
+        querystring: GetOrderQuery,
+        response: {
+          200: { description: 'The order', ...OrderDetail },
+          404: problemResponse('No such order for this tenant'),
+        },
+      },
+    },
+    async (request, reply) => {
+      const tenantId = request.tenantId!;
+      const { id } = request.params;
+      const waitMs = (request.query.wait ?? 0) * 1000;
+      if (waitMs > 0) {
+        const deadline = Date.now() + waitMs;
+        for (;;) {
+          const status = await withClient(pool, (c) => getOrderStatus(c, tenantId, id));
+          if (status === null || TERMINAL_STATUSES.includes(status)) break;
+          if (Date.now() >= deadline || request.raw.destroyed) break;
+          await sleep(Math.min(250, Math.max(0, deadline - Date.now())));
+        }
+      }
+      const row = await withClient(pool, (c) => getOrder(c, tenantId, id));
+      if (!row) throw new ProblemError('notFound', 'No order with this ID.');
+      const records = await ledger.list({ tenantId, keyPrefix: `${row.workflow_id}/`, limit: 1000 });
+      const steps = records
+        // Only the workflow's own steps; a client's Idempotency-Key never names a step.
+        .filter(
+          (r) => r.operationType !== OPERATION_TYPES.createOrder && r.key.startsWith(`${row.workflow_id}/`),
+        )
+        .sort((a, b) => iso(a.createdAt)!.localeCompare(iso(b.createdAt)!))
+        .map((r) => stepView(row.workflow_id, r));
+      return reply.send({
+        ...orderView(row),
+        chargeId: row.charge_id,
+        receiptId: row.receipt_id,
+        lastError: row.last_error,
+        updatedAt: row.updated_at.toISOString(),
+        steps,
+      });
+    },
+  );
+
+  app.get(
+    '/v1/orders',
+    {
+      config: { auth: true },
+      schema: {
+        summary: 'List orders, newest first',
+        tags: ['orders'],
+        security: [{ bearer: [] }],
+        querystring: ListOrdersQuery,
+        response: { 200: { description: 'A page of orders', ...OrderList } },
+      },
+    },
+    async (request, reply) => {
+      const tenantId = request.tenantId!;
+      const limit = request.query.limit ?? 20;
+      const before = request.query.cursor ? decodeCursor(request.query.cursor) : undefined;
+      const rows = await withClient(pool, (c) =>
+        listOrders(c, { tenantId, status: request.query.status, before, limit: limit + 1 }),
+      );
+      const page = rows.slice(0, limit);
+      const hasMore = rows.length > limit;
+      const last = page[page.length - 1];
+      return reply.send({
+        object: 'list',
+        data: page.map((r) => ({ ...orderView(r), updatedAt: r.updated_at.toISOString() })),
+        hasMore,
+        nextCursor: hasMore && last ? encodeCursor(last) : null,
+      });
+    },
+  );
+};

@@ -1,0 +1,190 @@
+/**
+ * POST /v1/webhooks/payments: signed events from the payment provider.
+ *
+ * 1. The signature is checked over the RAW body bytes (this route parses its
+ *    own JSON), before anything else: a forged or stale event gets 401 and
+ *    leaves no trace.
+ * 2. In one transaction: record (provider, event id, consumer) with
+ *    INSERT ... ON CONFLICT DO NOTHING, then signal the order's workflow.
+ *    A duplicate finds the row and returns 200 without signalling. If the
+ *    signal fails for a reason worth retrying, the transaction rolls back
+ *    (the marker with it) and the provider's retry gets another chance.
+ * 3. Ordering is the workflow's job: it settles the charge once and ignores
+ *    later events, so a late or reordered event never moves an order back.
+ *    This route never touches the order's status.
+ */
+import type { FastifyPluginAsync } from 'fastify';
+import { WorkflowNotFoundError } from '@temporalio/client';
+import { withClient, withTransaction } from '../../db/index.ts';
+import { errorFields, log } from '../../log.ts';
+import { TERMINAL_STATUSES } from '../../orders/model.ts';
+import { SIGNATURE_HEADER, WebhookSignatureError, verifyWebhook } from '../../providers/webhook-signature.ts';
+import { paymentEventSignal, type PaymentEvent } from '../../../workflows/definitions.ts';
+import type { ApiContext } from '../context.ts';
+import { ProblemError } from '../problems.ts';
+import { problemResponse } from '../schemas.ts';
+import { getOrder, getOutbox, recordWebhookEvent } from '../sql.ts';
+
+export const WEBHOOK_PROVIDER = 'sandbox';
+/** The consumer that turns payment events into workflow signals. Another consumer gets its own markers. */
+export const ORDER_SIGNAL_CONSUMER = 'order-workflow-signal';
+
+interface ChargeEvent {
+  id: string;
+  type: string;
+  charge: {
+    id: string;
+    status?: string;
+    failureCode?: string;
+    orderId?: string;
+    tenantId?: string;
+  };
+}
+
+const str = (v: unknown, max = 255): string | undefined =>
+  typeof v === 'string' && v.length > 0 && v.length <= max && /^[\x20-\x7e]+$/.test(v) ? v : undefined;
+
+/** Extracts what we need from a verified event; anything else about its shape is the provider's business. */
+function parseEvent(raw: Buffer): ChargeEvent {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(raw.toString('utf8'));
+  } catch {
+    throw new ProblemError('invalidRequest', 'The webhook body is not valid JSON.');
+  }
+  const d = doc as { id?: unknown; type?: unknown; data?: { object?: Record<string, unknown> } } | null;
+  const id = str(d?.id);
+  const type = str(d?.type);
+  const obj = d?.data?.object;
+  const chargeId = obj && typeof obj === 'object' ? str(obj.id) : undefined;
+  if (!id || !type || !obj || !chargeId) {
+    throw new ProblemError('invalidRequest', 'The webhook event needs id, type and data.object.id.');
+  }
+  const metadata = (obj.metadata ?? {}) as Record<string, unknown>;
+  return {
+    id,
+    type,
+    charge: {
+      id: chargeId,
+      status: str(obj.status),
+      failureCode: str(obj.failure_code) ?? str(obj.failure_message),
+      orderId: str(metadata.order_id, 100),
+      tenantId: str(metadata.tenant_id, 100),
+    },
+  };
+}
+
+const OUTCOMES: Record<string, PaymentEvent['outcome']> = {
+  'charge.succeeded': 'succeeded',
+  'charge.failed': 'failed',
+};
+
+export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app, { ctx }) => {
+  const { pool, temporal, config } = ctx;
+
+  // Keep the exact bytes: the signature covers them, not a re-serialised object.
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
+
+  app.post(
+    '/v1/webhooks/payments',
+    {
+      config: { rateLimit: false },
+      schema: {
+        summary: 'Payment provider webhook (signed)',
+        description: `Verified with the ${SIGNATURE_HEADER} header (t=<unix>,v1=<hex HMAC-SHA256>). Events are processed once per (provider, event id, consumer).`,
+        tags: ['webhooks'],
+        response: {
+          200: {
+            description: 'Received (or already received)',
+            type: 'object',
+            properties: {
+              received: { type: 'boolean' },
+              duplicate: { type: 'boolean' },
+              outcome: { type: 'string' },
+            },
+          },
+          401: problemResponse('Bad, missing or stale signature'),
+          503: problemResponse('The order workflow is not reachable yet; the provider should retry'),
+        },
+      },
+    },
+    async (request, reply) => {
+      const raw = request.body as Buffer | undefined;
+      if (!Buffer.isBuffer(raw) || raw.length === 0) {
+        throw new ProblemError('invalidRequest', 'The webhook body must be a JSON event.');
+      }
+      try {
+        verifyWebhook(config.webhookSecret, raw, request.headers[SIGNATURE_HEADER.toLowerCase()]);
+      } catch (err) {
+        if (err instanceof WebhookSignatureError) {
+          log.warn('webhook rejected', { reason: err.reason });
+          throw new ProblemError(
+            'invalidSignature',
+            err.reason === 'stale_timestamp'
+              ? 'The webhook timestamp is outside the tolerance window.'
+              : 'The webhook signature is missing or does not match.',
+          );
+        }
+        throw err;
+      }
+      const event = parseEvent(raw);
+      const outcome = OUTCOMES[event.type];
+      const { tenantId, orderId } = event.charge;
+
+      const order =
+        tenantId && orderId ? await withClient(pool, (c) => getOrder(c, tenantId, orderId)) : null;
+      const result = await withTransaction(pool, async (tx) => {
+        const base = {
+          provider: WEBHOOK_PROVIDER,
+          eventId: event.id,
+          consumer: ORDER_SIGNAL_CONSUMER,
+          eventType: event.type,
+          tenantId: tenantId ?? null,
+          orderId: orderId ?? null,
+        };
+        if (!outcome || !order) {
+          const why = !outcome ? 'ignored_event_type' : 'ignored_unknown_order';
+          const fresh = await recordWebhookEvent(tx, { ...base, outcome: why });
+          return { duplicate: !fresh, outcome: why };
+        }
+        const fresh = await recordWebhookEvent(tx, { ...base, outcome: 'signalled' });
+        if (!fresh) return { duplicate: true, outcome: 'duplicate' };
+        const signal: PaymentEvent = {
+          source: 'webhook',
+          outcome,
+          eventId: event.id,
+          chargeId: event.charge.id,
+          ...(event.charge.failureCode ? { reason: event.charge.failureCode } : {}),
+        };
+        try {
+          await temporal.workflow.getHandle(order.workflow_id).signal(paymentEventSignal, signal);
+          return { duplicate: false, outcome: 'signalled' };
+        } catch (err) {
+          if (!(err instanceof WorkflowNotFoundError)) throw err;
+          // Closed workflows can't be signalled; that is fine: the order is settled already.
+          if (TERMINAL_STATUSES.includes(order.status))
+            return { duplicate: false, outcome: 'workflow_closed' };
+          const outbox = await getOutbox(tx, order.workflow_id);
+          if (outbox?.started_at) return { duplicate: false, outcome: 'workflow_closed' };
+          // Not started yet (the outbox relay will start it): roll back so the provider retries.
+          throw new ProblemError(
+            'unavailable',
+            'The order is not ready for events yet; retry later.',
+            {},
+            {
+              'retry-after': '5',
+            },
+          );
+        }
+      }).catch((err: unknown) => {
+        if (!(err instanceof ProblemError)) {
+          log.error('webhook processing failed', { eventId: event.id, ...errorFields(err) });
+          throw new ProblemError('unavailable', 'The event could not be processed; retry later.');
+        }
+        throw err;
+      });
+      log.info('webhook received', { eventId: event.id, type: event.type, ...result });
+      return reply.send({ received: true, duplicate: result.duplicate, outcome: result.outcome });
+    },
+  );
+};

@@ -1,0 +1,153 @@
+/**
+ * The workflow outbox: an order commits with its start intent; the relay
+ * starts each workflow exactly once, whatever happened in between.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client, WorkflowNotFoundError } from '@temporalio/client';
+import { OutboxRelay } from '../../src/api/outbox.ts';
+import { uniq } from '../support/env.ts';
+import { call, newTenant, startApi, validOrder, type TestApi } from './support.ts';
+
+type Order = { id: string; workflowId: string };
+
+describe('workflow outbox relay', () => {
+  let api: TestApi; // OUTBOX_RELAY=off: commits, never starts
+  let t: { tenantId: string; key: string };
+  const relays: OutboxRelay[] = [];
+
+  const relay = (temporal: Client = api.client) => {
+    const r = new OutboxRelay({
+      pool: api.pool,
+      temporal,
+      taskQueue: api.config.temporal.taskQueue,
+      enabled: true,
+    });
+    relays.push(r);
+    return r;
+  };
+
+  beforeAll(async () => {
+    api = await startApi({ env: { OUTBOX_RELAY: 'off' } });
+    t = await newTenant(api.pool, 'ob');
+  });
+  afterAll(async () => {
+    await Promise.all(relays.map((r) => r.stop()));
+    await api?.close();
+  });
+
+  async function create(): Promise<Order> {
+    const res = await call(api, 'POST', '/v1/orders', { key: t.key, idem: uniq('idem'), body: validOrder() });
+    expect(res.status).toBe(202);
+    return res.body as Order;
+  }
+
+  const outbox = async (workflowId: string) =>
+    (
+      await api.pool.query<{ started_at: Date | null; attempts: number; last_error: string | null }>(
+        'select started_at, attempts, last_error from workflow_outbox where workflow_id = $1',
+        [workflowId],
+      )
+    ).rows[0];
+
+  async function runs(workflowId: string): Promise<number> {
+    let n = 0;
+    for await (const _ of api.client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) n++;
+    return n;
+  }
+
+  it('with the relay off the order commits but no workflow exists; a relay then starts it exactly once', async () => {
+    const order = await create();
+    await new Promise((r) => setTimeout(r, 500));
+    expect(await outbox(order.workflowId)).toMatchObject({ started_at: null, attempts: 0 });
+    await expect(api.client.workflow.getHandle(order.workflowId).describe()).rejects.toBeInstanceOf(
+      WorkflowNotFoundError,
+    );
+
+    const r = relay();
+    expect(await r.relayDue()).toBeGreaterThanOrEqual(1);
+    const desc = await api.client.workflow.getHandle(order.workflowId).describe();
+    expect(desc.type).toBe('orderWorkflow');
+    expect(desc.taskQueue).toBe(api.config.temporal.taskQueue);
+    expect(await outbox(order.workflowId)).toMatchObject({ attempts: 1, last_error: null });
+    expect((await outbox(order.workflowId))?.started_at).toBeInstanceOf(Date);
+    const input = (await api.client.workflow.getHandle(order.workflowId).fetchHistory()).events?.[0]
+      ?.workflowExecutionStartedEventAttributes?.input;
+    expect(input?.payloads).toHaveLength(1);
+
+    // A crash after the start but before it was recorded: the next pass starts it again, harmlessly.
+    await api.pool.query('update workflow_outbox set started_at = null where workflow_id = $1', [
+      order.workflowId,
+    ]);
+    expect(await r.startOne(order.workflowId)).toBe('already_started');
+    expect((await outbox(order.workflowId))?.started_at).toBeInstanceOf(Date);
+    // Even after the run has closed, a repeated start is refused (REJECT_DUPLICATE), never a second run.
+    await api.client.workflow.getHandle(order.workflowId).terminate('test');
+    await api.pool.query('update workflow_outbox set started_at = null where workflow_id = $1', [
+      order.workflowId,
+    ]);
+    expect(await r.startOne(order.workflowId)).toBe('already_started');
+    await expect.poll(() => runs(order.workflowId)).toBe(1);
+  });
+
+  it('two relays racing over the same rows start each workflow exactly once', async () => {
+    const orders = await Promise.all(Array.from({ length: 12 }, () => create()));
+    const [a, b] = [relay(), relay()];
+    const kicks = orders.map((o) => a.startOne(o.workflowId).catch(() => null));
+    await Promise.all([a.relayDue(), b.relayDue(), b.relayDue(), ...kicks]);
+    await Promise.all([a.relayDue(), b.relayDue()]);
+    for (const o of orders) {
+      expect((await outbox(o.workflowId))?.started_at).toBeInstanceOf(Date);
+      expect((await api.client.workflow.getHandle(o.workflowId).describe()).type).toBe('orderWorkflow');
+    }
+    for (const o of orders) await expect.poll(() => runs(o.workflowId)).toBe(1);
+  });
+
+  it('a failing start is recorded with backoff and retried later; the background loop picks it up', async () => {
+    const order = await create();
+    // A client for a namespace that does not exist: every start fails.
+    const broken = relay(
+      new Client({ connection: api.client.connection, namespace: uniq('no-such-namespace') }),
+    );
+    await expect(broken.startOne(order.workflowId)).rejects.toThrow();
+    const row = await outbox(order.workflowId);
+    expect(row).toMatchObject({ started_at: null, attempts: 1 });
+    expect(row?.last_error).toBeTruthy();
+    const { rows } = await api.pool.query<{ due_in_ms: number }>(
+      `select (extract(epoch from next_attempt_at - now()) * 1000)::float8 as due_in_ms from workflow_outbox where workflow_id = $1`,
+      [order.workflowId],
+    );
+    expect(rows[0]!.due_in_ms).toBeGreaterThan(500);
+
+    // Not due yet: a pass skips it.
+    const good = relay();
+    await good.relayDue();
+    expect((await outbox(order.workflowId))?.started_at).toBeNull();
+    // Once due, the running loop starts it.
+    await api.pool.query('update workflow_outbox set next_attempt_at = now() where workflow_id = $1', [
+      order.workflowId,
+    ]);
+    const loop = new OutboxRelay({
+      pool: api.pool,
+      temporal: api.client,
+      taskQueue: api.config.temporal.taskQueue,
+      enabled: true,
+      pollMs: 100,
+    });
+    relays.push(loop);
+    loop.start();
+    await expect
+      .poll(async () => (await outbox(order.workflowId))?.started_at, { timeout: 10_000 })
+      .toBeInstanceOf(Date);
+    await loop.stop();
+    expect((await outbox(order.workflowId))?.attempts).toBe(2);
+    expect((await api.client.workflow.getHandle(order.workflowId).describe()).type).toBe('orderWorkflow');
+  });
+
+  it('a disabled relay starts nothing', async () => {
+    const order = await create();
+    expect(await api.relay.relayDue()).toBe(0);
+    api.relay.kick(order.workflowId);
+    await api.relay.stop();
+    expect((await outbox(order.workflowId))?.started_at).toBeNull();
+  });
+});

@@ -1,0 +1,265 @@
+/**
+ * Prometheus metrics for the API and the worker, through prom-client.
+ *
+ * Terminology
+ * - counter: moves on an event in THIS process (a ledger event, an HTTP
+ *   response). Each process exports its own; Prometheus sums across them.
+ * - backlog gauge: read from Postgres when scraped (not per process): the
+ *   age of the oldest unresolved record, unresolved counts, orders waiting
+ *   on a human. Every process that is given a pool exports the same values,
+ *   so aggregate them with max(), never sum().
+ *
+ * Label values are bounded: operation types are constants of the code,
+ * outcomes come from the ledger's fixed vocabulary, HTTP routes are route
+ * patterns (never raw URLs).
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { withTransaction, type Pool } from '../db/index.ts';
+import type { LedgerEvent, LedgerHooks } from '../ledger/index.ts';
+import { errorFields, log } from '../log.ts';
+import { selectBacklog, setLocalStatementTimeout, type BacklogSnapshot } from './sql.ts';
+
+export interface MetricsOptions {
+  /** Defaults to a fresh registry (not prom-client's global one), so tests and processes never share state. */
+  registry?: Registry;
+  /** Postgres for the backlog gauges; without it they are not registered. */
+  pool?: Pool;
+  /** Upper bound on one scrape's database work. Default 2 000 ms. */
+  queryTimeoutMs?: number;
+  /** Node process metrics (CPU, memory, event loop lag, GC). Default true. */
+  defaultMetrics?: boolean;
+  /** Labels added to every metric, e.g. { service: 'worker' }. */
+  defaultLabels?: Record<string, string>;
+}
+
+export interface HttpSample {
+  /** The route pattern (`/v1/orders/:id`), never the raw URL; 'unmatched' for 404s. */
+  route: string;
+  method: string;
+  status: number;
+  durationMs: number;
+}
+
+export interface Metrics {
+  registry: Registry;
+  /** Pass to `new Ledger(pool, { hooks: metrics.ledgerHooks })`. */
+  ledgerHooks: LedgerHooks;
+  /** Records one HTTP response. Never throws. */
+  observeHttp(sample: HttpSample): void;
+}
+
+const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+/** Concurrent gauge collectors of one scrape share a single query. */
+const SNAPSHOT_REUSE_MS = 1_000;
+
+export function createMetrics(options: MetricsOptions = {}): Metrics {
+  const registry = options.registry ?? new Registry();
+  if (options.defaultLabels) registry.setDefaultLabels(options.defaultLabels);
+  if (options.defaultMetrics !== false) collectDefaultMetrics({ register: registry });
+  const registers = [registry];
+
+  const byType = ['operation_type'] as const;
+  const claims = new Counter({
+    name: 'onceflow_ledger_claims_total',
+    help: 'Fresh claims of an operation (first attempts), by mode (local | external).',
+    labelNames: ['operation_type', 'mode'] as const,
+    registers,
+  });
+  const replays = new Counter({
+    name: 'onceflow_ledger_replays_total',
+    help: 'Duplicate hits answered from a stored outcome without running anything, by stored state.',
+    labelNames: ['operation_type', 'state'] as const,
+    registers,
+  });
+  const conflicts = new Counter({
+    name: 'onceflow_ledger_conflicts_total',
+    help: 'Key reuse with a different input (fingerprint mismatch), rejected.',
+    labelNames: byType,
+    registers,
+  });
+  const inProgress = new Counter({
+    name: 'onceflow_ledger_in_progress_refusals_total',
+    help: 'Duplicates refused because another attempt still holds the claim.',
+    labelNames: byType,
+    registers,
+  });
+  const takeovers = new Counter({
+    name: 'onceflow_ledger_takeovers_total',
+    help: 'Claims of an expired lease or an unknown record (always reconciled before acting), by prior state.',
+    labelNames: ['operation_type', 'from_state'] as const,
+    registers,
+  });
+  const unknown = new Counter({
+    name: 'onceflow_ledger_unknown_outcomes_total',
+    help: 'Records marked unknown (an external outcome was lost or could not be reconciled), by reason.',
+    labelNames: ['operation_type', 'reason'] as const,
+    registers,
+  });
+  const reconciliations = new Counter({
+    name: 'onceflow_ledger_reconciliations_total',
+    help:
+      'Reconciliations by outcome: the provider answer (succeeded, failed, not_found, pending, error) ' +
+      'or settled:<state> for a webhook/operator settlement.',
+    labelNames: ['operation_type', 'outcome'] as const,
+    registers,
+  });
+  const ownershipLost = new Counter({
+    name: 'onceflow_ledger_ownership_lost_total',
+    help: 'Late attempts refused because their claim was taken over or settled (fencing worked).',
+    labelNames: byType,
+    registers,
+  });
+  const completions = new Counter({
+    name: 'onceflow_ledger_completions_total',
+    help: 'Operations completed by their owner, by final state.',
+    labelNames: ['operation_type', 'state'] as const,
+    registers,
+  });
+  const aborted = new Counter({
+    name: 'onceflow_ledger_aborted_total',
+    help: 'Claims given up with nothing stored (rolled_back: local body threw; released: definite provider failure).',
+    labelNames: ['operation_type', 'reason'] as const,
+    registers,
+  });
+
+  const ledgerHooks: LedgerHooks = {
+    onEvent(e: LedgerEvent) {
+      const t = e.operationType;
+      const o = e.outcome ?? 'none';
+      switch (e.type) {
+        case 'claim':
+          return claims.inc({ operation_type: t, mode: o });
+        case 'replay':
+          return replays.inc({ operation_type: t, state: o });
+        case 'conflict':
+          return conflicts.inc({ operation_type: t });
+        case 'in_progress':
+          return inProgress.inc({ operation_type: t });
+        case 'takeover':
+          return takeovers.inc({ operation_type: t, from_state: o });
+        case 'unknown':
+          return unknown.inc({ operation_type: t, reason: o });
+        case 'reconcile':
+          return reconciliations.inc({ operation_type: t, outcome: o });
+        case 'ownership_lost':
+          return ownershipLost.inc({ operation_type: t });
+        case 'complete':
+          return completions.inc({ operation_type: t, state: o });
+        case 'fail':
+          return aborted.inc({ operation_type: t, reason: o });
+      }
+    },
+  };
+
+  const labels = ['route', 'method', 'status'] as const;
+  const httpRequests = new Counter({
+    name: 'http_requests_total',
+    help: 'HTTP responses by route pattern, method and status code.',
+    labelNames: labels,
+    registers,
+  });
+  const httpDuration = new Histogram({
+    name: 'http_request_duration_seconds',
+    help: 'HTTP request duration (request received to response sent) by route pattern, method and status.',
+    labelNames: labels,
+    buckets: DURATION_BUCKETS,
+    registers,
+  });
+
+  if (options.pool) registerBacklogGauges(registry, options.pool, options.queryTimeoutMs ?? 2_000);
+
+  return {
+    registry,
+    ledgerHooks,
+    observeHttp(sample) {
+      try {
+        const l = { route: sample.route, method: sample.method, status: String(sample.status) };
+        httpRequests.inc(l);
+        httpDuration.observe(l, Math.max(0, sample.durationMs) / 1000);
+      } catch {
+        // metrics must never break a request
+      }
+    },
+  };
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+function registerBacklogGauges(registry: Registry, pool: Pool, timeoutMs: number): void {
+  const registers = [registry];
+  let cached: { at: number; promise: Promise<BacklogSnapshot | null> } | undefined;
+
+  /** null when the database did not answer in time: the gauges then read NaN, never a reassuring 0. */
+  const snapshot = (): Promise<BacklogSnapshot | null> => {
+    const now = Date.now();
+    if (cached && now - cached.at < SNAPSHOT_REUSE_MS) return cached.promise;
+    const promise = withTimeout(
+      withTransaction(
+        pool,
+        async (tx) => {
+          await setLocalStatementTimeout(tx, timeoutMs);
+          return selectBacklog(tx);
+        },
+        { retries: 0 },
+      ),
+      timeoutMs + 500,
+      'metrics backlog query',
+    ).catch((err: unknown) => {
+      log.warn('metrics: backlog query failed', errorFields(err));
+      return null;
+    });
+    cached = { at: now, promise };
+    return promise;
+  };
+  const value = (n: number | null | undefined, absent = 0) => (n === undefined ? NaN : (n ?? absent));
+
+  new Gauge({
+    name: 'onceflow_metrics_db_up',
+    help: '1 if the backlog gauges were read from Postgres on this scrape, 0 if the query failed or timed out.',
+    registers,
+    async collect() {
+      this.set((await snapshot()) ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'onceflow_ledger_oldest_age_seconds',
+    help: 'Age of the oldest ledger record in this unresolved state (0 when there is none; NaN if unreadable).',
+    labelNames: ['state'] as const,
+    registers,
+    async collect() {
+      const s = await snapshot();
+      this.set({ state: 'in_progress' }, value(s?.oldestInProgressSeconds));
+      this.set({ state: 'unknown' }, value(s?.oldestUnknownSeconds));
+    },
+  });
+  new Gauge({
+    name: 'onceflow_ledger_unresolved_records',
+    help: 'Ledger records in_progress or unknown (the reconciliation backlog).',
+    labelNames: ['state'] as const,
+    registers,
+    async collect() {
+      const s = await snapshot();
+      this.set({ state: 'in_progress' }, value(s?.inProgress));
+      this.set({ state: 'unknown' }, value(s?.unknown));
+    },
+  });
+  new Gauge({
+    name: 'onceflow_orders_in_status',
+    help: 'Orders waiting on an outcome or a human: payment_unknown and needs_attention.',
+    labelNames: ['status'] as const,
+    registers,
+    async collect() {
+      const s = await snapshot();
+      this.set({ status: 'payment_unknown' }, value(s?.ordersPaymentUnknown));
+      this.set({ status: 'needs_attention' }, value(s?.ordersNeedsAttention));
+    },
+  });
+}

@@ -1,0 +1,19 @@
+/** The operator's recovery path: the service, its admin routes, its errors. See docs/OPERATIONS.md. */
+export {
+  Operator,
+  workflowIdForKey,
+  defaultActor,
+  type OperatorDeps,
+  type ActorOptions,
+  type ListOperationsFilter,
+  type OperationListItem,
+  type OperationStory,
+  type ProviderView,
+  type ReconcileResult,
+  type ResolveResult,
+  type RedriveResult,
+  type AttentionItem,
+} from './operator.ts';
+export { OpsError, isOpsError, type OpsErrorCode } from './errors.ts';
+export { opsRoutes, ADMIN_PROBLEMS, type OpsRoutesOptions } from './routes.ts';
+export type { AuditEntry, AuditAction, AuditSource, OrderSummary } from './sql.ts';

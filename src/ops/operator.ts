@@ -1,0 +1,593 @@
+/**
+ * The operator's recovery path: look at uncertain work, reconcile it, resolve
+ * an unknown outcome, re-drive a parked order. The CLI (scripts/ops.ts) and
+ * the admin routes (routes.ts) are thin shells over this class.
+ *
+ * Invariants
+ * - Identity is kept: every action works on the original scope (tenant,
+ *   operation type, key) and the original workflow. Nothing creates a new key
+ *   and nothing deletes a row.
+ * - Every action writes an audit row (who, what, why, before, after). Where
+ *   the change is a local write (resolve), the audit row commits in the SAME
+ *   transaction as the change. A reconcile's change is the ledger's own
+ *   fenced completion with the provider's answer (a provider call sits in the
+ *   middle, so no transaction can span it); its audit row follows at once.
+ * - Decisions need a reason: resolve and redrive refuse an empty one before
+ *   touching anything.
+ */
+import { userInfo } from 'node:os';
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { withClient, withTransaction, type Pool, type PoolClient } from '../db/index.ts';
+import {
+  downstreamKey,
+  isLedgerError,
+  type Json,
+  type Ledger,
+  type OperationRecord,
+  type OperationState,
+  type ReconcileOutcome,
+  type Scope,
+} from '../ledger/index.ts';
+import { OPERATION_TYPES, orderWorkflowId } from '../orders/model.ts';
+import type { Charge, EmailProvider, Message, PaymentProvider } from '../providers/types.ts';
+import { paymentEventSignal, redriveSignal } from '../../workflows/definitions.ts';
+import { OpsError } from './errors.ts';
+import {
+  insertAudit,
+  selectAudit,
+  selectOrderByWorkflowId,
+  selectOrderForUpdate,
+  selectOrdersInStatus,
+  type AuditEntry,
+  type AuditSource,
+  type OrderSummary,
+} from './sql.ts';
+
+export interface OperatorDeps {
+  pool: Pool;
+  ledger: Ledger;
+  temporal: Client;
+  payments: PaymentProvider;
+  email: EmailProvider;
+  /** For links into the Temporal UI: config.temporal.uiUrl and config.temporal.namespace. */
+  temporalUi: { url: string; namespace: string };
+  /** Recorded on audit rows unless a call says otherwise. Default 'cli'. */
+  source?: AuditSource;
+  /** Bound on each Temporal call (signal). Default 10 000 ms. */
+  temporalTimeoutMs?: number;
+}
+
+export interface ActorOptions {
+  /** Who acts. Required, non-empty. */
+  actor: string;
+  source?: AuditSource;
+}
+
+export interface ListOperationsFilter {
+  state?: OperationState;
+  /** Only records created more than this many seconds ago. */
+  olderThanSeconds?: number;
+  operationType?: string;
+  tenantId?: string;
+  keyPrefix?: string;
+  /** Default 100, at most 1000. */
+  limit?: number;
+}
+
+export interface OperationListItem extends OperationRecord {
+  ageSeconds: number;
+  workflowId: string | null;
+}
+
+export interface ProviderView {
+  provider: 'payments' | 'email' | null;
+  /** The downstream key the lookup used. */
+  lookedUpBy: string | null;
+  found: boolean;
+  /** The provider's object (a Charge or a Message), as the provider reports it now. */
+  object: Charge | Message | null;
+  /** Set when the lookup failed; the rest of the story is still shown. */
+  error?: string;
+}
+
+export interface OperationStory {
+  record: OperationRecord;
+  downstreamKey: string | null;
+  provider: ProviderView;
+  workflowId: string | null;
+  temporalUiUrl: string | null;
+  order: OrderSummary | null;
+  /** This operation's audit rows, newest first. */
+  audit: AuditEntry[];
+}
+
+export interface ActionResult {
+  before: OperationRecord;
+  after: OperationRecord;
+  changed: boolean;
+  audit: AuditEntry;
+}
+
+export interface ReconcileResult extends ActionResult {
+  /** The provider lookup failed; the record is unchanged (still unresolved). */
+  error?: string;
+}
+
+export interface ResolveResult extends ActionResult {
+  workflowId: string | null;
+  /** True when the order workflow was told (paymentEvent signal, source 'operator'). */
+  signalled: boolean;
+  /** Why the workflow was not signalled, if it should have been. The ledger change stands either way. */
+  signalError?: string;
+}
+
+export interface RedriveResult {
+  order: OrderSummary;
+  workflowId: string;
+  audit: AuditEntry;
+}
+
+export interface AttentionItem extends OrderSummary {
+  temporalUiUrl: string;
+}
+
+const EXTERNAL_TYPES = new Set<string>([OPERATION_TYPES.charge, OPERATION_TYPES.receipt]);
+const ORDER_KEY = /^order\/([^/]+)\/([^/]+)\//;
+
+/** The order workflow a step key belongs to (`order/<tenant>/<order>/...`), or null for other keys. */
+export function workflowIdForKey(scope: Scope): string | null {
+  const m = ORDER_KEY.exec(scope.key);
+  if (!m || m[1] !== scope.tenantId) return null;
+  return orderWorkflowId(m[1], m[2]!);
+}
+
+export function defaultActor(): string {
+  try {
+    return userInfo().username || 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
+
+function isFinal(state: OperationState): boolean {
+  return state === 'succeeded' || state === 'failed';
+}
+
+function message(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+function requireText(value: unknown, what: string, max = 1000): string {
+  if (typeof value !== 'string' || value.trim() === '') {
+    throw new OpsError('invalid_input', `${what} is required and must not be empty`);
+  }
+  const text = value.trim();
+  if (text.length > max) throw new OpsError('invalid_input', `${what} must be at most ${max} characters`);
+  return text;
+}
+
+/** Ledger errors, in the operator's vocabulary. */
+function fromLedger(err: unknown): unknown {
+  if (!isLedgerError(err)) return err;
+  switch (err.code) {
+    case 'not_found':
+      return new OpsError('not_found', 'no operation under this scope', { cause: err });
+    case 'invalid_key':
+    case 'invalid_input':
+      return new OpsError('invalid_input', err.message, { cause: err });
+    case 'invalid_state':
+      return new OpsError('invalid_state', err.message, { cause: err });
+    case 'in_progress':
+      return new OpsError(
+        'in_progress',
+        'a live attempt holds this operation; it will complete or expire shortly, try again',
+        { cause: err, ...(err.retryAfterMs !== undefined ? { retryAfterMs: err.retryAfterMs } : {}) },
+      );
+    default:
+      return new OpsError('unavailable', err.message, { cause: err });
+  }
+}
+
+export class Operator {
+  readonly #deps: OperatorDeps;
+
+  constructor(deps: OperatorDeps) {
+    this.#deps = deps;
+  }
+
+  temporalUiUrl(workflowId: string): string {
+    const { url, namespace } = this.#deps.temporalUi;
+    return `${url.replace(/\/+$/, '')}/namespaces/${encodeURIComponent(namespace)}/workflows/${encodeURIComponent(workflowId)}`;
+  }
+
+  async listOperations(filter: ListOperationsFilter = {}): Promise<OperationListItem[]> {
+    if (filter.olderThanSeconds !== undefined && !(filter.olderThanSeconds >= 0)) {
+      throw new OpsError('invalid_input', 'olderThanSeconds must be a non-negative number');
+    }
+    const records = await this.#ledger(() =>
+      this.#deps.ledger.list({
+        ...(filter.state ? { state: filter.state } : {}),
+        ...(filter.operationType ? { operationType: filter.operationType } : {}),
+        ...(filter.tenantId ? { tenantId: filter.tenantId } : {}),
+        ...(filter.keyPrefix ? { keyPrefix: filter.keyPrefix } : {}),
+        ...(filter.olderThanSeconds !== undefined ? { olderThanMs: filter.olderThanSeconds * 1000 } : {}),
+        limit: filter.limit ?? 100,
+      }),
+    );
+    const now = Date.now();
+    return records.map((r) => ({
+      ...r,
+      ageSeconds: Math.max(0, Math.round((now - r.createdAt.getTime()) / 1000)),
+      workflowId: workflowIdForKey(r),
+    }));
+  }
+
+  /** One operation's whole story: record, provider's view by downstream key, workflow, order, audit. */
+  async showOperation(scope: Scope): Promise<OperationStory> {
+    const record = await this.#get(scope);
+    const external = EXTERNAL_TYPES.has(scope.operationType);
+    const dk = record.downstreamKey ?? (external ? downstreamKey(scope) : null);
+    const workflowId = workflowIdForKey(scope);
+    const [provider, order, audit] = await Promise.all([
+      this.#providerView(scope.operationType, dk),
+      workflowId ? withClient(this.#deps.pool, (c) => selectOrderByWorkflowId(c, workflowId)) : null,
+      withClient(this.#deps.pool, (c) =>
+        selectAudit(c, { tenantId: scope.tenantId, operationKey: scope.key, limit: 50 }),
+      ),
+    ]);
+    return {
+      record,
+      downstreamKey: dk,
+      provider,
+      workflowId,
+      temporalUiUrl: workflowId ? this.temporalUiUrl(workflowId) : null,
+      order,
+      audit: audit.filter((a) => a.operationType === scope.operationType),
+    };
+  }
+
+  /**
+   * Asks the provider now (by the downstream key) and stores its answer. Never
+   * performs anything. A final record, or one a live attempt holds, comes back
+   * unchanged; a provider that does not know the key leaves it unknown.
+   */
+  async reconcileNow(scope: Scope, opts: ActorOptions & { reason?: string }): Promise<ReconcileResult> {
+    const actor = requireText(opts.actor, 'actor', 200);
+    const reason = opts.reason?.trim() ? requireText(opts.reason, 'reason') : null;
+    const reconcile = this.#reconciler(scope.operationType);
+    const before = await this.#get(scope);
+    let after: OperationRecord;
+    let error: string | undefined;
+    try {
+      after = await this.#deps.ledger.reconcileOnly(scope, reconcile);
+    } catch (err) {
+      if (!isLedgerError(err, 'outcome_unknown')) throw fromLedger(err);
+      error = `provider lookup failed: ${message(err.cause ?? err)}`;
+      after = await this.#get(scope);
+    }
+    const audit = await withClient(this.#deps.pool, (c) =>
+      insertAudit(c, {
+        actor,
+        source: opts.source ?? this.#deps.source ?? 'cli',
+        action: 'reconcile',
+        reason,
+        tenantId: scope.tenantId,
+        operationType: scope.operationType,
+        operationKey: scope.key,
+        workflowId: workflowIdForKey(scope),
+        before: auditView(before),
+        after: error ? { ...auditView(after), reconcileError: error } : auditView(after),
+      }),
+    );
+    return { before, after, changed: before.state !== after.state, audit, ...(error ? { error } : {}) };
+  }
+
+  /**
+   * Settles an unknown (or abandoned in_progress) record as the operator
+   * decided, with a required reason. The audit row and the ledger change
+   * commit together; then the order workflow is signalled (paymentEvent,
+   * source 'operator', eventId = the audit row's id) so a parked order moves
+   * on. A final record is refused: a decision never overwrites an outcome.
+   */
+  async resolveUnknown(
+    scope: Scope,
+    outcome: 'succeeded' | 'failed',
+    opts: ActorOptions & { reason: string; chargeId?: string; providerRef?: string },
+  ): Promise<ResolveResult> {
+    const reason = requireText(opts.reason, 'reason');
+    const actor = requireText(opts.actor, 'actor', 200);
+    if (outcome !== 'succeeded' && outcome !== 'failed') {
+      throw new OpsError('invalid_input', "outcome must be 'succeeded' or 'failed'");
+    }
+    const ref = (opts.chargeId ?? opts.providerRef)?.trim() || undefined;
+    const result = this.#settledResult(scope.operationType, outcome, ref);
+    const workflowId = workflowIdForKey(scope);
+
+    const { before, after, audit } = await withTransaction(
+      this.#deps.pool,
+      async (tx: PoolClient) => {
+        let settled;
+        try {
+          settled = await this.#deps.ledger.settle(
+            scope,
+            { state: outcome, result, ...(ref ? { providerRef: ref } : {}) },
+            { tx },
+          );
+        } catch (err) {
+          throw fromLedger(err);
+        }
+        const prior = settled.before;
+        if (!prior || isFinal(prior.state)) {
+          // settle() is idempotent for the same outcome; an operator decision is not: refuse, write nothing.
+          throw new OpsError(
+            'invalid_state',
+            `operation is already ${prior?.state ?? 'settled'}; only unknown or in_progress records can be resolved`,
+          );
+        }
+        const entry = await insertAudit(tx, {
+          actor,
+          source: opts.source ?? this.#deps.source ?? 'cli',
+          action: 'resolve',
+          reason,
+          tenantId: scope.tenantId,
+          operationType: scope.operationType,
+          operationKey: scope.key,
+          workflowId,
+          before: auditView(prior),
+          after: auditView(settled.record),
+        });
+        return { before: prior, after: settled.record, audit: entry };
+      },
+      { retries: 0 },
+    );
+
+    let signalled = false;
+    let signalError: string | undefined;
+    if (workflowId && scope.operationType === OPERATION_TYPES.charge) {
+      try {
+        await this.#temporal(() =>
+          this.#deps.temporal.workflow.getHandle(workflowId).signal(paymentEventSignal, {
+            source: 'operator',
+            outcome,
+            eventId: `audit:${audit.id}`,
+            reason,
+            actor,
+            ...(ref ? { chargeId: ref } : {}),
+          }),
+        );
+        signalled = true;
+      } catch (err) {
+        signalError =
+          err instanceof WorkflowNotFoundError
+            ? 'the order workflow is not running (finished or never started)'
+            : message(err);
+      }
+    }
+    return {
+      before,
+      after,
+      changed: true,
+      audit,
+      workflowId,
+      signalled,
+      ...(signalError ? { signalError } : {}),
+    };
+  }
+
+  /**
+   * Re-drives an order parked in needs_attention: its workflow picks up where
+   * it stopped, under the same keys (an uncertain charge is reconciled again,
+   * never re-charged under a new key). The signal is sent inside the audit
+   * transaction, so a failed signal leaves no audit row claiming a re-drive.
+   */
+  async redrive(
+    tenantId: string,
+    orderId: string,
+    opts: ActorOptions & { reason: string },
+  ): Promise<RedriveResult> {
+    const reason = requireText(opts.reason, 'reason');
+    const actor = requireText(opts.actor, 'actor', 200);
+    requireText(tenantId, 'tenant', 200);
+    requireText(orderId, 'order ID', 200);
+    return withTransaction(
+      this.#deps.pool,
+      async (tx) => {
+        const order = await selectOrderForUpdate(tx, tenantId, orderId);
+        if (!order) throw new OpsError('not_found', `no order ${orderId} for tenant ${tenantId}`);
+        if (order.status !== 'needs_attention') {
+          throw new OpsError(
+            'invalid_state',
+            `order is ${order.status}; only orders in needs_attention can be re-driven`,
+          );
+        }
+        const audit = await insertAudit(tx, {
+          actor,
+          source: opts.source ?? this.#deps.source ?? 'cli',
+          action: 'redrive',
+          reason,
+          tenantId,
+          operationType: null,
+          operationKey: null,
+          workflowId: order.workflowId,
+          before: orderView(order),
+          // The row itself moves when the workflow resumes; what this action changes is the workflow.
+          after: { ...orderView(order), redrive: { signal: 'redrive', workflowId: order.workflowId } },
+        });
+        try {
+          await this.#temporal(() =>
+            this.#deps.temporal.workflow.getHandle(order.workflowId).signal(redriveSignal, { actor, reason }),
+          );
+        } catch (err) {
+          if (err instanceof WorkflowNotFoundError) {
+            throw new OpsError('invalid_state', 'the order workflow is not running; nothing to re-drive', {
+              cause: err,
+            });
+          }
+          throw new OpsError('unavailable', `could not signal the workflow: ${message(err)}`, { cause: err });
+        }
+        return { order, workflowId: order.workflowId, audit };
+      },
+      { retries: 0 },
+    );
+  }
+
+  /** Orders parked for a human (retries ran out, or an outcome stayed unknown), oldest first. */
+  async listAttention(opts: { tenantId?: string; limit?: number } = {}): Promise<AttentionItem[]> {
+    const orders = await withClient(this.#deps.pool, (c) =>
+      selectOrdersInStatus(c, 'needs_attention', {
+        ...(opts.tenantId ? { tenantId: opts.tenantId } : {}),
+        limit: clampLimit(opts.limit),
+      }),
+    );
+    return orders.map((o) => ({ ...o, temporalUiUrl: this.temporalUiUrl(o.workflowId) }));
+  }
+
+  /** Newest first. */
+  async auditLog(
+    opts: { limit?: number; operationKey?: string; tenantId?: string; workflowId?: string } = {},
+  ): Promise<AuditEntry[]> {
+    return withClient(this.#deps.pool, (c) =>
+      selectAudit(c, {
+        ...(opts.operationKey ? { operationKey: opts.operationKey } : {}),
+        ...(opts.tenantId ? { tenantId: opts.tenantId } : {}),
+        ...(opts.workflowId ? { workflowId: opts.workflowId } : {}),
+        limit: clampLimit(opts.limit),
+      }),
+    );
+  }
+
+  // ------------------------------------------------------------------ helpers
+
+  async #get(scope: Scope): Promise<OperationRecord> {
+    const record = await this.#ledger(() => this.#deps.ledger.get(scope));
+    if (!record) {
+      throw new OpsError(
+        'not_found',
+        `no operation (tenant ${scope.tenantId}, type ${scope.operationType}, key ${scope.key})`,
+      );
+    }
+    return record;
+  }
+
+  async #ledger<T>(fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      throw fromLedger(err);
+    }
+  }
+
+  #temporal<T>(fn: () => Promise<T>): Promise<T> {
+    const deadline = Date.now() + (this.#deps.temporalTimeoutMs ?? 10_000);
+    return this.#deps.temporal.withDeadline(deadline, fn);
+  }
+
+  /** The lookup that reconciles an operation type, by the downstream key; the same mapping the activities use. */
+  #reconciler(operationType: string): (ctx: { downstreamKey: string }) => Promise<ReconcileOutcome<Json>> {
+    if (operationType === OPERATION_TYPES.charge) {
+      return async ({ downstreamKey: dk }) => {
+        const charge = await this.#deps.payments.findChargeByIdempotencyKey(dk);
+        if (!charge) return { state: 'not_found' };
+        const result = {
+          chargeId: charge.id,
+          status: charge.status,
+          failureCode: charge.failureCode ?? null,
+        };
+        return { state: charge.status, result, providerRef: charge.id };
+      };
+    }
+    if (operationType === OPERATION_TYPES.receipt) {
+      return async ({ downstreamKey: dk }) => {
+        const msg = await this.#deps.email.findMessageByIdempotencyKey(dk);
+        return msg
+          ? { state: 'succeeded', result: { messageId: msg.id }, providerRef: msg.id }
+          : { state: 'not_found' };
+      };
+    }
+    throw new OpsError(
+      'invalid_input',
+      `operation type ${operationType} has no provider to reconcile with (only ${[...EXTERNAL_TYPES].join(', ')})`,
+    );
+  }
+
+  /**
+   * What a resolved record stores: the same shape the workflow's own
+   * settleCharge writes, so its later settlement of the same outcome is an
+   * idempotent no-op rather than a conflict.
+   */
+  #settledResult(operationType: string, outcome: 'succeeded' | 'failed', ref: string | undefined): Json {
+    if (operationType === OPERATION_TYPES.charge) {
+      return {
+        chargeId: ref ?? '',
+        status: outcome,
+        failureCode: outcome === 'failed' ? 'settled_failed' : null,
+      };
+    }
+    if (operationType === OPERATION_TYPES.receipt) {
+      if (outcome === 'failed') {
+        throw new OpsError(
+          'invalid_input',
+          'a receipt cannot be resolved as failed: reconcile it (the provider does not know the key) and ' +
+            're-drive the order, which sends it under the same key',
+        );
+      }
+      return { messageId: ref ?? '' };
+    }
+    throw new OpsError(
+      'invalid_input',
+      `operation type ${operationType} is not resolved by hand (only ${[...EXTERNAL_TYPES].join(', ')})`,
+    );
+  }
+
+  async #providerView(operationType: string, dk: string | null): Promise<ProviderView> {
+    const provider =
+      operationType === OPERATION_TYPES.charge
+        ? 'payments'
+        : operationType === OPERATION_TYPES.receipt
+          ? 'email'
+          : null;
+    if (!provider || !dk) return { provider: null, lookedUpBy: null, found: false, object: null };
+    try {
+      const object =
+        provider === 'payments'
+          ? await this.#deps.payments.findChargeByIdempotencyKey(dk)
+          : await this.#deps.email.findMessageByIdempotencyKey(dk);
+      return { provider, lookedUpBy: dk, found: object !== null, object };
+    } catch (err) {
+      return { provider, lookedUpBy: dk, found: false, object: null, error: message(err) };
+    }
+  }
+}
+
+function clampLimit(limit: number | undefined): number {
+  if (limit === undefined) return 100;
+  if (!Number.isSafeInteger(limit) || limit <= 0)
+    throw new OpsError('invalid_input', 'limit must be a positive integer');
+  return Math.min(limit, 1000);
+}
+
+/** What the audit keeps of a record: its state and outcome, never its owner token. */
+function auditView(r: OperationRecord): { [k: string]: Json } {
+  return {
+    state: r.state,
+    attempts: r.attempts,
+    downstreamKey: r.downstreamKey,
+    providerRef: r.providerRef,
+    result: r.result,
+    error: r.error,
+    leaseExpiresAt: r.leaseExpiresAt?.toISOString() ?? null,
+    updatedAt: r.updatedAt.toISOString(),
+    completedAt: r.completedAt?.toISOString() ?? null,
+  };
+}
+
+function orderView(o: OrderSummary): { [k: string]: Json } {
+  return {
+    status: o.status,
+    statusSeq: o.statusSeq,
+    chargeId: o.chargeId,
+    receiptId: o.receiptId,
+    lastError: o.lastError,
+    updatedAt: o.updatedAt.toISOString(),
+  };
+}

@@ -1,0 +1,236 @@
+/**
+ * The admin routes: the same recovery actions over HTTP, behind a separate
+ * admin token (a tenant API key is not enough), with problem+json errors.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import Fastify, { type FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { startOrderStack, type OrderStack } from '../support/stack.ts';
+import { Operator, opsRoutes, type AuditEntry } from '../../src/ops/index.ts';
+import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
+import { generateApiKey, hashApiKey } from '../../src/api/auth.ts';
+import { insertApiKey } from '../../src/api/sql.ts';
+import { uniq } from '../support/env.ts';
+
+const ADMIN_TOKEN = 'admin_test_token_0123456789abcdef';
+let stack: OrderStack;
+let app: FastifyInstance;
+let tenantKey: string;
+
+beforeAll(async () => {
+  stack = await startOrderStack({ startWorker: false });
+  const providers = { baseUrl: stack.sandbox.url, timeoutMs: 1_500 };
+  const operator = new Operator({
+    pool: stack.pool,
+    ledger: stack.ledger,
+    temporal: stack.client,
+    payments: createSandboxPaymentProvider(providers),
+    email: createSandboxEmailProvider(providers),
+    temporalUi: { url: 'http://ui.test/', namespace: 'default' },
+  });
+  app = Fastify().withTypeProvider<TypeBoxTypeProvider>();
+  await app.register(opsRoutes({ operator, adminToken: ADMIN_TOKEN }));
+  await app.ready();
+  tenantKey = generateApiKey();
+  await insertApiKey(stack.pool, { keyHash: hashApiKey(tenantKey), tenantId: 'acme', label: 'ops test' });
+});
+afterAll(async () => {
+  await app?.close();
+  await stack?.close();
+});
+
+const admin = { authorization: `Bearer ${ADMIN_TOKEN}` };
+
+/** An unknown charge record made directly through the ledger (its key is not an order step key). */
+async function unknownCharge(): Promise<string> {
+  const key = uniq('manual-charge');
+  await expect(
+    stack.ledger.runExternal(
+      { tenantId: 'acme', operationType: 'payment.charge', key },
+      { schemaVersion: 1, value: { amount: 100 } },
+      {
+        perform: async () => {
+          throw new Error('connection reset');
+        },
+        reconcile: async () => ({ state: 'not_found' }),
+      },
+    ),
+  ).rejects.toMatchObject({ code: 'outcome_unknown' });
+  return key;
+}
+
+describe('admin routes', () => {
+  it.each([
+    ['no Authorization header', undefined],
+    ['a tenant API key', () => `Bearer ${tenantKey}`],
+    ['a wrong token of the same length', () => `Bearer ${ADMIN_TOKEN.replace(/.$/, 'x')}`],
+    ['a non-bearer scheme', () => `Basic ${Buffer.from(`admin:${ADMIN_TOKEN}`).toString('base64')}`],
+  ])('rejects %s with 401 problem+json', async (_name, header) => {
+    for (const [method, url] of [
+      ['GET', '/admin/operations'],
+      ['GET', '/admin/audit'],
+      ['POST', '/admin/operations/resolve'],
+      ['POST', '/admin/orders/acme/o1/redrive'],
+    ] as const) {
+      const res = await app.inject({
+        method,
+        url,
+        headers: header ? { authorization: header() } : {},
+        ...(method === 'POST' ? { payload: {} } : {}),
+      });
+      expect(res.statusCode, `${method} ${url}`).toBe(401);
+      expect(res.headers['content-type']).toContain('application/problem+json');
+      expect(res.headers['www-authenticate']).toMatch(/^Bearer/);
+      expect(res.json()).toMatchObject({
+        type: 'https://onceflow.dev/problems/admin-unauthorized',
+        status: 401,
+      });
+    }
+  });
+
+  it('lists and shows operations', async () => {
+    const key = await unknownCharge();
+    const list = await app.inject({
+      method: 'GET',
+      url: `/admin/operations?state=unknown&tenant=acme&keyPrefix=${encodeURIComponent(key)}&limit=10`,
+      headers: admin,
+    });
+    expect(list.statusCode).toBe(200);
+    const data = list.json<{ data: { key: string; state: string; ownerToken?: string }[] }>().data;
+    expect(data).toHaveLength(1);
+    expect(data[0]).toMatchObject({ key, state: 'unknown' });
+    expect(data[0]).not.toHaveProperty('ownerToken');
+
+    const show = await app.inject({
+      method: 'GET',
+      url: `/admin/operation?tenant=acme&type=payment.charge&key=${encodeURIComponent(key)}`,
+      headers: admin,
+    });
+    expect(show.statusCode).toBe(200);
+    expect(show.json()).toMatchObject({
+      record: { key, state: 'unknown' },
+      provider: { provider: 'payments', found: false },
+      workflowId: null,
+    });
+
+    const missing = await app.inject({
+      method: 'GET',
+      url: '/admin/operation?tenant=acme&type=payment.charge&key=nothing-here',
+      headers: admin,
+    });
+    expect(missing.statusCode).toBe(404);
+    expect(missing.headers['content-type']).toContain('application/problem+json');
+
+    const badQuery = await app.inject({
+      method: 'GET',
+      url: '/admin/operations?state=bogus',
+      headers: admin,
+    });
+    expect(badQuery.statusCode).toBe(400);
+    expect(badQuery.json()).toMatchObject({ type: 'https://onceflow.dev/problems/invalid-request' });
+  });
+
+  it('resolve requires a reason, then settles and audits with source api', async () => {
+    const key = await unknownCharge();
+    const body = { tenant: 'acme', type: 'payment.charge', key, outcome: 'failed', actor: 'carol' };
+    const missing = await app.inject({
+      method: 'POST',
+      url: '/admin/operations/resolve',
+      headers: admin,
+      payload: body,
+    });
+    expect(missing.statusCode).toBe(400);
+    const blank = await app.inject({
+      method: 'POST',
+      url: '/admin/operations/resolve',
+      headers: admin,
+      payload: { ...body, reason: '   ' },
+    });
+    expect(blank.statusCode).toBe(400);
+    expect(blank.json().detail).toMatch(/reason is required/);
+    const { rows: none } = await stack.pool.query('select 1 from audit_log where operation_key = $1', [key]);
+    expect(none).toHaveLength(0);
+
+    const ok = await app.inject({
+      method: 'POST',
+      url: '/admin/operations/resolve',
+      headers: admin,
+      payload: { ...body, reason: 'provider support confirmed no charge' },
+    });
+    expect(ok.statusCode).toBe(200);
+    expect(ok.json()).toMatchObject({
+      before: 'unknown',
+      after: 'failed',
+      workflowId: null,
+      signalled: false,
+    });
+
+    const audit = await app.inject({
+      method: 'GET',
+      url: `/admin/audit?key=${encodeURIComponent(key)}`,
+      headers: admin,
+    });
+    const entries = audit.json<{ data: AuditEntry[] }>().data;
+    expect(entries).toHaveLength(1);
+    expect(entries[0]).toMatchObject({
+      actor: 'carol',
+      source: 'api',
+      action: 'resolve',
+      reason: 'provider support confirmed no charge',
+      before: { state: 'unknown' },
+      after: { state: 'failed' },
+    });
+
+    const again = await app.inject({
+      method: 'POST',
+      url: '/admin/operations/resolve',
+      headers: admin,
+      payload: { ...body, reason: 'again' },
+    });
+    expect(again.statusCode).toBe(409);
+    expect(again.json()).toMatchObject({ type: 'https://onceflow.dev/problems/operation-state' });
+  });
+
+  it('reconcile asks the provider and audits; redrive refuses orders that are not parked', async () => {
+    const key = await unknownCharge();
+    const rec = await app.inject({
+      method: 'POST',
+      url: '/admin/operations/reconcile',
+      headers: admin,
+      payload: { tenant: 'acme', type: 'payment.charge', key, actor: 'dave' },
+    });
+    expect(rec.statusCode).toBe(200);
+    // The sandbox never saw this downstream key: still unknown, and the attempt is on record.
+    expect(rec.json()).toMatchObject({ changed: false, before: 'unknown', after: 'unknown' });
+    const { rows } = await stack.pool.query('select action, source from audit_log where operation_key = $1', [
+      key,
+    ]);
+    expect(rows).toEqual([{ action: 'reconcile', source: 'api' }]);
+
+    const notFound = await app.inject({
+      method: 'POST',
+      url: '/admin/orders/acme/no-such-order/redrive',
+      headers: admin,
+      payload: { actor: 'dave', reason: 'try' },
+    });
+    expect(notFound.statusCode).toBe(404);
+
+    const { input } = await stack.insertOrder();
+    const notParked = await app.inject({
+      method: 'POST',
+      url: `/admin/orders/acme/${input.orderId}/redrive`,
+      headers: admin,
+      payload: { actor: 'dave', reason: 'try' },
+    });
+    expect(notParked.statusCode).toBe(409);
+    expect(notParked.json().detail).toMatch(/accepted/);
+
+    const attention = await app.inject({
+      method: 'GET',
+      url: '/admin/attention?tenant=acme',
+      headers: admin,
+    });
+    expect(attention.statusCode).toBe(200);
+    expect(Array.isArray(attention.json().data)).toBe(true);
+  });
+});

@@ -1,0 +1,84 @@
+/**
+ * The admin routes and the metrics plugin registered inside the real API app
+ * (buildApiApp), as src/api/main.ts wires them: admin routes answer only to
+ * the admin token, tenant routes keep their own auth, /metrics counts the
+ * API's responses by route pattern.
+ */
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import type { FastifyInstance } from 'fastify';
+import { buildApiApp } from '../../src/api/app.ts';
+import { Ledger } from '../../src/ledger/index.ts';
+import { createMetrics, metricsPlugin, type Metrics } from '../../src/metrics/index.ts';
+import { Operator, opsRoutes } from '../../src/ops/index.ts';
+import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
+import { loadConfig } from '../../src/config.ts';
+import type { Pool } from '../../src/db/index.ts';
+import { databaseUrl, temporalAddress, temporalClient, testPool, uniq } from '../support/env.ts';
+
+let app: FastifyInstance;
+let pool: Pool;
+let metrics: Metrics;
+let closeClient: () => Promise<void>;
+const ADMIN = 'admin_wiring_token_0123456789';
+
+beforeAll(async () => {
+  const config = loadConfig({
+    DATABASE_URL: databaseUrl(),
+    TEMPORAL_ADDRESS: temporalAddress(),
+    TEMPORAL_TASK_QUEUE: uniq('wiring'),
+    ONCEFLOW_ADMIN_TOKEN: ADMIN,
+    OUTBOX_RELAY: 'off',
+  });
+  pool = testPool(5);
+  metrics = createMetrics({ pool });
+  const ledger = new Ledger(pool, { hooks: metrics.ledgerHooks });
+  const tc = await temporalClient();
+  closeClient = tc.close;
+  const providers = { baseUrl: config.sandboxUrl, timeoutMs: config.providerTimeoutMs };
+  const operator = new Operator({
+    pool,
+    ledger,
+    temporal: tc.client,
+    payments: createSandboxPaymentProvider(providers),
+    email: createSandboxEmailProvider(providers),
+    temporalUi: { url: config.temporal.uiUrl, namespace: config.temporal.namespace },
+    source: 'api',
+  });
+  app = await buildApiApp({ pool, ledger, temporal: tc.client, config });
+  await app.register(metricsPlugin({ metrics }));
+  await app.register(opsRoutes({ operator, adminToken: config.adminToken }));
+  await app.ready();
+});
+afterAll(async () => {
+  await app?.close();
+  await closeClient?.();
+  await pool?.end();
+});
+
+it('serves the admin routes behind the admin token and counts responses in /metrics', async () => {
+  const denied = await app.inject({ method: 'GET', url: '/admin/attention' });
+  expect(denied.statusCode).toBe(401);
+  expect(denied.headers['content-type']).toContain('application/problem+json');
+
+  const ok = await app.inject({
+    method: 'GET',
+    url: '/admin/attention',
+    headers: { authorization: `Bearer ${ADMIN}` },
+  });
+  expect(ok.statusCode).toBe(200);
+
+  // The admin token is not a tenant key.
+  const tenantRoute = await app.inject({
+    method: 'GET',
+    url: '/v1/orders',
+    headers: { authorization: `Bearer ${ADMIN}` },
+  });
+  expect(tenantRoute.statusCode).toBe(401);
+
+  const res = await app.inject({ method: 'GET', url: '/metrics' });
+  expect(res.statusCode).toBe(200);
+  expect(res.body).toContain('http_requests_total{route="/admin/attention",method="GET",status="401"} 1');
+  expect(res.body).toContain('http_requests_total{route="/admin/attention",method="GET",status="200"} 1');
+  expect(res.body).toContain('http_requests_total{route="/v1/orders",method="GET",status="401"} 1');
+  expect(res.body).toContain('onceflow_metrics_db_up 1');
+});

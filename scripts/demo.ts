@@ -1,0 +1,386 @@
+/**
+ * `npm run demo`: drives the running stack (`npm start`) like a crowd of
+ * flaky clients on a flaky network, then checks the invariants that make the
+ * product trustworthy:
+ *
+ *   charges at the provider = paid orders, receipts = completed orders,
+ *   no order charged or emailed twice, every order terminal or needs_attention.
+ *
+ * It submits ~200 orders from 2 tenants, retries ~20% of requests with the
+ * same key, reuses a few keys with a different body, turns on every kind of
+ * sandbox fault, and includes some declined cards. Exit code 1 if any
+ * invariant breaks.
+ */
+import { parseArgs } from 'node:util';
+import { randomBytes } from 'node:crypto';
+import { loadConfig } from '../src/config.ts';
+
+const { values: args } = parseArgs({
+  options: {
+    orders: { type: 'string', default: '200' },
+    concurrency: { type: 'string', default: '8' },
+    'timeout-seconds': { type: 'string', default: '900' },
+  },
+});
+const config = loadConfig();
+const API = process.env.DEMO_API_URL ?? `http://127.0.0.1:${config.ports.api}`;
+const SANDBOX = config.sandboxUrl;
+const TENANTS = [
+  { id: 'acme', key: process.env.DEMO_ACME_KEY ?? 'sk_test_acme_local' },
+  { id: 'globex', key: process.env.DEMO_GLOBEX_KEY ?? 'sk_test_globex_local' },
+];
+const ORDER_COUNT = positiveInt(args.orders, '--orders');
+const CONCURRENCY = positiveInt(args.concurrency, '--concurrency');
+const TIMEOUT_MS = positiveInt(args['timeout-seconds'], '--timeout-seconds') * 1000;
+const TERMINAL = new Set(['completed', 'rejected', 'needs_attention']);
+const runId = randomBytes(4).toString('hex');
+
+function positiveInt(raw: string | undefined, name: string): number {
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n <= 0) {
+    console.error(`${name} must be a positive integer, got ${JSON.stringify(raw)}`);
+    process.exit(2);
+  }
+  return n;
+}
+
+interface Planned {
+  index: number;
+  tenant: (typeof TENANTS)[number];
+  key: string;
+  body: Record<string, unknown>;
+  retry: 'none' | 'concurrent' | 'after';
+  conflict: boolean;
+  declined: boolean;
+}
+
+interface Step {
+  name: string;
+  state: string;
+  attempts: number;
+}
+
+interface OrderView {
+  id: string;
+  status: string;
+  workflowId: string;
+  chargeId: string | null;
+  steps?: Step[];
+}
+
+const counts = {
+  requests: 0,
+  duplicatesAbsorbed: 0,
+  conflictsRejected: 0,
+  unexpected: [] as string[],
+};
+
+async function post(
+  p: Planned,
+  body = p.body,
+): Promise<{ status: number; json: Record<string, unknown>; replayed: boolean }> {
+  counts.requests++;
+  const res = await fetch(`${API}/v1/orders`, {
+    method: 'POST',
+    headers: {
+      authorization: `Bearer ${p.tenant.key}`,
+      'content-type': 'application/json',
+      'idempotency-key': p.key,
+    },
+    body: JSON.stringify(body),
+  });
+  const json = (await res.json().catch(() => ({}))) as Record<string, unknown>;
+  return { status: res.status, json, replayed: res.headers.get('idempotent-replayed') === 'true' };
+}
+
+function plan(): Planned[] {
+  const planned: Planned[] = [];
+  for (let i = 0; i < ORDER_COUNT; i++) {
+    const tenant = TENANTS[i % TENANTS.length]!;
+    const declined = i % 25 === 7; // ~4% declined cards
+    const quantity = 1 + (i % 3);
+    planned.push({
+      index: i,
+      tenant,
+      key: `demo-${runId}-${i}`,
+      body: {
+        customer: { id: `cus_${i % 17}`, email: `customer${i}@example.com` },
+        currency: 'usd',
+        items: [{ sku: `SKU-${i % 5}`, quantity, unitAmount: 1000 + (i % 7) * 250 }],
+        paymentMethod: declined ? 'pm_card_chargeDeclined' : 'pm_card_visa',
+      },
+      // ~20% of client requests are retried with the same key: half while the first is in flight.
+      retry: i % 10 === 3 ? 'concurrent' : i % 10 === 8 ? 'after' : 'none',
+      conflict: i % 40 === 11, // a few keys reused with a different body
+      declined,
+    });
+  }
+  return planned;
+}
+
+async function pool<T>(items: T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(limit, items.length) }, async () => {
+      while (next < items.length) await fn(items[next++]!);
+    }),
+  );
+}
+
+function progress(label: string, done: number, total: number): void {
+  if (!process.stdout.isTTY) {
+    // Logs and CI: one line per 10%.
+    if (done === total || done % Math.max(1, Math.round(total / 10)) === 0)
+      console.log(`${label} ${done}/${total}`);
+    return;
+  }
+  const width = 30;
+  const filled = Math.round((done / total) * width);
+  process.stdout.write(
+    `\r${label.padEnd(12)} [${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done}/${total}`,
+  );
+  if (done === total) process.stdout.write('\n');
+}
+
+/** Sums a counter from the worker's Prometheus endpoint, by label filter; null if unreachable. */
+async function workerCounter(name: string, match: (labels: string) => boolean): Promise<number | null> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${config.ports.workerMetrics}/metrics`);
+    if (!res.ok) return null;
+    let sum = 0;
+    for (const line of (await res.text()).split('\n')) {
+      const m = /^(\w+)\{([^}]*)\} ([0-9.e+-]+)$/.exec(line);
+      if (m && m[1] === name && match(m[2]!)) sum += Number(m[3]);
+    }
+    return sum;
+  } catch {
+    return null;
+  }
+}
+
+const ledgerCounters = async () => ({
+  unknown: await workerCounter('onceflow_ledger_unknown_outcomes_total', () => true),
+  reconciled: await workerCounter('onceflow_ledger_reconciliations_total', (l) =>
+    /outcome="(succeeded|failed|settled:[a-z]+)"/.test(l),
+  ),
+});
+
+async function sandbox(path: string, init?: RequestInit): Promise<unknown> {
+  const res = await fetch(`${SANDBOX}${path}`, init);
+  if (!res.ok) throw new Error(`sandbox ${path}: HTTP ${res.status}`);
+  return res.json();
+}
+
+async function setFaults(): Promise<void> {
+  await sandbox('/_sandbox/faults', { method: 'DELETE' });
+  // Longer than the worker's provider timeout, so the call times out and is reconciled.
+  const slow = config.providerTimeoutMs + 2_000;
+  const faults = [
+    ['charges.create', 'fail_before', 3],
+    ['charges.create', 'fail_after', 3],
+    ['charges.create', 'drop_after', 3],
+    ['charges.create', 'delay', 2, slow],
+    ['charges.lookup', 'fail_before', 2],
+    ['messages.create', 'fail_before', 3],
+    ['messages.create', 'fail_after', 3],
+    ['messages.create', 'drop_after', 3],
+    ['messages.create', 'delay', 2, slow],
+  ] as const;
+  for (const [endpoint, kind, count, delayMs] of faults) {
+    await sandbox('/_sandbox/faults', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ endpoint, kind, count, ...(delayMs ? { delayMs } : {}) }),
+    });
+  }
+  console.log(`faults on: ${faults.map(([e, k, c]) => `${e} ${k} x${c}`).join(', ')}`);
+}
+
+async function submit(p: Planned, created: Map<number, OrderView>): Promise<void> {
+  const first = post(p);
+  const concurrentRetry = p.retry === 'concurrent' ? post(p) : undefined;
+  const original = await first;
+  if (original.status !== 202) {
+    counts.unexpected.push(
+      `order ${p.index}: POST answered ${original.status} ${JSON.stringify(original.json)}`,
+    );
+    return;
+  }
+  created.set(p.index, original.json as unknown as OrderView);
+
+  const retries = [concurrentRetry, p.retry === 'after' ? post(p) : undefined].filter(Boolean);
+  for (const retry of retries) {
+    const r = await retry!;
+    // A replay (same order, flagged) or 409 "still processing" both absorb the duplicate.
+    if ((r.status === 202 && r.json.id === original.json.id) || r.status === 409) {
+      if (r.status === 202 && !r.replayed && !original.replayed) {
+        counts.unexpected.push(
+          `order ${p.index}: a retry created a second response without the replay header`,
+        );
+      }
+      counts.duplicatesAbsorbed++;
+    } else {
+      counts.unexpected.push(`order ${p.index}: retry answered ${r.status}`);
+    }
+  }
+  if (p.conflict) {
+    const other = { ...p.body, paymentMethod: p.declined ? 'pm_card_visa' : 'pm_card_mastercard' };
+    const r = await post(p, other);
+    if (r.status === 422) counts.conflictsRejected++;
+    else counts.unexpected.push(`order ${p.index}: a conflicting reuse answered ${r.status}, expected 422`);
+  }
+}
+
+async function settle(p: Planned, order: OrderView, deadline: number): Promise<OrderView> {
+  for (;;) {
+    const res = await fetch(`${API}/v1/orders/${order.id}?wait=20`, {
+      headers: { authorization: `Bearer ${p.tenant.key}` },
+    });
+    if (!res.ok) throw new Error(`GET order ${order.id}: HTTP ${res.status}`);
+    const view = (await res.json()) as OrderView;
+    if (TERMINAL.has(view.status) || Date.now() > deadline) return view;
+  }
+}
+
+async function main(): Promise<void> {
+  try {
+    const ready = await fetch(`${API}/readyz`);
+    if (!ready.ok) throw new Error(`HTTP ${ready.status}`);
+    await sandbox('/healthz');
+  } catch (err) {
+    console.error(
+      `The stack is not running (${API}, ${SANDBOX}): ${String(err)}\nStart it with \`npm start\` first.`,
+    );
+    process.exit(2);
+  }
+  console.log(
+    `onceflow demo ${runId}: ${ORDER_COUNT} orders, ${TENANTS.length} tenants, concurrency ${CONCURRENCY}`,
+  );
+  await setFaults();
+
+  const before = await ledgerCounters();
+  const planned = plan();
+  const created = new Map<number, OrderView>();
+  let submitted = 0;
+  try {
+    await pool(planned, CONCURRENCY, async (p) => {
+      await submit(p, created);
+      progress('submitted', ++submitted, planned.length);
+    });
+
+    const deadline = Date.now() + TIMEOUT_MS;
+    const finals = new Map<number, OrderView>();
+    let settled = 0;
+    await pool(
+      planned.filter((p) => created.has(p.index)),
+      32,
+      async (p) => {
+        finals.set(p.index, await settle(p, created.get(p.index)!, deadline));
+        progress('settled', ++settled, created.size);
+      },
+    );
+    const after = await ledgerCounters();
+    const delta = (k: 'unknown' | 'reconciled') =>
+      before[k] === null || after[k] === null ? null : after[k]! - before[k]!;
+    await report(planned, finals, { unknown: delta('unknown'), reconciled: delta('reconciled') });
+  } finally {
+    await sandbox('/_sandbox/faults', { method: 'DELETE' }).catch(() => undefined);
+  }
+}
+
+async function report(
+  planned: Planned[],
+  finals: Map<number, OrderView>,
+  ledger: { unknown: number | null; reconciled: number | null },
+): Promise<void> {
+  const orderIds = new Set([...finals.values()].map((o) => o.id));
+  const charges = (
+    (await sandbox('/_sandbox/charges')) as {
+      data: { status: string; order_id?: string; metadata?: { order_id?: string } }[];
+    }
+  ).data;
+  const messages = (
+    (await sandbox('/_sandbox/messages')) as {
+      data: { order_id?: string; metadata?: { order_id?: string } }[];
+    }
+  ).data;
+  const orderOf = (e: { order_id?: string; metadata?: { order_id?: string } }) =>
+    e.order_id ?? e.metadata?.order_id ?? '';
+  const ours = <T extends { order_id?: string; metadata?: { order_id?: string } }>(list: T[]) =>
+    list.filter((e) => orderIds.has(orderOf(e)));
+  const succeededCharges = ours(charges).filter((c) => c.status === 'succeeded');
+  const receipts = ours(messages);
+
+  const byStatus = new Map<string, number>();
+  for (const o of finals.values()) byStatus.set(o.status, (byStatus.get(o.status) ?? 0) + 1);
+  const paid = [...finals.values()].filter((o) => o.chargeId && o.status !== 'rejected');
+  const completed = byStatus.get('completed') ?? 0;
+  const perOrder = (list: { order_id?: string; metadata?: { order_id?: string } }[]) => {
+    const m = new Map<string, number>();
+    for (const e of list) m.set(orderOf(e), (m.get(orderOf(e)) ?? 0) + 1);
+    return m;
+  };
+  const doubleCharges = [...perOrder(succeededCharges).values()].filter((n) => n > 1).length;
+  const doubleReceipts = [...perOrder(receipts).values()].filter((n) => n > 1).length;
+  const reconciled = [...finals.values()].filter((o) =>
+    (o.steps ?? []).some((s) => s.name === 'charge' && s.attempts > 1 && s.state === 'succeeded'),
+  );
+  const notSettled = [...finals.values()].filter((o) => !TERMINAL.has(o.status));
+
+  const checks: [string, boolean, string][] = [
+    [
+      'charges at the provider = paid orders',
+      succeededCharges.length === paid.length,
+      `${succeededCharges.length} vs ${paid.length}`,
+    ],
+    ['receipts = completed orders', receipts.length === completed, `${receipts.length} vs ${completed}`],
+    ['no order charged twice', doubleCharges === 0, `${doubleCharges}`],
+    ['no order emailed twice', doubleReceipts === 0, `${doubleReceipts}`],
+    ['every order terminal or needs_attention', notSettled.length === 0, `${notSettled.length} still moving`],
+    ['every order was created', finals.size === planned.length, `${finals.size}/${planned.length}`],
+    ['no unexpected HTTP answers', counts.unexpected.length === 0, `${counts.unexpected.length}`],
+  ];
+
+  const rows: [string, string | number][] = [
+    ['orders created', finals.size],
+    ['HTTP requests sent', counts.requests],
+    ['duplicate requests absorbed', counts.duplicatesAbsorbed],
+    ['conflicting key reuses rejected (422)', counts.conflictsRejected],
+    ['orders completed', completed],
+    ['orders rejected (declined card)', byStatus.get('rejected') ?? 0],
+    ['orders needing attention', byStatus.get('needs_attention') ?? 0],
+    ['charges at the provider', succeededCharges.length],
+    ['paid orders', paid.length],
+    ['receipts sent', receipts.length],
+    ['unknown outcomes (worker metrics)', ledger.unknown ?? 'n/a'],
+    ['unknown outcomes reconciled (worker metrics)', ledger.reconciled ?? 'n/a'],
+    ['orders whose charge took more than one attempt', reconciled.length],
+  ];
+  const width = Math.max(...rows.map(([k]) => k.length)) + 2;
+  console.log('\n' + '='.repeat(width + 10));
+  for (const [k, v] of rows) console.log(`${k.padEnd(width)}${String(v).padStart(8)}`);
+  console.log('='.repeat(width + 10));
+  for (const [name, ok, detail] of checks) console.log(`${ok ? 'PASS' : 'FAIL'}  ${name} (${detail})`);
+  for (const line of counts.unexpected.slice(0, 10)) console.log(`  unexpected: ${line}`);
+
+  const ui = `${config.temporal.uiUrl}/namespaces/${config.temporal.namespace}/workflows`;
+  const interesting =
+    reconciled[0] ??
+    [...finals.values()].find((o) => o.status === 'needs_attention') ??
+    [...finals.values()][0];
+  if (interesting) {
+    console.log(
+      `\nAn interesting order (${interesting.status}): ${ui}/${encodeURIComponent(interesting.workflowId)}`,
+    );
+  }
+  console.log(
+    `All orders of this run in the UI: ${ui}?query=${encodeURIComponent('WorkflowType="orderWorkflow"')}`,
+  );
+  if (checks.some(([, ok]) => !ok)) {
+    console.log('\nAn invariant broke.');
+    process.exit(1);
+  }
+  console.log('\nAll invariants hold.');
+}
+
+await main();

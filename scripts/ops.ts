@@ -15,6 +15,7 @@ import { Ledger, type OperationState } from '../src/ledger/index.ts';
 import { Operator, defaultActor, isOpsError, type AuditEntry } from '../src/ops/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../src/providers/sandbox.ts';
 import { connectionSettings } from '../src/temporal/connection.ts';
+import { setLogLevel } from '../src/log.ts';
 
 const USAGE = `Usage: npm run ops -- <command> [options]
 
@@ -170,6 +171,7 @@ async function main(argv: string[]): Promise<number> {
   if (command === 'redrive') requireReason(values);
 
   const config = loadConfig();
+  setLogLevel(config.logLevel);
   const pool = createPool(config.databaseUrl, { max: 2 });
   // Lazy: read-only commands never need Temporal, and only resolve/redrive signal.
   const connection = Connection.lazy(

@@ -4,7 +4,12 @@
  */
 type Level = 'debug' | 'info' | 'warn' | 'error';
 const order: Record<Level, number> = { debug: 10, info: 20, warn: 30, error: 40 };
-const threshold = order[(process.env.LOG_LEVEL as Level | undefined) ?? 'info'] ?? 20;
+let threshold = order.info;
+
+/** Called by each composition root with `config.logLevel` (LOG_LEVEL). */
+export function setLogLevel(level: Level): void {
+  threshold = order[level];
+}
 
 function emit(level: Level, msg: string, fields?: Record<string, unknown>): void {
   if (order[level] < threshold) return;

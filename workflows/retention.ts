@@ -1,10 +1,11 @@
 import { log, proxyActivities } from '@temporalio/workflow';
 import type { RetentionActivities, RetentionSummary } from '../activities/retention.ts';
 
-const { pruneLedger } = proxyActivities<RetentionActivities>({
+const options = {
   startToCloseTimeout: '10 minutes',
   retry: { initialInterval: '10 seconds', maximumAttempts: 5 },
-});
+} as const;
+const { pruneLedger } = proxyActivities<RetentionActivities>(options);
 
 export interface RetentionInput {
   /** Succeeded and failed operations completed longer ago than this are deleted. */
@@ -21,8 +22,7 @@ export interface RetentionInput {
 export async function retentionWorkflow(input: RetentionInput): Promise<RetentionSummary> {
   const summary = await pruneLedger.executeWithOptions(
     {
-      startToCloseTimeout: '10 minutes',
-      retry: { initialInterval: '10 seconds', maximumAttempts: 5 },
+      ...options,
       summary: `prune finished operations older than ${Math.round(input.windowMs / 3_600_000)} h`,
     },
     [input],

@@ -13,7 +13,7 @@ import { loadConfig } from '../config.ts';
 import { createPool } from '../db/index.ts';
 import { PortInUseError } from '../devserver/ports.ts';
 import { Ledger } from '../ledger/index.ts';
-import { errorFields, log } from '../log.ts';
+import { errorFields, log, setLogLevel } from '../log.ts';
 import { connectionSettings } from '../temporal/connection.ts';
 import { buildApiApp } from './app.ts';
 import { OutboxRelay } from './outbox.ts';
@@ -22,6 +22,7 @@ import { Operator, opsRoutes } from '../ops/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../providers/sandbox.ts';
 
 const config = loadConfig();
+setLogLevel(config.logLevel);
 const address = config.temporal.address ?? `127.0.0.1:${config.ports.temporal}`;
 
 const pool = createPool(config.databaseUrl, { max: 20 });

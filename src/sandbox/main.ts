@@ -6,11 +6,12 @@
 import { loadConfig } from '../config.ts';
 import { createPool } from '../db/index.ts';
 import { redactUrl } from '../db/migrate.ts';
-import { errorFields, log } from '../log.ts';
+import { errorFields, log, setLogLevel } from '../log.ts';
 import { startSandbox } from './server.ts';
 
 async function main(): Promise<void> {
   const config = loadConfig();
+  setLogLevel(config.logLevel);
   const pool = createPool(config.databaseUrl);
   try {
     const { rows } = await pool.query<{ t: string | null }>(

@@ -10,7 +10,7 @@ import { loadConfig } from '../config.ts';
 import { createPool } from '../db/index.ts';
 import { connectionSettings } from '../temporal/connection.ts';
 import { createWorker } from './worker.ts';
-import { errorFields, log } from '../log.ts';
+import { errorFields, log, setLogLevel } from '../log.ts';
 import { Ledger } from '../ledger/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../providers/sandbox.ts';
 import { createMetrics, startMetricsServer } from '../metrics/index.ts';
@@ -19,6 +19,7 @@ import { DefaultLogger, type LogLevel } from '@temporalio/worker';
 import { PortInUseError } from '../devserver/ports.ts';
 
 const config = loadConfig();
+setLogLevel(config.logLevel);
 const address = config.temporal.address ?? `127.0.0.1:${config.ports.temporal}`;
 // First, before any connection: the SDK runtime (its logger and Prometheus exporter) is process-wide.
 const { sdkMetricsUrl } = await installWorkerRuntime({

@@ -126,6 +126,44 @@ describe('order workflow', () => {
     });
   });
 
+  describe('overlapping attempts: the provider answers after the activity attempt timed out', () => {
+    // The provider client waits longer than an attempt may run, so Temporal starts
+    // attempt 2 while attempt 1 is still inside the provider call holding the claim.
+    const overlapTiming = { ...TEST_TIMING, activityStartToCloseMs: 2_000 };
+    let slow: OrderStack;
+    beforeAll(async () => {
+      slow = await startOrderStack({ providerTimeoutMs: 10_000 });
+    });
+    afterAll(async () => {
+      await slow?.close();
+    });
+
+    it.each(['charges.create', 'messages.create'])(
+      '%s delayed past start-to-close: one effect',
+      async (endpoint) => {
+        await slow.fault(endpoint, 'delay', 1, 3_500);
+        const { input, workflowId, handle } = await slow.startOrder({}, overlapTiming);
+        expect((await handle.result()).status).toBe('completed');
+        expect(await slow.charges(input.orderId)).toHaveLength(1);
+        expect(await slow.messages(input.orderId)).toHaveLength(1);
+
+        // Temporal really ran more than one attempt of the delayed step.
+        const history = await handle.fetchHistory();
+        const activity = endpoint === 'charges.create' ? 'chargePayment' : 'sendReceipt';
+        const scheduledIds = new Set(
+          (history.events ?? [])
+            .filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === activity)
+            .map((e) => String(e.eventId)),
+        );
+        const attempts = (history.events ?? [])
+          .filter((e) => scheduledIds.has(String(e.activityTaskStartedEventAttributes?.scheduledEventId)))
+          .map((e) => e.activityTaskStartedEventAttributes?.attempt ?? 0);
+        expect(Math.max(...attempts)).toBeGreaterThanOrEqual(2);
+        finished.push(workflowId);
+      },
+    );
+  });
+
   it('same workflow ID started twice: one workflow, one charge', async () => {
     const { input, workflowId, handle } = await stack.startOrder();
     let refused: unknown;

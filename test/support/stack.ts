@@ -64,7 +64,7 @@ export interface OrderStack {
 }
 
 export async function startOrderStack(
-  opts: { startWorker?: boolean; hooks?: LedgerHooks } = {},
+  opts: { startWorker?: boolean; hooks?: LedgerHooks; providerTimeoutMs?: number } = {},
 ): Promise<OrderStack> {
   const pool = testPool(20);
   const ledger = new Ledger(pool, { leaseMs: TEST_LEASE_MS, ...(opts.hooks ? { hooks: opts.hooks } : {}) });
@@ -80,7 +80,10 @@ export async function startOrderStack(
   let worker: Worker | undefined;
   let running: Promise<void> | undefined;
 
-  const providerOptions = { baseUrl: sandbox.url, timeoutMs: TEST_PROVIDER_TIMEOUT_MS };
+  const providerOptions = {
+    baseUrl: sandbox.url,
+    timeoutMs: opts.providerTimeoutMs ?? TEST_PROVIDER_TIMEOUT_MS,
+  };
   const stack: OrderStack = {
     taskQueue,
     pool,

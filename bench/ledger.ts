@@ -15,10 +15,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes, randomUUID } from 'node:crypto';
-import pg from 'pg';
 import { loadConfig } from '../src/config.ts';
 import { createPool, type Pool } from '../src/db/index.ts';
-import { describeConnectError, migrate } from '../src/db/migrate.ts';
+import { createThrowawayDatabase } from '../src/db/migrate.ts';
 import { Ledger } from '../src/ledger/index.ts';
 
 const LEVELS = [1, 8, 32] as const;
@@ -28,12 +27,6 @@ if (!Number.isFinite(seconds) || seconds <= 0 || seconds > 60)
 const measureMs = seconds * 1000;
 const warmupMs = Math.min(400, measureMs / 4);
 const REPLAY_KEYS = 1000;
-
-function withDatabase(url: string, name: string): string {
-  const u = new URL(url);
-  u.pathname = `/${name}`;
-  return u.toString();
-}
 
 /** Runs `op` on `workers` concurrent loops for `ms`; returns the number of completed operations. */
 async function run(workers: number, ms: number, op: Op): Promise<number> {
@@ -78,19 +71,13 @@ async function compare(
 
 async function main(): Promise<void> {
   const config = loadConfig();
-  const adminUrl = withDatabase(config.databaseUrl, 'postgres');
-  const dbName = `onceflow_bench_${process.pid}_${randomBytes(3).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  try {
-    await admin.connect();
-  } catch (err) {
-    throw describeConnectError(err, adminUrl);
-  }
-  await admin.query(`create database ${pg.escapeIdentifier(dbName)}`);
-  const url = withDatabase(config.databaseUrl, dbName);
+  const database = await createThrowawayDatabase(
+    config.databaseUrl,
+    `onceflow_bench_${process.pid}_${randomBytes(3).toString('hex')}`,
+  );
+  const url = database.url;
   const results: Record<string, unknown> = {};
   try {
-    await migrate(url);
     const setup = createPool(url, { max: 1 });
     // The baseline table is the ledger's table: same columns, constraints and indexes.
     await setup.query('create table bench_raw (like operations including all)');
@@ -208,8 +195,7 @@ async function main(): Promise<void> {
     fs.writeFileSync(out, `${JSON.stringify(report, null, 2)}\n`);
     console.log(`\nwrote ${path.relative(process.cwd(), out)}`);
   } finally {
-    await admin.query(`drop database if exists ${pg.escapeIdentifier(dbName)} with (force)`);
-    await admin.end();
+    await database.drop();
   }
 }
 

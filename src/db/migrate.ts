@@ -71,3 +71,48 @@ export function describeConnectError(err: unknown, databaseUrl: string): Error {
     { cause: err },
   );
 }
+
+/** The same server and credentials, another database. */
+export function withDatabase(databaseUrl: string, name: string): string {
+  const url = new URL(databaseUrl);
+  url.pathname = `/${name}`;
+  return url.toString();
+}
+
+/**
+ * Creates and migrates a database of its own next to `baseUrl`'s (tests and
+ * benchmarks never touch the user's data). `drop()` removes it, even with
+ * connections still open.
+ */
+export async function createThrowawayDatabase(
+  baseUrl: string,
+  name: string,
+): Promise<{ url: string; drop: () => Promise<void> }> {
+  const adminUrl = withDatabase(baseUrl, 'postgres');
+  const admin = async <T>(cb: (client: pg.Client) => Promise<T>): Promise<T> => {
+    const client = new pg.Client({ connectionString: adminUrl });
+    try {
+      await client.connect();
+    } catch (err) {
+      throw describeConnectError(err, adminUrl);
+    }
+    try {
+      return await cb(client);
+    } finally {
+      await client.end().catch(() => undefined);
+    }
+  };
+  await admin((c) => c.query(`CREATE DATABASE ${pg.escapeIdentifier(name)}`));
+  const url = withDatabase(baseUrl, name);
+  const drop = () =>
+    admin(async (c) => {
+      await c.query(`DROP DATABASE IF EXISTS ${pg.escapeIdentifier(name)} WITH (FORCE)`);
+    });
+  try {
+    await migrate(url);
+  } catch (err) {
+    await drop();
+    throw err;
+  }
+  return { url, drop };
+}

@@ -4,13 +4,12 @@
  * run fails here and says what is missing.
  */
 import type { TestProject } from 'vitest/node';
-import pg from 'pg';
 import fs from 'node:fs';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { bundleWorkflowCode } from '@temporalio/worker';
 import { loadConfig } from '../../src/config.ts';
-import { describeConnectError, migrate } from '../../src/db/migrate.ts';
+import { createThrowawayDatabase } from '../../src/db/migrate.ts';
 import {
   ensureTemporalCli,
   startDevServer,
@@ -30,12 +29,6 @@ declare module 'vitest' {
   }
 }
 
-function withDatabase(url: string, name: string): string {
-  const u = new URL(url);
-  u.pathname = `/${name}`;
-  return u.toString();
-}
-
 export default async function setup(project: TestProject) {
   const root = path.resolve(import.meta.dirname, '../..');
   const config = loadConfig(process.env, root);
@@ -44,18 +37,8 @@ export default async function setup(project: TestProject) {
   fs.mkdirSync(dataDir, { recursive: true });
 
   // --- Postgres: a database of our own, never the user's data.
-  const adminUrl = withDatabase(config.databaseUrl, 'postgres');
-  const dbName = `onceflow_test_${runId}`;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  try {
-    await admin.connect();
-  } catch (err) {
-    throw describeConnectError(err, adminUrl);
-  }
-  await admin.query(`CREATE DATABASE ${pg.escapeIdentifier(dbName)}`);
-  await admin.end();
-  const databaseUrl = withDatabase(config.databaseUrl, dbName);
-  await migrate(databaseUrl);
+  const database = await createThrowawayDatabase(config.databaseUrl, `onceflow_test_${runId}`);
+  const databaseUrl = database.url;
 
   // --- Temporal: TEMPORAL_ADDRESS if given, otherwise a dev server of our own on free ports.
   let server: DevServer | undefined;
@@ -89,10 +72,7 @@ export default async function setup(project: TestProject) {
 
   return async () => {
     await server?.stop();
-    const cleanup = new pg.Client({ connectionString: adminUrl });
-    await cleanup.connect();
-    await cleanup.query(`DROP DATABASE IF EXISTS ${pg.escapeIdentifier(dbName)} WITH (FORCE)`);
-    await cleanup.end();
+    await database.drop();
     if (process.env.KEEP_TEST_DATA !== '1') {
       // Keep artifacts (screenshots) but drop the bulky server state.
       fs.rmSync(path.join(dataDir, 'temporal.sqlite'), { force: true });

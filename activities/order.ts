@@ -8,7 +8,13 @@
  */
 import { ApplicationFailure } from '@temporalio/activity';
 import type { Pool } from '../src/db/index.ts';
-import { Ledger, LedgerError, type OperationRecord, type ReconcileOutcome } from '../src/ledger/index.ts';
+import {
+  downstreamKey,
+  Ledger,
+  LedgerError,
+  type OperationRecord,
+  type ReconcileOutcome,
+} from '../src/ledger/index.ts';
 import type { Charge, EmailProvider, Message, PaymentProvider } from '../src/providers/types.ts';
 import { ProviderError } from '../src/providers/types.ts';
 import { OPERATION_TYPES, type OrderStatus } from '../src/orders/model.ts';
@@ -37,7 +43,7 @@ export interface ChargeArgs extends StepRef {
 
 export interface ChargeResult {
   outcome: 'succeeded' | 'failed';
-  chargeId: string;
+  chargeId: string | null;
   failureCode: string | null;
   replayed: boolean;
   reconciled: boolean;
@@ -78,9 +84,12 @@ export interface ReconcileResult {
   settled: boolean;
   outcome: 'succeeded' | 'failed' | null;
   chargeId: string | null;
+  /** No claim exists and the provider has nothing under the key: the charge never started. */
+  notStarted?: boolean;
 }
 
-type ChargeJson = { chargeId: string; status: 'succeeded' | 'failed'; failureCode: string | null };
+/** chargeId is null only when an operator settled the charge without naming it. */
+type ChargeJson = { chargeId: string | null; status: 'succeeded' | 'failed'; failureCode: string | null };
 type MessageJson = { messageId: string };
 
 function chargeOutcome(charge: Charge) {
@@ -97,8 +106,16 @@ function messageOutcome(message: Message) {
   return { state: 'succeeded', result, providerRef: message.id } as const;
 }
 
-/** Maps ledger and provider errors onto Temporal's retry semantics. */
-export function toActivityFailure(err: unknown, unknownType: string): unknown {
+/**
+ * Maps ledger and provider errors onto Temporal's retry semantics. A provider
+ * refusing the request itself (nothing happened) becomes `rejectedType`; an
+ * idempotency mismatch at the provider stays 'ProviderRejected' for a human.
+ */
+export function toActivityFailure(
+  err: unknown,
+  unknownType: string,
+  rejectedType = 'ProviderRejected',
+): unknown {
   if (err instanceof LedgerError) {
     switch (err.code) {
       case 'outcome_unknown':
@@ -125,7 +142,8 @@ export function toActivityFailure(err: unknown, unknownType: string): unknown {
     }
   }
   if (err instanceof ProviderError && err.kind === 'rejected') {
-    return ApplicationFailure.create({ type: 'ProviderRejected', message: err.message, nonRetryable: true });
+    const type = err.code === 'idempotency_error' ? 'ProviderRejected' : rejectedType;
+    return ApplicationFailure.create({ type, message: err.message, nonRetryable: true });
   }
   return err;
 }
@@ -146,7 +164,7 @@ function reconcileResult(record: OperationRecord): ReconcileResult {
   if (record.state !== 'succeeded' && record.state !== 'failed')
     return { settled: false, outcome: null, chargeId: null };
   const result = (record.result ?? {}) as Partial<ChargeJson>;
-  return { settled: true, outcome: record.state, chargeId: result.chargeId ?? record.providerRef };
+  return { settled: true, outcome: record.state, chargeId: result.chargeId || record.providerRef || null };
 }
 
 export function createOrderActivities(deps: OrderActivityDeps) {
@@ -184,18 +202,26 @@ export function createOrderActivities(deps: OrderActivityDeps) {
         );
         return {
           outcome: run.state,
-          chargeId: run.result.chargeId,
+          chargeId: run.result.chargeId ?? run.providerRef,
           failureCode: run.result.failureCode,
           replayed: run.replayed,
           reconciled: run.reconciled,
         };
       } catch (err) {
-        throw toActivityFailure(err, 'PaymentOutcomeUnknown');
+        throw toActivityFailure(err, 'PaymentOutcomeUnknown', 'PaymentRejected');
       }
     },
 
     /** Reconciles an uncertain charge without ever performing it. */
     async reconcileCharge(args: StepRef): Promise<ReconcileResult> {
+      const chargeScope = scope(args, OPERATION_TYPES.charge);
+      if (!(await ledger.get(chargeScope))) {
+        // No claim: never claimed, released after a definite refusal, or reaped long
+        // after it settled. Only the provider can tell which; ask it by the same key.
+        const charge = await payments.findChargeByIdempotencyKey(downstreamKey(chargeScope));
+        if (charge) return { settled: true, outcome: charge.status, chargeId: charge.id };
+        return { settled: false, outcome: null, chargeId: null, notStarted: true };
+      }
       try {
         const record = await ledger.reconcileOnly<ChargeJson>(
           scope(args, OPERATION_TYPES.charge),
@@ -213,7 +239,7 @@ export function createOrderActivities(deps: OrderActivityDeps) {
     /** Records a provider event or an operator's decision about an uncertain charge. */
     async settleCharge(args: SettleArgs): Promise<ReconcileResult> {
       try {
-        const chargeId = args.chargeId ?? '';
+        const chargeId = args.chargeId ?? null;
         const { record } = await ledger.settle(scope(args, OPERATION_TYPES.charge), {
           state: args.outcome,
           result: {

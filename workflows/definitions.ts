@@ -22,6 +22,8 @@ export interface OrderState {
   receiptId: string | null;
   lastError: string | null;
   reconcileAttempts: number;
+  /** Parked: waiting for an operator's re-drive (or, while the charge is unsettled, a payment event). */
+  awaitingOperator: boolean;
 }
 
 export const paymentEventSignal = defineSignal<[PaymentEvent]>('paymentEvent');

@@ -29,7 +29,7 @@ import {
   type OrderState,
   type PaymentEvent,
 } from './definitions.ts';
-import { activityOptions, resolveTiming, type OrderTiming } from './policies.ts';
+import { activityOptions, DEFINITE_FAILURE_TYPES, resolveTiming, type OrderTiming } from './policies.ts';
 
 export const OrderStatusKey = defineSearchAttributeKey('OrderStatus', SearchAttributeType.KEYWORD);
 export const TenantIdKey = defineSearchAttributeKey('TenantId', SearchAttributeType.KEYWORD);
@@ -64,18 +64,22 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
     receiptId: null,
     lastError: null,
     reconcileAttempts: 0,
+    awaitingOperator: false,
   };
+  /** A provider or operator word on the charge, not yet applied. Consumed when applied. */
   let paymentEvent: PaymentEvent | undefined;
+  /** Once the charge has a definite outcome, later payment events (duplicates, late webhooks) are ignored. */
+  let chargeSettled = false;
   let redrives = 0;
   let redriveRequested = false;
 
   setHandler(statusQuery, () => state);
   setHandler(paymentEventSignal, (event) => {
     // The first settling word wins; duplicates and late events change nothing.
-    paymentEvent ??= event;
+    if (!chargeSettled) paymentEvent ??= event;
   });
   setHandler(redriveSignal, ({ actor, reason }) => {
-    if (state.status !== 'needs_attention') return;
+    if (!state.awaitingOperator) return;
     log.info('re-drive requested', { actor, reason });
     redriveRequested = true;
   });
@@ -124,8 +128,11 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
     }
   }
 
+  /** Waits for a re-drive, or (while the charge is unsettled) a payment event. */
   async function waitForOperator(): Promise<void> {
+    state.awaitingOperator = true;
     await condition(() => redriveRequested || paymentEvent !== undefined);
+    state.awaitingOperator = false;
     redriveRequested = false;
     redrives++;
   }
@@ -137,27 +144,43 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
     await waitForOperator();
   }
 
-  async function settleFromEvent(event: PaymentEvent): Promise<ReconcileResult> {
+  /**
+   * Applies a pending payment event to the ledger, consuming it. Returns null
+   * if there is none or it could not be applied (the error is kept for
+   * operators; the caller goes on reconciling).
+   */
+  async function applyPaymentEvent(): Promise<ReconcileResult | null> {
+    const event = paymentEvent;
+    if (!event) return null;
+    paymentEvent = undefined;
     const key = stepKeys.charge(workflowId);
-    return stepActs.settleCharge.executeWithOptions(
-      options(
-        timing.stepMaxAttempts,
-        `settle charge from ${event.source} event ${event.eventId} (key ${key})`,
-      ),
-      [{ ...ref, key, outcome: event.outcome, ...(event.chargeId ? { chargeId: event.chargeId } : {}) }],
-    );
+    try {
+      const result = await stepActs.settleCharge.executeWithOptions(
+        options(
+          timing.stepMaxAttempts,
+          `settle charge from ${event.source} event ${event.eventId} (key ${key})`,
+        ),
+        [{ ...ref, key, outcome: event.outcome, ...(event.chargeId ? { chargeId: event.chargeId } : {}) }],
+      );
+      return result.settled ? result : null;
+    } catch (err) {
+      state.lastError = `${event.source} event ${event.eventId} could not be applied: ${failureMessage(err)}`;
+      return null;
+    }
   }
 
   /**
    * payment_unknown: reconcile on durable timers with backoff until settled
-   * or the horizon passes. Returns null if the horizon passed unsettled.
+   * or the horizon passes (null). 'not_started' means the provider never saw
+   * the key and no claim exists: performing under the same key is safe.
    */
-  async function resolveUnknownCharge(): Promise<ReconcileResult | null> {
+  async function resolveUnknownCharge(): Promise<ReconcileResult | 'not_started' | null> {
     const key = stepKeys.charge(workflowId);
     const deadline = Date.now() + timing.unknownHorizonMs; // workflow time: deterministic
     let pause = timing.reconcileInitialMs;
     for (;;) {
-      if (paymentEvent) return settleFromEvent(paymentEvent);
+      const fromEvent = await applyPaymentEvent();
+      if (fromEvent) return fromEvent;
       state.reconcileAttempts++;
       try {
         const result = await stepActs.reconcileCharge.executeWithOptions(
@@ -165,6 +188,7 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
           [{ ...ref, key }],
         );
         if (result.settled) return result;
+        if (result.notStarted) return 'not_started';
       } catch (err) {
         state.lastError = `reconciliation failed: ${failureMessage(err)}`;
       }
@@ -178,9 +202,10 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
 
   /**
    * Runs the charge step to a definite outcome. Once the outcome is uncertain
-   * the charge is never performed again: only reconciled, or settled by a
-   * provider event or an operator, because a retry past the provider's key
-   * window could charge twice.
+   * the charge is not performed again unless reconciliation shows the
+   * provider never saw the key: it is reconciled, or settled by a provider
+   * event or an operator, because a retry past the provider's key window
+   * could charge twice.
    */
   async function charge(): Promise<ReconcileResult> {
     const key = stepKeys.charge(workflowId);
@@ -201,22 +226,30 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
         return { settled: true, outcome: result.outcome, chargeId: result.chargeId };
       } catch (err) {
         const type = failureType(err);
-        if (type === 'PaymentOutcomeUnknown' || type === 'OperationInProgress') {
+        if (type === 'PaymentRejected') {
+          // The provider refused the request itself: nothing was charged, and retrying can't help.
           state.lastError = failureMessage(err);
-          break;
+          return { settled: true, outcome: 'failed', chargeId: null };
         }
-        // A definite refusal, or retries ran out before the provider was reached.
-        await needsAttention(`charge failed: ${failureMessage(err)}`);
-        if (paymentEvent) return settleFromEvent(paymentEvent);
+        if (type !== undefined && DEFINITE_FAILURE_TYPES.includes(type)) {
+          await needsAttention(`charge failed: ${failureMessage(err)}`);
+          const fromEvent = await applyPaymentEvent();
+          if (fromEvent) return fromEvent;
+          continue; // re-driven: the ledger reconciles any earlier claim before performing
+        }
+        // Anything else (lost response, timeout, a crash mid-call) may have charged.
+        state.lastError = failureMessage(err);
       }
-    }
-    await transition('payment_unknown');
-    for (;;) {
-      const settled = await resolveUnknownCharge();
-      if (settled?.settled) return settled;
-      await needsAttention('payment outcome still unknown after the reconciliation horizon');
-      if (paymentEvent) return settleFromEvent(paymentEvent);
-      await transition('payment_unknown'); // re-driven: reconcile again
+      await transition('payment_unknown');
+      let outcome = await resolveUnknownCharge();
+      while (outcome === null) {
+        await needsAttention('payment outcome still unknown after the reconciliation horizon');
+        outcome = await applyPaymentEvent();
+        if (outcome) break;
+        await transition('payment_unknown'); // re-driven: reconcile again
+        outcome = await resolveUnknownCharge();
+      }
+      if (outcome !== 'not_started') return outcome;
     }
   }
 
@@ -252,9 +285,11 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
   await transition('accepted');
   await transition('payment_pending');
   const charged = await charge();
+  chargeSettled = true;
+  paymentEvent = undefined;
   state.chargeId = charged.chargeId;
   if (charged.outcome !== 'succeeded') {
-    await transition('rejected');
+    await transition('rejected', state.lastError ? { lastError: state.lastError } : {});
     return state;
   }
   await transition('paid');

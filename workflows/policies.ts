@@ -39,14 +39,19 @@ export const DEFAULT_TIMING: OrderTiming = {
   unknownHorizonMs: 6 * 60 * 60_000,
 };
 
-/** Errors that retrying cannot fix. */
-export const NON_RETRYABLE_ERROR_TYPES = [
+/**
+ * Failures that prove the step's effect did not happen and retrying cannot
+ * fix. Any other failure of an external step may hide an effect.
+ */
+export const DEFINITE_FAILURE_TYPES = [
   'InvalidInput',
   'OperationConflict',
   'ProviderRejected',
   'OrderNotFound',
-  'IllegalTransition',
 ];
+
+/** Errors that retrying cannot fix; 'PaymentRejected' is the provider refusing the charge request outright. */
+export const NON_RETRYABLE_ERROR_TYPES = [...DEFINITE_FAILURE_TYPES, 'PaymentRejected'];
 
 export function resolveTiming(overrides: Partial<OrderTiming> | undefined): OrderTiming {
   const timing = { ...DEFAULT_TIMING, ...overrides };

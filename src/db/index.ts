@@ -21,7 +21,15 @@ export const SQLSTATE = {
 } as const;
 
 export function createPool(connectionString: string, options: Partial<pg.PoolConfig> = {}): pg.Pool {
-  const pool = new pg.Pool({ connectionString, max: 10, ...options });
+  const pool = new pg.Pool({
+    connectionString,
+    max: 10,
+    // Bounded waits: an activity attempt that Temporal has already timed out
+    // must not commit minutes later, and a dead server must fail fast.
+    connectionTimeoutMillis: 10_000,
+    statement_timeout: 20_000,
+    ...options,
+  });
   // An idle client erroring (e.g. Postgres restarted) must not crash the process.
   pool.on('error', (err) => {
     console.error(JSON.stringify({ level: 'error', msg: 'idle postgres client error', error: err.message }));

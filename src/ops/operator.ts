@@ -30,7 +30,7 @@ import {
 } from '../ledger/index.ts';
 import { OPERATION_TYPES, orderWorkflowId } from '../orders/model.ts';
 import type { Charge, EmailProvider, Message, PaymentProvider } from '../providers/types.ts';
-import { paymentEventSignal, redriveSignal } from '../../workflows/definitions.ts';
+import { paymentEventSignal, redriveSignal, statusQuery } from '../../workflows/definitions.ts';
 import { OpsError } from './errors.ts';
 import {
   insertAudit,
@@ -374,6 +374,17 @@ export class Operator {
     };
   }
 
+  async #awaitingOperator(workflowId: string): Promise<boolean> {
+    try {
+      const state = await this.#temporal(() =>
+        this.#deps.temporal.workflow.getHandle(workflowId).query(statusQuery),
+      );
+      return state.awaitingOperator;
+    } catch {
+      return false; // closed, unknown, or unreachable: not parked
+    }
+  }
+
   /**
    * Re-drives an order parked in needs_attention: its workflow picks up where
    * it stopped, under the same keys (an uncertain charge is reconciled again,
@@ -394,10 +405,12 @@ export class Operator {
       async (tx) => {
         const order = await selectOrderForUpdate(tx, tenantId, orderId);
         if (!order) throw new OpsError('not_found', `no order ${orderId} for tenant ${tenantId}`);
-        if (order.status !== 'needs_attention') {
+        // A workflow that could not even record needs_attention (the database was
+        // down) is parked all the same: its status query says so.
+        if (order.status !== 'needs_attention' && !(await this.#awaitingOperator(order.workflowId))) {
           throw new OpsError(
             'invalid_state',
-            `order is ${order.status}; only orders in needs_attention can be re-driven`,
+            `order is ${order.status}; only orders in needs_attention (or parked workflows) can be re-driven`,
           );
         }
         const audit = await insertAudit(tx, {
@@ -518,7 +531,7 @@ export class Operator {
   #settledResult(operationType: string, outcome: 'succeeded' | 'failed', ref: string | undefined): Json {
     if (operationType === OPERATION_TYPES.charge) {
       return {
-        chargeId: ref ?? '',
+        chargeId: ref ?? null,
         status: outcome,
         failureCode: outcome === 'failed' ? 'settled_failed' : null,
       };

@@ -8,7 +8,7 @@ import { Worker } from '@temporalio/worker';
 import { WorkflowIdReusePolicy, type WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 import { startOrderStack, TEST_TIMING, type OrderStack } from '../support/stack.ts';
 import { workflowBundlePath } from '../support/env.ts';
-import { paymentEventSignal, statusQuery } from '../../workflows/definitions.ts';
+import { paymentEventSignal, redriveSignal, statusQuery } from '../../workflows/definitions.ts';
 import { stepKeys } from '../../src/orders/model.ts';
 
 let stack: OrderStack;
@@ -219,6 +219,51 @@ describe('order workflow', () => {
     const result = await handle.result();
     expect(result.status).toBe('completed');
     expect(result.chargeId).toBe(charges[0]!.id);
+    expect(await stack.charges(input.orderId)).toHaveLength(1);
+    expect(await stack.messages(input.orderId)).toHaveLength(1);
+    finished.push(workflowId);
+  });
+
+  it('a provider that refuses the charge request outright: rejected, nothing charged', async () => {
+    const { input, workflowId, handle } = await stack.startOrder({ paymentMethod: 'pm_card_unknown_token' });
+    const result = await handle.result();
+    expect(result.status).toBe('rejected');
+    expect(result.lastError).toMatch(/HTTP 400/);
+    expect(await stack.charges(input.orderId)).toHaveLength(0);
+    expect(await stack.messages(input.orderId)).toHaveLength(0);
+    expect((await stack.orderRow(input)).status).toBe('rejected');
+    finished.push(workflowId);
+  });
+
+  it('a receipt that runs out of retries parks the order until a re-drive, even with a payment event pending', async () => {
+    await stack.fault('messages.create', 'fail_before', 1000);
+    const { input, workflowId, handle } = await stack.startOrder();
+    const receiptAttempts = async () =>
+      ((await handle.fetchHistory()).events ?? []).filter(
+        (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'sendReceipt',
+      ).length;
+    try {
+      const parked = await waitForStatus(workflowId, 'needs_attention');
+      expect(parked.lastError).toMatch(/receipt failed/);
+      expect((await stack.orderRow(input)).last_error).toMatch(/receipt failed/);
+      // A late webhook for the (already settled) charge must not wake the parked order.
+      const charge = (await stack.charges(input.orderId))[0]!;
+      await handle.signal(paymentEventSignal, {
+        source: 'webhook',
+        outcome: 'succeeded',
+        eventId: 'evt_late',
+        chargeId: charge.id,
+      });
+      const before = await receiptAttempts();
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(await receiptAttempts()).toBe(before);
+      expect((await handle.query(statusQuery)).awaitingOperator).toBe(true);
+    } finally {
+      await stack.clearFaults();
+    }
+    await handle.signal(redriveSignal, { actor: 'test', reason: 'email provider is back' });
+    const result = await handle.result();
+    expect(result.status).toBe('completed');
     expect(await stack.charges(input.orderId)).toHaveLength(1);
     expect(await stack.messages(input.orderId)).toHaveLength(1);
     finished.push(workflowId);

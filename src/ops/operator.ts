@@ -302,6 +302,7 @@ export class Operator {
     const ref = (opts.chargeId ?? opts.providerRef)?.trim() || undefined;
     const result = this.#settledResult(scope.operationType, outcome, ref);
     const workflowId = workflowIdForKey(scope);
+    await this.#refuseContradiction(scope, outcome);
 
     const { before, after, audit } = await withTransaction(
       this.#deps.pool,
@@ -470,6 +471,37 @@ export class Operator {
   }
 
   // ------------------------------------------------------------------ helpers
+
+  /**
+   * An operator's decision may not contradict what the provider can still
+   * tell us: resolving a charge as failed that the provider shows as
+   * succeeded would invite charging again, and resolving it as succeeded
+   * with no charge at the provider would ship unpaid goods. If the provider
+   * cannot be asked (the usual reason an operator resolves by hand), the
+   * decision stands on the operator's word and reason.
+   */
+  async #refuseContradiction(scope: Scope, outcome: 'succeeded' | 'failed'): Promise<void> {
+    if (!EXTERNAL_TYPES.has(scope.operationType)) return;
+    let provider: ReconcileOutcome<Json>;
+    try {
+      provider = await this.#reconciler(scope.operationType)({ downstreamKey: downstreamKey(scope) });
+    } catch {
+      return;
+    }
+    if ((provider.state === 'succeeded' || provider.state === 'failed') && provider.state !== outcome) {
+      throw new OpsError(
+        'invalid_state',
+        `the provider reports this operation ${provider.state}${provider.providerRef ? ` (${provider.providerRef})` : ''}; ` +
+          `run reconcile instead of resolving it as ${outcome}`,
+      );
+    }
+    if (provider.state === 'not_found' && outcome === 'succeeded') {
+      throw new OpsError(
+        'invalid_state',
+        "the provider has no record under this operation's key; it cannot be resolved as succeeded",
+      );
+    }
+  }
 
   async #get(scope: Scope): Promise<OperationRecord> {
     const record = await this.#ledger(() => this.#deps.ledger.get(scope));

@@ -9,7 +9,7 @@ import { ensureRetentionSchedule } from '../retention/schedule.ts';
 import { loadConfig } from '../config.ts';
 import { createPool } from '../db/index.ts';
 import { connectionSettings } from '../temporal/connection.ts';
-import { createWorker } from './worker.ts';
+import { createWorker, timeoutOrderingProblem } from './worker.ts';
 import { errorFields, log, setLogLevel } from '../log.ts';
 import { Ledger } from '../ledger/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../providers/sandbox.ts';
@@ -20,6 +20,9 @@ import { PortInUseError } from '../devserver/ports.ts';
 
 const config = loadConfig();
 setLogLevel(config.logLevel);
+const timeoutProblem = timeoutOrderingProblem(config);
+if (timeoutProblem)
+  log.warn('timeouts are ordered unusually; expect extra retries', { problem: timeoutProblem });
 const address = config.temporal.address ?? `127.0.0.1:${config.ports.temporal}`;
 // First, before any connection: the SDK runtime (its logger and Prometheus exporter) is process-wide.
 const { sdkMetricsUrl } = await installWorkerRuntime({

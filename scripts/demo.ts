@@ -163,6 +163,9 @@ const ledgerCounters = async () => ({
   reconciled: await workerCounter('onceflow_ledger_reconciliations_total', (l) =>
     /outcome="(succeeded|failed|settled:[a-z]+)"/.test(l),
   ),
+  notFound: await workerCounter('onceflow_ledger_reconciliations_total', (l) =>
+    l.includes('outcome="not_found"'),
+  ),
 });
 
 async function sandbox(path: string, init?: RequestInit): Promise<unknown> {
@@ -280,9 +283,13 @@ async function main(): Promise<void> {
       },
     );
     const after = await ledgerCounters();
-    const delta = (k: 'unknown' | 'reconciled') =>
+    const delta = (k: keyof typeof before) =>
       before[k] === null || after[k] === null ? null : after[k]! - before[k]!;
-    await report(planned, finals, { unknown: delta('unknown'), reconciled: delta('reconciled') });
+    await report(planned, finals, {
+      unknown: delta('unknown'),
+      reconciled: delta('reconciled'),
+      notFound: delta('notFound'),
+    });
   } finally {
     await sandbox('/_sandbox/faults', { method: 'DELETE' }).catch(() => undefined);
   }
@@ -291,7 +298,7 @@ async function main(): Promise<void> {
 async function report(
   planned: Planned[],
   finals: Map<number, OrderView>,
-  ledger: { unknown: number | null; reconciled: number | null },
+  ledger: { unknown: number | null; reconciled: number | null; notFound: number | null },
 ): Promise<void> {
   const orderIds = new Set([...finals.values()].map((o) => o.id));
   const charges = (
@@ -354,6 +361,7 @@ async function report(
     ['receipts sent', receipts.length],
     ['unknown outcomes (worker metrics)', ledger.unknown ?? 'n/a'],
     ['unknown outcomes reconciled (worker metrics)', ledger.reconciled ?? 'n/a'],
+    ['  found never to have happened, retried under the same key', ledger.notFound ?? 'n/a'],
     ['orders whose charge took more than one attempt', reconciled.length],
   ];
   const width = Math.max(...rows.map(([k]) => k.length)) + 2;

@@ -64,7 +64,13 @@ export interface OrderStack {
 }
 
 export async function startOrderStack(
-  opts: { startWorker?: boolean; hooks?: LedgerHooks; providerTimeoutMs?: number } = {},
+  opts: {
+    startWorker?: boolean;
+    hooks?: LedgerHooks;
+    providerTimeoutMs?: number;
+    /** How long the sandbox remembers idempotency keys (its default is 24 h). */
+    sandboxKeyRetentionMs?: number;
+  } = {},
 ): Promise<OrderStack> {
   const pool = testPool(20);
   const ledger = new Ledger(pool, { leaseMs: TEST_LEASE_MS, ...(opts.hooks ? { hooks: opts.hooks } : {}) });
@@ -73,6 +79,7 @@ export async function startOrderStack(
     port: 0,
     account: uniq('acct'),
     webhook: { url: undefined, secret: 'whsec_test' },
+    ...(opts.sandboxKeyRetentionMs !== undefined ? { keyRetentionMs: opts.sandboxKeyRetentionMs } : {}),
   });
   const { client, close: closeClient } = await temporalClient();
   const taskQueue = uniq('orders');

@@ -382,7 +382,7 @@ async function report(
     );
   }
   console.log(
-    `All orders of this run in the UI: ${ui}?query=${encodeURIComponent('WorkflowType="orderWorkflow"')}`,
+    `All orders in the UI: ${ui}?query=${encodeURIComponent('WorkflowType="orderWorkflow"')}`,
   );
   if (checks.some(([, ok]) => !ok)) {
     console.log('\nAn invariant broke.');

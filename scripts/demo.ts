@@ -381,9 +381,7 @@ async function report(
       `\nAn interesting order (${interesting.status}): ${ui}/${encodeURIComponent(interesting.workflowId)}`,
     );
   }
-  console.log(
-    `All orders in the UI: ${ui}?query=${encodeURIComponent('WorkflowType="orderWorkflow"')}`,
-  );
+  console.log(`All orders in the UI: ${ui}?query=${encodeURIComponent('WorkflowType="orderWorkflow"')}`);
   if (checks.some(([, ok]) => !ok)) {
     console.log('\nAn invariant broke.');
     process.exit(1);

@@ -10,7 +10,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Connection } from '@temporalio/client';
-import { assertPortFree } from './ports.ts';
+import { assertPortFree, freePort, PortInUseError } from './ports.ts';
 
 export const TEMPORAL_CLI_MODULE = 'github.com/temporalio/cli/cmd/temporal';
 export const TEMPORAL_CLI_VERSION = 'v1.5.1';
@@ -267,4 +267,35 @@ export async function waitForHttp(
     await new Promise((r) => setTimeout(r, 200));
   }
   throw new Error(`${url} did not answer within ${timeoutMs / 1000}s: ${String(lastError)}`);
+}
+
+/**
+ * For tests: a dev server on ports the OS says are free. A port can be taken
+ * between asking and binding (by a parallel test run, or by the server's own
+ * randomly chosen internal ports), so a bind failure is retried on new ports.
+ */
+export async function startDevServerOnFreePorts(
+  opts: Omit<DevServerOptions, 'port' | 'uiPort'> & { ui: boolean; attempts?: number },
+): Promise<DevServer> {
+  const attempts = opts.attempts ?? 4;
+  for (let attempt = 1; ; attempt++) {
+    const logSize = opts.logFile && fs.existsSync(opts.logFile) ? fs.statSync(opts.logFile).size : 0;
+    try {
+      return await startDevServer({
+        ...opts,
+        port: await freePort(),
+        ...(opts.ui ? { uiPort: await freePort() } : {}),
+      });
+    } catch (err) {
+      const log =
+        opts.logFile && fs.existsSync(opts.logFile)
+          ? fs.readFileSync(opts.logFile, 'utf8').slice(logSize)
+          : '';
+      const portClash = err instanceof PortInUseError || /address already in use/i.test(log);
+      if (!portClash || attempt >= attempts) throw err;
+      (opts.log ?? ((l: string) => console.error(l)))(
+        `[temporal] a port was taken while starting; retrying on new ports`,
+      );
+    }
+  }
 }

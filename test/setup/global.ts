@@ -12,11 +12,10 @@ import { loadConfig } from '../../src/config.ts';
 import { createThrowawayDatabase } from '../../src/db/migrate.ts';
 import {
   ensureTemporalCli,
-  startDevServer,
+  startDevServerOnFreePorts,
   waitForTemporal,
   type DevServer,
 } from '../../src/devserver/temporal.ts';
-import { freePort } from '../../src/devserver/ports.ts';
 import { WORKFLOWS_PATH } from '../../src/worker/worker.ts';
 
 declare module 'vitest' {
@@ -48,10 +47,9 @@ export default async function setup(project: TestProject) {
     await waitForTemporal(temporalAddress, 60_000);
   } else {
     const cli = await ensureTemporalCli({ toolsDir: config.toolsDir });
-    server = await startDevServer({
+    server = await startDevServerOnFreePorts({
       cli,
-      port: await freePort(),
-      uiPort: await freePort(),
+      ui: true,
       dbFile: path.join(dataDir, 'temporal.sqlite'),
       logFile: path.join(dataDir, 'temporal.log'),
     });

@@ -1,7 +1,8 @@
 /** Handles to the real services the global setup started for this run. */
 import { inject } from 'vitest';
-import { Client, Connection } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
 import { NativeConnection } from '@temporalio/worker';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { createPool, type Pool } from '../../src/db/index.ts';
 
 export const databaseUrl = () => inject('databaseUrl');
@@ -12,9 +13,13 @@ export function testPool(max = 10): Pool {
   return createPool(databaseUrl(), { max });
 }
 
+/** A client of the run's dev server, through the SDK's test environment (no server of its own). */
 export async function temporalClient(): Promise<{ client: Client; close: () => Promise<void> }> {
-  const connection = await Connection.connect({ address: temporalAddress() });
-  return { client: new Client({ connection, namespace: 'default' }), close: () => connection.close() };
+  const env = await TestWorkflowEnvironment.createFromExistingServer({
+    address: temporalAddress(),
+    namespace: 'default',
+  });
+  return { client: env.client, close: () => env.teardown() };
 }
 
 export async function nativeConnection(): Promise<NativeConnection> {

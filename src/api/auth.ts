@@ -18,7 +18,8 @@ export function generateApiKey(env: 'test' | 'live' = 'test'): string {
   return `sk_${env}_${randomBytes(24).toString('base64url')}`;
 }
 
-const BEARER = /^Bearer ([\x21-\x7e]{1,200})$/;
+/** The scheme name is case-insensitive (RFC 9110 §11.1). */
+const BEARER = /^Bearer ([\x21-\x7e]{1,200})$/i;
 
 /** Resolves the tenant for a request or throws a 401 problem. */
 export async function authenticate(db: Queryable, request: FastifyRequest): Promise<string> {

@@ -12,9 +12,13 @@ import { ORDER_STATUSES } from '../orders/model.ts';
 
 export const MAX_ITEMS = 100;
 export const BODY_LIMIT_BYTES = 64 * 1024;
-/** Per-item caps keep every total well inside Number.MAX_SAFE_INTEGER (100 x 1e6 x 1e9 = 1e17 would not be). */
+/**
+ * Per-item caps keep every total exact: 100 items x 10 000 x 1e9 = 1e15, well
+ * inside Number.MAX_SAFE_INTEGER (~9.007e15). Larger caps would let a total
+ * round silently, and the wrong amount would be charged.
+ */
 export const MAX_QUANTITY = 10_000;
-export const MAX_UNIT_AMOUNT = 100_000_000_00;
+export const MAX_UNIT_AMOUNT = 1_000_000_000;
 
 const Id = (description: string) =>
   Type.String({ minLength: 1, maxLength: 100, pattern: '^[A-Za-z0-9_.:\\-]+$', description });

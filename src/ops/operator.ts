@@ -201,8 +201,12 @@ export class Operator {
   }
 
   async listOperations(filter: ListOperationsFilter = {}): Promise<OperationListItem[]> {
-    if (filter.olderThanSeconds !== undefined && !(filter.olderThanSeconds >= 0)) {
-      throw new OpsError('invalid_input', 'olderThanSeconds must be a non-negative number');
+    // Capped at ten years: beyond that Postgres' interval arithmetic overflows.
+    if (
+      filter.olderThanSeconds !== undefined &&
+      !(filter.olderThanSeconds >= 0 && filter.olderThanSeconds <= 315_360_000)
+    ) {
+      throw new OpsError('invalid_input', 'olderThanSeconds must be between 0 and 315360000 (ten years)');
     }
     const records = await this.#ledger(() =>
       this.#deps.ledger.list({

@@ -160,7 +160,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
           security,
           querystring: Type.Object({
             state: Type.Optional(State),
-            olderThanSeconds: Type.Optional(Type.Number({ minimum: 0 })),
+            olderThanSeconds: Type.Optional(Type.Number({ minimum: 0, maximum: 315_360_000 })), // 10 years
             type: Type.Optional(OpType),
             tenant: Type.Optional(Tenant),
             keyPrefix: Type.Optional(visible(255)),

@@ -30,6 +30,18 @@ describe('hostile requests to POST /v1/orders', () => {
     'float amount': JSON.stringify(item({ unitAmount: 10.5 })),
     'amount as string': JSON.stringify(item({ unitAmount: '100' })),
     'huge amount': JSON.stringify(item({ unitAmount: 1e300 })),
+    // 99 x 10 000 x 1e10 + 1 is past Number.MAX_SAFE_INTEGER: the total would round silently.
+    'a total too large to add up exactly': JSON.stringify({
+      ...validOrder(),
+      items: [
+        ...Array.from({ length: 99 }, (_, i) => ({
+          sku: `S${i}`,
+          quantity: 10_000,
+          unitAmount: 10_000_000_000,
+        })),
+        { sku: 'S-last', quantity: 1, unitAmount: 1 },
+      ],
+    }),
     'zero quantity': JSON.stringify(item({ quantity: 0 })),
     'float quantity': JSON.stringify(item({ quantity: 1.5 })),
     'quantity as string': JSON.stringify(item({ quantity: '2' })),
@@ -78,6 +90,15 @@ describe('hostile requests to POST /v1/orders', () => {
       expect(await tenantCounts(api.pool, t.tenantId)).toEqual(before);
     });
   }
+
+  it('the Bearer scheme name is case-insensitive', async () => {
+    const res = await call(api, 'POST', '/v1/orders', {
+      idem: uniq('h'),
+      body: validOrder(),
+      headers: { authorization: `bearer ${t.key}` },
+    });
+    expect(res.status).toBe(202);
+  });
 
   it('a 64 KiB+ body is 413', async () => {
     const res = await call(api, 'POST', '/v1/orders', {
@@ -144,6 +165,9 @@ describe('hostile requests to POST /v1/orders', () => {
       '/v1/orders?limit=1000000',
       '/v1/orders?cursor=%00',
       `/v1/orders?cursor=${'A'.repeat(1000)}`,
+      // Well-formed but tampered cursors whose timestamps overflow Postgres.
+      `/v1/orders?cursor=${Buffer.from('99999999999999999999.ord_x').toString('base64url')}`,
+      `/v1/orders?cursor=${Buffer.from('9223372036854775807.ord_x').toString('base64url')}`,
       '/v1/orders?status=paid&status=accepted',
     ]) {
       const res = await call(api, 'GET', path, { key: t.key });

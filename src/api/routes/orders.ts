@@ -66,6 +66,12 @@ export function normalizeCreateOrder(body: CreateOrderBody) {
     unitAmount: i.unitAmount,
   }));
   const amount = orderTotal(items);
+  if (!Number.isSafeInteger(amount)) {
+    // Unreachable with the schema's caps; kept so a future cap change can't charge a rounded total.
+    throw new ProblemError('invalidRequest', 'The order total is too large.', {
+      errors: [{ location: 'body', pointer: '/items', message: 'total exceeds the maximum' }],
+    });
+  }
   if (amount <= 0) {
     throw new ProblemError('invalidRequest', 'The order total must be greater than zero.', {
       errors: [{ location: 'body', pointer: '/items', message: 'total must be > 0' }],
@@ -121,7 +127,9 @@ function encodeCursor(row: OrderRow): string {
 }
 
 function decodeCursor(cursor: string): { createdUs: string; id: string } {
-  const m = /^(\d{1,20})\.([A-Za-z0-9_]{1,64})$/.exec(Buffer.from(cursor, 'base64url').toString('utf8'));
+  // Microseconds since the epoch: 16 digits reach the year 2286, and keep a
+  // tampered cursor from overflowing Postgres' timestamp arithmetic (a 500).
+  const m = /^(\d{1,16})\.([A-Za-z0-9_]{1,64})$/.exec(Buffer.from(cursor, 'base64url').toString('utf8'));
   if (!m)
     throw new ProblemError('invalidRequest', 'The cursor is not valid; use nextCursor from a previous page.');
   return { createdUs: m[1]!, id: m[2]! };

@@ -239,6 +239,17 @@ export async function getOutbox(db: Queryable, workflowId: string): Promise<Outb
  * duplicate blocks here until the first transaction commits (then sees the
  * row) or rolls back (then records it itself).
  */
+/** Corrects the recorded outcome of an event this transaction just recorded (e.g. the workflow had closed). */
+export async function setWebhookEventOutcome(
+  db: Queryable,
+  e: { provider: string; eventId: string; consumer: string; outcome: string },
+): Promise<void> {
+  await db.query(
+    `update webhook_events set outcome = $4 where provider = $1 and event_id = $2 and consumer = $3`,
+    [e.provider, e.eventId, e.consumer, e.outcome],
+  );
+}
+
 export async function recordWebhookEvent(
   db: Queryable,
   e: {

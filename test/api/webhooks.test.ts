@@ -175,9 +175,12 @@ describe('POST /v1/webhooks/payments', () => {
       `update orders set status = 'completed', status_seq = 4 where tenant_id = $1 and id = $2`,
       [t.tenantId, order.id],
     );
-    const res = await send(event(order, 'charge.failed'));
+    const evt = event(order, 'charge.failed');
+    const res = await send(evt);
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ duplicate: false, outcome: 'workflow_closed' });
+    const stored = await api.pool.query('select outcome from webhook_events where event_id = $1', [evt.id]);
+    expect(stored.rows).toEqual([{ outcome: 'workflow_closed' }]);
     const { rows } = await api.pool.query('select status from orders where tenant_id = $1 and id = $2', [
       t.tenantId,
       order.id,

@@ -23,7 +23,7 @@ import { paymentEventSignal, type PaymentEvent } from '../../../workflows/defini
 import type { ApiContext } from '../context.ts';
 import { ProblemError } from '../problems.ts';
 import { problemResponse } from '../schemas.ts';
-import { getOrder, getOutbox, recordWebhookEvent } from '../sql.ts';
+import { getOrder, getOutbox, recordWebhookEvent, setWebhookEventOutcome } from '../sql.ts';
 
 export const WEBHOOK_PROVIDER = 'sandbox';
 /** The consumer that turns payment events into workflow signals. Another consumer gets its own markers. */
@@ -162,10 +162,13 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
         } catch (err) {
           if (!(err instanceof WorkflowNotFoundError)) throw err;
           // Closed workflows can't be signalled; that is fine: the order is settled already.
-          if (TERMINAL_STATUSES.includes(order.status))
+          const closed =
+            TERMINAL_STATUSES.includes(order.status) ||
+            Boolean((await getOutbox(tx, order.workflow_id))?.started_at);
+          if (closed) {
+            await setWebhookEventOutcome(tx, { ...base, outcome: 'workflow_closed' });
             return { duplicate: false, outcome: 'workflow_closed' };
-          const outbox = await getOutbox(tx, order.workflow_id);
-          if (outbox?.started_at) return { duplicate: false, outcome: 'workflow_closed' };
+          }
           // Not started yet (the outbox relay will start it): roll back so the provider retries.
           throw new ProblemError(
             'unavailable',

@@ -54,8 +54,8 @@ function failureType(err: unknown): string | undefined {
 export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderState> {
   const { workflowId } = workflowInfo();
   const timing = resolveTiming(input.timing);
-  const chargeActs = proxyActivities<OrderActivities>(activityOptions(timing, timing.chargeMaxAttempts));
-  const stepActs = proxyActivities<OrderActivities>(activityOptions(timing, timing.stepMaxAttempts));
+  // Every call passes its own options (attempt budget + a summary naming the step and key).
+  const acts = proxyActivities<OrderActivities>(activityOptions(timing, timing.stepMaxAttempts));
   const ref = { tenantId: input.tenantId, orderId: input.orderId, workflowId };
 
   const state: OrderState = {
@@ -98,7 +98,7 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
     for (;;) {
       const key = stepKeys.status(workflowId, status, redrives);
       try {
-        await stepActs.setOrderStatus.executeWithOptions(
+        await acts.setOrderStatus.executeWithOptions(
           options(timing.stepMaxAttempts, `status -> ${status} (key ${key})`),
           [
             {
@@ -155,7 +155,7 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
     paymentEvent = undefined;
     const key = stepKeys.charge(workflowId);
     try {
-      const result = await stepActs.settleCharge.executeWithOptions(
+      const result = await acts.settleCharge.executeWithOptions(
         options(
           timing.stepMaxAttempts,
           `settle charge from ${event.source} event ${event.eventId} (key ${key})`,
@@ -183,7 +183,7 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
       if (fromEvent) return fromEvent;
       state.reconcileAttempts++;
       try {
-        const result = await stepActs.reconcileCharge.executeWithOptions(
+        const result = await acts.reconcileCharge.executeWithOptions(
           options(timing.stepMaxAttempts, `reconcile charge #${state.reconcileAttempts} (key ${key})`),
           [{ ...ref, key }],
         );
@@ -211,7 +211,7 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
     const key = stepKeys.charge(workflowId);
     for (;;) {
       try {
-        const result = await chargeActs.chargePayment.executeWithOptions(
+        const result = await acts.chargePayment.executeWithOptions(
           options(timing.chargeMaxAttempts, `charge ${input.amount} ${input.currency} (key ${key})`),
           [
             {
@@ -257,7 +257,7 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
     const key = stepKeys.receipt(workflowId);
     for (;;) {
       try {
-        const result = await stepActs.sendReceipt.executeWithOptions(
+        const result = await acts.sendReceipt.executeWithOptions(
           options(timing.stepMaxAttempts, `send receipt (key ${key})`),
           [
             {

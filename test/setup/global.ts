@@ -39,36 +39,8 @@ export default async function setup(project: TestProject) {
   const database = await createThrowawayDatabase(config.databaseUrl, `onceflow_test_${runId}`);
   const databaseUrl = database.url;
 
-  // --- Temporal: TEMPORAL_ADDRESS if given, otherwise a dev server of our own on free ports.
   let server: DevServer | undefined;
-  let temporalAddress = config.temporal.address;
-  let temporalUiUrl = config.temporal.uiUrl;
-  if (temporalAddress) {
-    await waitForTemporal(temporalAddress, 60_000);
-  } else {
-    const cli = await ensureTemporalCli({ toolsDir: config.toolsDir });
-    server = await startDevServerOnFreePorts({
-      cli,
-      ui: true,
-      dbFile: path.join(dataDir, 'temporal.sqlite'),
-      logFile: path.join(dataDir, 'temporal.log'),
-    });
-    temporalAddress = server.address;
-    temporalUiUrl = server.uiUrl ?? temporalUiUrl;
-  }
-
-  // --- Workflow bundle: built once per run instead of once per worker.
-  const workflowBundlePath = path.join(dataDir, 'workflow-bundle.js');
-  const { code } = await bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: quietLogger });
-  fs.writeFileSync(workflowBundlePath, code);
-
-  project.provide('databaseUrl', databaseUrl);
-  project.provide('temporalAddress', temporalAddress);
-  project.provide('temporalUiUrl', temporalUiUrl);
-  project.provide('workflowBundlePath', workflowBundlePath);
-  project.provide('dataDir', dataDir);
-
-  return async () => {
+  const teardown = async () => {
     await server?.stop();
     await database.drop();
     if (process.env.KEEP_TEST_DATA !== '1') {
@@ -76,6 +48,40 @@ export default async function setup(project: TestProject) {
       fs.rmSync(path.join(dataDir, 'temporal.sqlite'), { force: true });
     }
   };
+  try {
+    // --- Temporal: TEMPORAL_ADDRESS if given, otherwise a dev server of our own on free ports.
+    let temporalAddress = config.temporal.address;
+    let temporalUiUrl = config.temporal.uiUrl;
+    if (temporalAddress) {
+      await waitForTemporal(temporalAddress, 60_000);
+    } else {
+      const cli = await ensureTemporalCli({ toolsDir: config.toolsDir });
+      server = await startDevServerOnFreePorts({
+        cli,
+        ui: true,
+        dbFile: path.join(dataDir, 'temporal.sqlite'),
+        logFile: path.join(dataDir, 'temporal.log'),
+      });
+      temporalAddress = server.address;
+      temporalUiUrl = server.uiUrl ?? temporalUiUrl;
+    }
+
+    // --- Workflow bundle: built once per run instead of once per worker.
+    const workflowBundlePath = path.join(dataDir, 'workflow-bundle.js');
+    const { code } = await bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: quietLogger });
+    fs.writeFileSync(workflowBundlePath, code);
+
+    project.provide('databaseUrl', databaseUrl);
+    project.provide('temporalAddress', temporalAddress);
+    project.provide('temporalUiUrl', temporalUiUrl);
+    project.provide('workflowBundlePath', workflowBundlePath);
+    project.provide('dataDir', dataDir);
+  } catch (err) {
+    // A failed setup gets no teardown call from vitest: clean up here.
+    await teardown();
+    throw err;
+  }
+  return teardown;
 }
 
 const quietLogger = {

@@ -4,6 +4,7 @@
  * consecutive `pool.query` calls may land on different connections.
  */
 import pg from 'pg';
+import { errorFields, log } from '../log.ts';
 
 export type Pool = pg.Pool;
 export type PoolClient = pg.PoolClient;
@@ -32,18 +33,77 @@ export function createPool(connectionString: string, options: Partial<pg.PoolCon
   });
   // An idle client erroring (e.g. Postgres restarted) must not crash the process.
   pool.on('error', (err) => {
-    console.error(JSON.stringify({ level: 'error', msg: 'idle postgres client error', error: err.message }));
+    log.warn('idle postgres connection lost; the pool discards it', pgErrorFields(err));
   });
   return pool;
 }
 
-export async function withClient<T>(pool: pg.Pool, cb: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+/**
+ * A checked-out client's connection can fail while no query of ours is
+ * running on it (Postgres restarted, pg_terminate_backend -> 57P01, a reset
+ * socket). pg then emits 'error' on the client, and an 'error' event with no
+ * listener kills the process. The pool listens only while a client is idle in
+ * the pool, so every checkout listens here for its whole lifetime and
+ * remembers the failure, so the client is discarded rather than reused.
+ */
+interface Checkout {
+  client: pg.PoolClient;
+  /** Set when the connection failed while checked out. */
+  failure: Error | undefined;
+  /** Returns the client: discarded if it failed or is not idle outside a transaction. */
+  release(cause?: unknown): void;
+}
+
+async function checkout(pool: pg.Pool): Promise<Checkout> {
   const client = await pool.connect();
+  const co: Checkout = {
+    client,
+    failure: undefined,
+    release(cause) {
+      client.removeListener('error', onError);
+      // 'I' = idle outside a transaction. Anything else ('T' in a transaction,
+      // 'E' in a failed one, null unknown) would hand the next caller an open
+      // or aborted transaction (25P02 on every statement), so the connection
+      // is destroyed instead of reused.
+      const clean = co.failure === undefined && client.getTransactionStatus() === 'I';
+      if (clean) {
+        client.release();
+        return;
+      }
+      const reason =
+        co.failure ??
+        (cause instanceof Error ? cause : new Error('connection left inside a transaction; discarded'));
+      client.release(reason);
+    },
+  };
+  const onError = (err: Error) => {
+    co.failure = err;
+    log.warn('postgres connection lost while checked out; it will be discarded', pgErrorFields(err));
+  };
+  client.on('error', onError);
+  return co;
+}
+
+/**
+ * Runs `cb` on one checked-out client. The client goes back to the pool only
+ * if it is healthy and idle outside a transaction; otherwise it is discarded.
+ */
+export async function withClient<T>(pool: pg.Pool, cb: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const co = await checkout(pool);
+  let cause: unknown;
   try {
-    return await cb(client);
+    return await cb(co.client);
+  } catch (err) {
+    cause = err;
+    throw err;
   } finally {
-    client.release();
+    co.release(cause);
   }
+}
+
+function pgErrorFields(err: unknown): Record<string, unknown> {
+  const code = sqlState(err);
+  return { ...errorFields(err), ...(code ? { code } : {}) };
 }
 
 function sqlState(err: unknown): string | undefined {
@@ -66,25 +126,26 @@ export async function withTransaction<T>(
   { retries = 3 }: { retries?: number } = {},
 ): Promise<T> {
   for (let attempt = 0; ; attempt++) {
-    const client = await pool.connect();
-    let broken = false;
+    const co = await checkout(pool);
+    const client = co.client;
+    let cause: unknown;
+    // The client goes back (or is discarded) before the backoff, not after it.
     try {
       await client.query('BEGIN');
       const result = await cb(client);
       await client.query('COMMIT');
       return result;
     } catch (err) {
-      try {
-        await client.query('ROLLBACK');
-      } catch {
-        broken = true; // the connection is unusable; don't return it to the pool
-      }
+      cause = err;
+      // A failed ROLLBACK means a dead connection; release() then discards it.
+      // It must not mask the real error.
+      await client.query('ROLLBACK').catch(() => undefined);
       const state = sqlState(err);
       const retryable = state === SQLSTATE.serializationFailure || state === SQLSTATE.deadlockDetected;
       if (!retryable || attempt >= retries) throw err;
-      await new Promise((r) => setTimeout(r, 10 * 2 ** attempt + Math.random() * 20));
     } finally {
-      client.release(broken);
+      co.release(cause);
     }
+    await new Promise((r) => setTimeout(r, 10 * 2 ** attempt + Math.random() * 20));
   }
 }

@@ -11,12 +11,23 @@ import { SQLSTATE, isSqlState } from './index.ts';
 
 export const MIGRATIONS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../migrations');
 
+/**
+ * A short-lived client outside any pool. A connection lost while it is idle
+ * (Postgres restarted) surfaces as an 'error' event, which kills the process
+ * without a listener; the next query (or end()) reports it instead.
+ */
+function standaloneClient(connectionString: string): pg.Client {
+  const client = new pg.Client({ connectionString });
+  client.on('error', () => undefined);
+  return client;
+}
+
 /** Creates the database named in `databaseUrl` if it does not exist yet. */
 export async function ensureDatabase(databaseUrl: string): Promise<void> {
   const url = new URL(databaseUrl);
   const name = decodeURIComponent(url.pathname.replace(/^\//, ''));
   if (!name) throw new Error(`DATABASE_URL has no database name: ${redactUrl(databaseUrl)}`);
-  const probe = new pg.Client({ connectionString: databaseUrl });
+  const probe = standaloneClient(databaseUrl);
   try {
     await probe.connect();
     return;
@@ -26,7 +37,7 @@ export async function ensureDatabase(databaseUrl: string): Promise<void> {
     await probe.end().catch(() => undefined);
   }
   url.pathname = '/postgres';
-  const admin = new pg.Client({ connectionString: url.toString() });
+  const admin = standaloneClient(url.toString());
   try {
     await admin.connect();
     await admin.query(`CREATE DATABASE ${pg.escapeIdentifier(name)}`);
@@ -90,7 +101,7 @@ export async function createThrowawayDatabase(
 ): Promise<{ url: string; drop: () => Promise<void> }> {
   const adminUrl = withDatabase(baseUrl, 'postgres');
   const admin = async <T>(cb: (client: pg.Client) => Promise<T>): Promise<T> => {
-    const client = new pg.Client({ connectionString: adminUrl });
+    const client = standaloneClient(adminUrl);
     try {
       await client.connect();
     } catch (err) {

@@ -10,4 +10,10 @@ export {
   downstreamKey,
   toStoredJson,
 } from './canonical.ts';
-export { Ledger, DEFAULT_RETENTION_MS, DEFAULT_LEASE_MS, DEFAULT_LOCAL_WAIT_MS } from './ledger.ts';
+export {
+  Ledger,
+  DEFAULT_RETENTION_MS,
+  DEFAULT_LEASE_MS,
+  DEFAULT_LOCAL_WAIT_MS,
+  MAX_TIMER_MS,
+} from './ledger.ts';

@@ -53,11 +53,26 @@ const CLAIM_RACE_RETRIES = 3;
 /** retry-after hint for a local duplicate that outwaited localWaitMs. */
 const LOCAL_RETRY_AFTER_MS = 1_000;
 
+/**
+ * The largest duration a timer option may have: Node's setTimeout and
+ * Postgres' lock_timeout both stop at 2^31-1 ms (about 24.8 days). A larger
+ * value would fire at once (Node) or fail inside an open transaction (Postgres).
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
 function positiveInt(value: number | undefined, fallback: number, name: string): number {
   if (value === undefined) return fallback;
   if (!Number.isSafeInteger(value) || value <= 0)
     throw new LedgerError('invalid_input', `${name} must be a positive integer`);
   return value;
+}
+
+/** A duration option (ms): a positive integer no larger than MAX_TIMER_MS. */
+function timerMs(value: number | undefined, fallback: number, name: string): number {
+  const ms = positiveInt(value, fallback, name);
+  if (ms > MAX_TIMER_MS)
+    throw new LedgerError('invalid_input', `${name} must be at most ${MAX_TIMER_MS} ms (2^31-1)`);
+  return ms;
 }
 
 function isFinal(state: string): state is 'succeeded' | 'failed' {
@@ -85,8 +100,8 @@ export class Ledger {
   constructor(pool: Pool, options: LedgerOptions = {}) {
     this.#pool = pool;
     this.#hooks = options.hooks ?? {};
-    this.#leaseMs = positiveInt(options.leaseMs, DEFAULT_LEASE_MS, 'leaseMs');
-    this.#localWaitMs = positiveInt(options.localWaitMs, DEFAULT_LOCAL_WAIT_MS, 'localWaitMs');
+    this.#leaseMs = timerMs(options.leaseMs, DEFAULT_LEASE_MS, 'leaseMs');
+    this.#localWaitMs = timerMs(options.localWaitMs, DEFAULT_LOCAL_WAIT_MS, 'localWaitMs');
   }
 
   #emit(type: LedgerEvent['type'], scope: Scope, outcome?: string): void {
@@ -278,7 +293,7 @@ export class Ledger {
    */
   async claim(scope: Scope, input: LedgerInput, opts: { leaseMs?: number } = {}): Promise<ClaimResult> {
     const fp = this.#prepare(scope, input);
-    const leaseMs = positiveInt(opts.leaseMs, this.#leaseMs, 'leaseMs');
+    const leaseMs = timerMs(opts.leaseMs, this.#leaseMs, 'leaseMs');
     return this.#claim(scope, input.schemaVersion, fp, leaseMs);
   }
 
@@ -434,7 +449,7 @@ export class Ledger {
     opts: { leaseMs?: number } = {},
   ): Promise<ExternalRunResult<T>> {
     const fp = this.#prepare(scope, input);
-    const leaseMs = positiveInt(opts.leaseMs, this.#leaseMs, 'leaseMs');
+    const leaseMs = timerMs(opts.leaseMs, this.#leaseMs, 'leaseMs');
 
     // Fast path: a completed operation is one primary-key read.
     const probe = await withClient(this.#pool, (client) => sql.selectProbe(client, scope));

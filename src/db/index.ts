@@ -48,40 +48,50 @@ export function createPool(connectionString: string, options: Partial<pg.PoolCon
  */
 interface Checkout {
   client: pg.PoolClient;
-  /** Set when the connection failed while checked out. */
-  failure: Error | undefined;
   /** Returns the client: discarded if it failed or is not idle outside a transaction. */
   release(cause?: unknown): void;
 }
 
 async function checkout(pool: pg.Pool): Promise<Checkout> {
-  const client = await pool.connect();
-  const co: Checkout = {
+  /** Set when the connection failed while checked out. */
+  let failure: Error | undefined;
+  const onError = (err: Error) => {
+    failure = err;
+    log.warn('postgres connection lost while checked out; it will be discarded', pgErrorFields(err));
+  };
+  // The callback form, not `await pool.connect()`: the listener must be on
+  // the client in the same tick the pool hands it over. The pool removes its
+  // own listener at hand-over, and a promise resumes only after the current
+  // socket chunk is parsed, which may hold this connection's 57P01 right
+  // after the previous user's last reply: an 'error' with no listener.
+  const client = await new Promise<pg.PoolClient>((resolve, reject) => {
+    pool.connect((err, c) => {
+      if (err || !c) {
+        reject(err ?? new Error('pool returned no client'));
+        return;
+      }
+      c.on('error', onError);
+      resolve(c);
+    });
+  });
+  return {
     client,
-    failure: undefined,
     release(cause) {
       client.removeListener('error', onError);
       // 'I' = idle outside a transaction. Anything else ('T' in a transaction,
       // 'E' in a failed one, null unknown) would hand the next caller an open
       // or aborted transaction (25P02 on every statement), so the connection
       // is destroyed instead of reused.
-      const clean = co.failure === undefined && client.getTransactionStatus() === 'I';
-      if (clean) {
+      if (failure === undefined && client.getTransactionStatus() === 'I') {
         client.release();
         return;
       }
       const reason =
-        co.failure ??
+        failure ??
         (cause instanceof Error ? cause : new Error('connection left inside a transaction; discarded'));
       client.release(reason);
     },
   };
-  const onError = (err: Error) => {
-    co.failure = err;
-    log.warn('postgres connection lost while checked out; it will be discarded', pgErrorFields(err));
-  };
-  client.on('error', onError);
-  return co;
 }
 
 /**

@@ -48,7 +48,6 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
     new OutboxRelay({
       pool: deps.pool,
       temporal: deps.temporal,
-      taskQueue: deps.config.temporal.taskQueue,
       enabled: deps.config.api.outboxRelay,
       pollMs: deps.config.api.outboxPollMs,
     });

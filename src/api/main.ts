@@ -33,7 +33,6 @@ const temporal = new Client({ connection, namespace: config.temporal.namespace }
 const relay = new OutboxRelay({
   pool,
   temporal,
-  taskQueue: config.temporal.taskQueue,
   enabled: config.api.outboxRelay,
   pollMs: config.api.outboxPollMs,
 });

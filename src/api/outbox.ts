@@ -5,9 +5,15 @@
  *
  * - Right after commit, `kick(workflowId)` tries to start that one workflow,
  *   so the happy path has no polling delay.
- * - A background loop polls for due, unstarted rows (bounded batch,
- *   `FOR UPDATE SKIP LOCKED`, exponential backoff per row) and starts them.
- *   This is what saves an order whose process died between commit and start.
+ * - A background loop polls for due, unstarted rows of every task queue
+ *   (bounded batch, exponential backoff per row) and starts them. This is
+ *   what saves an order whose process died between commit and start. It runs
+ *   a pass at once when the API starts and retries a failed pass within
+ *   seconds, so an API coming out of a crash loop catches up immediately.
+ * - A claim is a short lease on the row (one autocommitted statement), never
+ *   a transaction held open across the Temporal call: a Postgres blip during
+ *   a slow start can then neither break the start nor strand a connection.
+ *   The start is recorded (per workflow, when it returned) afterwards.
  *
  * A start is idempotent: the workflow ID is deterministic
  * (`order/<tenant>/<order>`) and we start with REJECT_DUPLICATE, so a second
@@ -16,7 +22,7 @@
  * policy (ALLOW_DUPLICATE) would start a second run of a completed order.
  */
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client } from '@temporalio/client';
-import { withTransaction, type Pool } from '../db/index.ts';
+import type { Pool } from '../db/index.ts';
 import { errorFields, log } from '../log.ts';
 import {
   claimDueOutbox,
@@ -31,22 +37,43 @@ export const ORDER_WORKFLOW_TYPE = 'orderWorkflow';
 export interface OutboxRelayOptions {
   pool: Pool;
   temporal: Client;
-  /** The relay loop starts only rows committed for this queue (see migration 0005). */
-  taskQueue: string;
   /** false: neither `kick` nor the loop starts anything (OUTBOX_RELAY=off). */
   enabled: boolean;
   pollMs?: number;
   batchSize?: number;
-  /** Backoff cap for a row whose start keeps failing. */
+  /** Backoff cap for a row whose start keeps failing. Default 10 000. */
   maxBackoffMs?: number;
+  /** Deadline of one Temporal start call. Default 5 000. */
+  startTimeoutMs?: number;
+  /**
+   * How long a claimed row is reserved for this relay. Must exceed
+   * startTimeoutMs plus recording; it is also how long a row claimed by a
+   * relay that died waits before another relay takes it. Default 10 000.
+   */
+  claimLeaseMs?: number;
 }
 
 export type StartOutcome = 'started' | 'already_started';
+
+/** Backoff cap between failed relay passes (e.g. Postgres down): short, so recovery is quick. */
+export const MAX_PASS_BACKOFF_MS = 5_000;
+
+/**
+ * Wait before the next pass: the poll interval, or after `failures`
+ * consecutive failed passes an exponential backoff capped at a few seconds
+ * (never the minute an API crash loop used to cost).
+ */
+export function passDelayMs(failures: number, pollMs: number): number {
+  if (failures <= 0) return pollMs;
+  return Math.min(Math.max(pollMs, MAX_PASS_BACKOFF_MS), pollMs * 2 ** Math.min(failures, 6));
+}
 
 export class OutboxRelay {
   private readonly pollMs: number;
   private readonly batchSize: number;
   private readonly maxBackoffMs: number;
+  private readonly startTimeoutMs: number;
+  private readonly claimLeaseMs: number;
   private running = false;
   private loop: Promise<void> | undefined;
   private wake: (() => void) | undefined;
@@ -55,7 +82,9 @@ export class OutboxRelay {
   constructor(private readonly opts: OutboxRelayOptions) {
     this.pollMs = opts.pollMs ?? 1000;
     this.batchSize = opts.batchSize ?? 20;
-    this.maxBackoffMs = opts.maxBackoffMs ?? 60_000;
+    this.maxBackoffMs = opts.maxBackoffMs ?? 10_000;
+    this.startTimeoutMs = opts.startTimeoutMs ?? 5_000;
+    this.claimLeaseMs = opts.claimLeaseMs ?? Math.max(10_000, this.startTimeoutMs * 2);
   }
 
   get enabled(): boolean {
@@ -76,67 +105,91 @@ export class OutboxRelay {
     this.inFlight.add(p);
   }
 
-  /** Claims and starts one pending row. Returns null if it is already started or claimed by someone else. */
+  /**
+   * Claims and starts one due row. Returns null if it is already started,
+   * claimed by someone else, or waiting out a backoff. A failed start is
+   * recorded on the row (attempts, backoff) and rethrown.
+   */
   async startOne(workflowId: string): Promise<StartOutcome | null> {
-    const outcome = await withTransaction(this.opts.pool, async (tx) => {
-      const row = await claimOutboxRow(tx, workflowId);
-      if (!row) return null;
-      // The failure (attempts, backoff) must commit, so it is rethrown only after the transaction.
-      return this.startRow(tx, row).catch((err: unknown) => ({ failed: err }));
-    });
-    if (outcome !== null && typeof outcome === 'object') throw outcome.failed;
-    return outcome;
+    const row = await claimOutboxRow(this.opts.pool, workflowId, this.claimLeaseMs);
+    if (!row) return null;
+    return this.startRow(row);
   }
 
   /** One relay pass: claims up to `batchSize` due rows and starts them. Returns how many it claimed. */
   async relayDue(): Promise<number> {
-    if (!this.opts.enabled) return 0;
-    return withTransaction(this.opts.pool, async (tx) => {
-      const rows = await claimDueOutbox(tx, this.opts.taskQueue, this.batchSize);
-      // Sequential on one connection (a pg client runs one query at a time); the starts are quick RPCs.
-      for (const row of rows) {
-        await this.startRow(tx, row).catch(() => undefined); // recorded on the row by startRow
-      }
-      return rows.length;
-    });
+    return (await this.pass()).claimed;
   }
 
-  private async startRow(tx: Parameters<typeof markOutboxStarted>[0], row: OutboxRow): Promise<StartOutcome> {
+  private async pass(): Promise<{ claimed: number; started: number }> {
+    if (!this.opts.enabled) return { claimed: 0, started: 0 };
+    const rows = await claimDueOutbox(this.opts.pool, this.batchSize, this.claimLeaseMs);
+    // Concurrent: each start is its own RPC and each record its own statement.
+    const outcomes = await Promise.allSettled(rows.map((row) => this.startRow(row)));
+    return { claimed: rows.length, started: outcomes.filter((o) => o.status === 'fulfilled').length };
+  }
+
+  private async startRow(row: OutboxRow): Promise<StartOutcome> {
+    const { temporal, pool } = this.opts;
     let outcome: StartOutcome;
+    let startedAt: Date | null = null;
     try {
-      await this.opts.temporal.workflow.start(row.workflow_type, {
-        taskQueue: row.task_queue,
-        workflowId: row.workflow_id,
-        args: [row.input],
-        workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
-      });
+      await temporal.connection.withDeadline(Date.now() + this.startTimeoutMs, () =>
+        temporal.workflow.start(row.workflow_type, {
+          taskQueue: row.task_queue,
+          workflowId: row.workflow_id,
+          args: [row.input],
+          workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+        }),
+      );
       outcome = 'started';
     } catch (err) {
       if (err instanceof WorkflowExecutionAlreadyStartedError) {
         outcome = 'already_started';
+        startedAt = await this.knownStartTime(row.workflow_id);
       } else {
         const retryInMs = Math.min(this.maxBackoffMs, 1000 * 2 ** Math.min(row.attempts, 16));
-        await markOutboxFailed(
-          tx,
-          row.workflow_id,
-          err instanceof Error ? err.message : String(err),
-          retryInMs,
-        );
         log.warn('workflow start failed', {
           workflowId: row.workflow_id,
           attempts: row.attempts + 1,
           retryInMs,
           ...errorFields(err),
         });
+        // If this record fails too, the claim's lease runs out and the row is retried then.
+        await markOutboxFailed(
+          pool,
+          row.workflow_id,
+          err instanceof Error ? err.message : String(err),
+          retryInMs,
+        ).catch((markErr: unknown) =>
+          log.warn('could not record a failed workflow start', {
+            workflowId: row.workflow_id,
+            ...errorFields(markErr),
+          }),
+        );
         throw err;
       }
     }
-    await markOutboxStarted(tx, row.workflow_id);
+    // If this fails (Postgres down), the row is claimed again after the lease and found already started.
+    await markOutboxStarted(pool, row.workflow_id, startedAt);
     log.info('workflow started from outbox', { workflowId: row.workflow_id, outcome });
     return outcome;
   }
 
-  /** Starts the background loop (no-op when disabled). */
+  /** When a workflow we found already started was started, per Temporal; null if it can't say. */
+  private async knownStartTime(workflowId: string): Promise<Date | null> {
+    const { temporal } = this.opts;
+    try {
+      const desc = await temporal.connection.withDeadline(Date.now() + this.startTimeoutMs, () =>
+        temporal.workflow.getHandle(workflowId).describe(),
+      );
+      return desc.startTime;
+    } catch {
+      return null;
+    }
+  }
+
+  /** Starts the background loop (no-op when disabled). Its first pass runs at once. */
   start(): void {
     if (!this.opts.enabled || this.running) return;
     this.running = true;
@@ -146,20 +199,20 @@ export class OutboxRelay {
   private async run(): Promise<void> {
     let failures = 0;
     while (this.running) {
-      let claimed = 0;
+      let result = { claimed: 0, started: 0 };
       try {
-        claimed = await this.relayDue();
+        result = await this.pass();
+        if (failures > 0) log.info('outbox relay recovered', { failedPasses: failures });
         failures = 0;
       } catch (err) {
         failures++;
         log.warn('outbox relay pass failed', { ...errorFields(err), failures });
       }
       if (!this.running) break;
-      // A full batch means there may be more due rows: go again at once.
-      if (claimed >= this.batchSize && failures === 0) continue;
-      const delay = failures
-        ? Math.min(this.maxBackoffMs, this.pollMs * 2 ** Math.min(failures, 6))
-        : this.pollMs;
+      // A full batch that made progress means more rows may be due: go again at once.
+      // (A full batch of failed starts is backing off per row; don't spin on it.)
+      if (result.claimed >= this.batchSize && result.started > 0) continue;
+      const delay = passDelayMs(failures, this.pollMs);
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, delay * (0.8 + Math.random() * 0.4));
         this.wake = () => {

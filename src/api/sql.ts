@@ -169,41 +169,79 @@ export async function insertOutbox(
   );
 }
 
+const OUTBOX_COLUMNS = `workflow_id, tenant_id, order_id, workflow_type, task_queue, input, attempts, started_at`;
+
 /**
- * Claims up to `limit` due, unstarted rows for the rest of the caller's
- * transaction. SKIP LOCKED: two relays (or the relay and a post-commit start)
- * never work on the same row at once, and neither waits for the other.
+ * Claims up to `limit` due, unstarted rows of every task queue, in one
+ * autocommitted statement: their next_attempt_at moves `leaseMs` ahead, so no
+ * other relay takes them while this one starts their workflows, and no
+ * transaction (or row lock) stays open across the Temporal calls. If this
+ * relay dies before recording the outcome, the rows are due again once the
+ * lease ends, and a repeated start is harmless (deterministic workflow ID).
+ * SKIP LOCKED: concurrent claimers never wait on each other's rows; the
+ * locked rows are re-checked against the WHERE clause, so a row is handed
+ * to one claimer only.
+ *
+ * No task_queue filter: a row is started on the queue recorded with it, by
+ * whichever API relays. Filtering by the relay's own queue left the rows of
+ * any other queue (an API whose TEMPORAL_TASK_QUEUE changed, or that died
+ * for good) unstarted forever.
  */
-export async function claimDueOutbox(db: Queryable, taskQueue: string, limit: number): Promise<OutboxRow[]> {
+export async function claimDueOutbox(db: Queryable, limit: number, leaseMs: number): Promise<OutboxRow[]> {
   const { rows } = await db.query<OutboxRow>(
-    `select workflow_id, tenant_id, order_id, workflow_type, task_queue, input, attempts, started_at
-       from workflow_outbox
-      where task_queue = $1 and started_at is null and next_attempt_at <= now()
-      order by next_attempt_at
-      limit $2
-      for update skip locked`,
-    [taskQueue, limit],
+    `with due as (
+       select workflow_id from workflow_outbox
+        where started_at is null and next_attempt_at <= now()
+        order by next_attempt_at
+        limit $1
+        for update skip locked)
+     update workflow_outbox o
+        set next_attempt_at = now() + $2::integer * interval '1 millisecond'
+       from due
+      where o.workflow_id = due.workflow_id
+     returning o.workflow_id, o.tenant_id, o.order_id, o.workflow_type, o.task_queue, o.input, o.attempts,
+               o.started_at`,
+    [limit, leaseMs],
   );
   return rows;
 }
 
-/** The same claim for one row, used to start a workflow right after its order commits. */
-export async function claimOutboxRow(db: Queryable, workflowId: string): Promise<OutboxRow | null> {
+/**
+ * The same claim for one row, used to start a workflow right after its order
+ * commits. A concurrent claimer of the same row waits for this autocommitted
+ * update, then re-checks `next_attempt_at <= now()` and finds it claimed.
+ */
+export async function claimOutboxRow(
+  db: Queryable,
+  workflowId: string,
+  leaseMs: number,
+): Promise<OutboxRow | null> {
   const { rows } = await db.query<OutboxRow>(
-    `select workflow_id, tenant_id, order_id, workflow_type, task_queue, input, attempts, started_at
-       from workflow_outbox
-      where workflow_id = $1 and started_at is null
-      for update skip locked`,
-    [workflowId],
+    `update workflow_outbox
+        set next_attempt_at = now() + $2::integer * interval '1 millisecond'
+      where workflow_id = $1 and started_at is null and next_attempt_at <= now()
+      returning ${OUTBOX_COLUMNS}`,
+    [workflowId, leaseMs],
   );
   return rows[0] ?? null;
 }
 
-export async function markOutboxStarted(db: Queryable, workflowId: string): Promise<void> {
+/**
+ * `startedAt`: when the workflow was started, if known from Temporal (a row
+ * found already started); null means "just now", the database clock right
+ * after this workflow's start call returned.
+ */
+export async function markOutboxStarted(
+  db: Queryable,
+  workflowId: string,
+  startedAt: Date | null = null,
+): Promise<void> {
   await db.query(
-    `update workflow_outbox set started_at = now(), attempts = attempts + 1, last_error = null
+    `update workflow_outbox
+        set started_at = coalesce($2::timestamptz, now()), attempts = attempts + 1, last_error = null,
+            next_attempt_at = now()
       where workflow_id = $1 and started_at is null returning workflow_id`,
-    [workflowId],
+    [workflowId, startedAt],
   );
 }
 
@@ -224,8 +262,7 @@ export async function markOutboxFailed(
 
 export async function getOutbox(db: Queryable, workflowId: string): Promise<OutboxRow | null> {
   const { rows } = await db.query<OutboxRow>(
-    `select workflow_id, tenant_id, order_id, workflow_type, task_queue, input, attempts, started_at
-       from workflow_outbox where workflow_id = $1`,
+    `select ${OUTBOX_COLUMNS} from workflow_outbox where workflow_id = $1`,
     [workflowId],
   );
   return rows[0] ?? null;

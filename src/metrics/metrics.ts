@@ -17,7 +17,13 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { withTransaction, type Pool } from '../db/index.ts';
 import type { LedgerEvent, LedgerHooks } from '../ledger/index.ts';
 import { errorFields, log } from '../log.ts';
-import { selectBacklog, setLocalStatementTimeout, type BacklogSnapshot } from './sql.ts';
+import {
+  selectBacklog,
+  selectOutboxBacklog,
+  setLocalStatementTimeout,
+  type BacklogSnapshot,
+  type OutboxBacklog,
+} from './sql.ts';
 
 export interface MetricsOptions {
   /** Defaults to a fresh registry (not prom-client's global one), so tests and processes never share state. */
@@ -193,12 +199,14 @@ function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   ]).finally(() => clearTimeout(timer));
 }
 
+type Snapshot = BacklogSnapshot & { outbox: OutboxBacklog };
+
 function registerBacklogGauges(registry: Registry, pool: Pool, timeoutMs: number): void {
   const registers = [registry];
-  let cached: { at: number; promise: Promise<BacklogSnapshot | null> } | undefined;
+  let cached: { at: number; promise: Promise<Snapshot | null> } | undefined;
 
   /** null when the database did not answer in time: the gauges then read NaN, never a reassuring 0. */
-  const snapshot = (): Promise<BacklogSnapshot | null> => {
+  const snapshot = (): Promise<Snapshot | null> => {
     const now = Date.now();
     if (cached && now - cached.at < SNAPSHOT_REUSE_MS) return cached.promise;
     const promise = withTimeout(
@@ -206,7 +214,7 @@ function registerBacklogGauges(registry: Registry, pool: Pool, timeoutMs: number
         pool,
         async (tx) => {
           await setLocalStatementTimeout(tx, timeoutMs);
-          return selectBacklog(tx);
+          return { ...(await selectBacklog(tx)), outbox: await selectOutboxBacklog(tx) };
         },
         { retries: 0 },
       ),
@@ -260,6 +268,22 @@ function registerBacklogGauges(registry: Registry, pool: Pool, timeoutMs: number
       const s = await snapshot();
       this.set({ status: 'payment_unknown' }, value(s?.ordersPaymentUnknown));
       this.set({ status: 'needs_attention' }, value(s?.ordersNeedsAttention));
+    },
+  });
+  new Gauge({
+    name: 'onceflow_outbox_unstarted_rows',
+    help: 'Orders committed whose workflow the outbox relay has not started yet (any task queue).',
+    registers,
+    async collect() {
+      this.set(value((await snapshot())?.outbox.unstarted));
+    },
+  });
+  new Gauge({
+    name: 'onceflow_outbox_oldest_unstarted_age_seconds',
+    help: 'Age of the oldest outbox row whose workflow is not started yet (0 when there is none; NaN if unreadable).',
+    registers,
+    async collect() {
+      this.set(value((await snapshot())?.outbox.oldestUnstartedSeconds));
     },
   });
 }

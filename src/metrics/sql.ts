@@ -55,3 +55,19 @@ export async function selectBacklog(db: Queryable): Promise<BacklogSnapshot> {
 export async function setLocalStatementTimeout(db: Queryable, ms: number): Promise<void> {
   await db.query(`select set_config('statement_timeout', $1, true)`, [String(Math.max(1, Math.floor(ms)))]);
 }
+
+export interface OutboxBacklog {
+  /** Outbox rows whose workflow has not been started yet (any task queue). */
+  unstarted: number;
+  /** Seconds since the oldest unstarted row committed; null when there is none. */
+  oldestUnstartedSeconds: number | null;
+}
+
+/** Served by the partial index workflow_outbox_due (unstarted rows only). */
+export async function selectOutboxBacklog(db: Queryable): Promise<OutboxBacklog> {
+  const { rows } = await db.query<{ unstarted: number; oldest: number | null }>(
+    `select count(*)::int as unstarted, extract(epoch from now() - min(created_at))::float8 as oldest
+       from workflow_outbox where started_at is null`,
+  );
+  return { unstarted: rows[0]?.unstarted ?? 0, oldestUnstartedSeconds: rows[0]?.oldest ?? null };
+}

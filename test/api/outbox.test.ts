@@ -3,14 +3,18 @@
  * starts each workflow exactly once, whatever happened in between.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, WorkflowNotFoundError } from '@temporalio/client';
-import { OutboxRelay } from '../../src/api/outbox.ts';
-import { uniq } from '../support/env.ts';
-import { call, newTenant, startApi, validOrder, type TestApi } from './support.ts';
+import { Client, WorkflowNotFoundError, type WorkflowClientInterceptor } from '@temporalio/client';
+import { MAX_PASS_BACKOFF_MS, OutboxRelay, passDelayMs } from '../../src/api/outbox.ts';
+import { createMetrics } from '../../src/metrics/index.ts';
+import { ownDatabase, uniq } from '../support/env.ts';
+import { call, deferred, newTenant, startApi, validOrder, type TestApi } from './support.ts';
 
 type Order = { id: string; workflowId: string };
 
 describe('workflow outbox relay', () => {
+  // A database of this file's own: a relay starts every due row of its
+  // database, and these tests count and assert on every row.
+  let db: Awaited<ReturnType<typeof ownDatabase>>;
   let api: TestApi; // OUTBOX_RELAY=off: commits, never starts
   let t: { tenantId: string; key: string };
   const relays: OutboxRelay[] = [];
@@ -19,7 +23,6 @@ describe('workflow outbox relay', () => {
     const r = new OutboxRelay({
       pool: api.pool,
       temporal,
-      taskQueue: api.config.temporal.taskQueue,
       enabled: true,
     });
     relays.push(r);
@@ -27,12 +30,14 @@ describe('workflow outbox relay', () => {
   };
 
   beforeAll(async () => {
-    api = await startApi({ env: { OUTBOX_RELAY: 'off' } });
+    db = await ownDatabase('outbox');
+    api = await startApi({ env: { OUTBOX_RELAY: 'off', DATABASE_URL: db.url } });
     t = await newTenant(api.pool, 'ob');
   });
   afterAll(async () => {
     await Promise.all(relays.map((r) => r.stop()));
     await api?.close();
+    await db?.drop();
   });
 
   async function create(): Promise<Order> {
@@ -129,7 +134,6 @@ describe('workflow outbox relay', () => {
     const loop = new OutboxRelay({
       pool: api.pool,
       temporal: api.client,
-      taskQueue: api.config.temporal.taskQueue,
       enabled: true,
       pollMs: 100,
     });
@@ -149,5 +153,94 @@ describe('workflow outbox relay', () => {
     api.relay.kick(order.workflowId);
     await api.relay.stop();
     expect((await outbox(order.workflowId))?.started_at).toBeNull();
+  });
+
+  it('starts rows written under another task queue, each on the queue recorded with it', async () => {
+    const order = await create();
+    const otherQueue = uniq('other-queue');
+    // As if an API configured with another TEMPORAL_TASK_QUEUE had committed it and died.
+    await api.pool.query('update workflow_outbox set task_queue = $2 where workflow_id = $1', [
+      order.workflowId,
+      otherQueue,
+    ]);
+    await relay().relayDue();
+    expect((await outbox(order.workflowId))?.started_at).toBeInstanceOf(Date);
+    expect((await api.client.workflow.getHandle(order.workflowId).describe()).taskQueue).toBe(otherQueue);
+  });
+
+  it('holds no transaction open across a Temporal call, and records each start when it happened', async () => {
+    const [slow, ...fast] = await Promise.all(Array.from({ length: 4 }, () => create()));
+    const gate = deferred();
+    const entered = deferred();
+    const hold = async (workflowId: string) => {
+      if (workflowId !== slow!.workflowId) return;
+      entered.resolve();
+      await gate.promise;
+    };
+    const interceptor: WorkflowClientInterceptor = {
+      async start(input, next) {
+        await hold(input.options.workflowId);
+        return next(input);
+      },
+      async startWithDetails(input, next) {
+        await hold(input.options.workflowId);
+        return next(input);
+      },
+    };
+    const gated = new Client({
+      connection: api.client.connection,
+      namespace: 'default',
+      interceptors: { workflow: [interceptor] },
+    });
+    const pass = relay(gated).relayDue();
+    await entered.promise;
+    // The other workflows of the batch are started and recorded while one start is still pending.
+    for (const o of fast)
+      await expect.poll(async () => (await outbox(o.workflowId))?.started_at).toBeInstanceOf(Date);
+    const idleInTx = await api.pool.query<{ n: number }>(
+      `select count(*)::int as n from pg_stat_activity
+        where datname = current_database() and state like 'idle in transaction%'`,
+    );
+    expect(idleInTx.rows[0]!.n).toBe(0);
+    await new Promise((r) => setTimeout(r, 300));
+    gate.resolve();
+    expect(await pass).toBeGreaterThanOrEqual(4);
+
+    const at = async (o: Order) => (await outbox(o.workflowId))!.started_at!.getTime();
+    const slowAt = await at(slow!);
+    for (const o of fast) expect(slowAt - (await at(o))).toBeGreaterThanOrEqual(250);
+  });
+
+  it('exports the unstarted backlog and its oldest age in the metrics', async () => {
+    const read = async () => {
+      const metrics = createMetrics({ pool: api.pool, defaultMetrics: false });
+      const get = async (name: string) =>
+        (await metrics.registry.getSingleMetric(name)!.get()).values[0]?.value ?? NaN;
+      return {
+        unstarted: await get('onceflow_outbox_unstarted_rows'),
+        oldest: await get('onceflow_outbox_oldest_unstarted_age_seconds'),
+      };
+    };
+    const before = await read();
+    const order = await create();
+    await api.pool.query(
+      `update workflow_outbox set created_at = now() - interval '1 hour' where workflow_id = $1`,
+      [order.workflowId],
+    );
+    const backlog = await read();
+    expect(backlog.unstarted).toBe(before.unstarted + 1);
+    expect(backlog.oldest).toBeGreaterThanOrEqual(3600);
+
+    expect(await relay().startOne(order.workflowId)).toBe('started');
+    const after = await read();
+    expect(after.unstarted).toBe(before.unstarted);
+    expect(after.oldest).toBeLessThan(3600);
+  });
+
+  it('retries a failed pass within seconds, never after a long backoff', () => {
+    expect(passDelayMs(0, 1000)).toBe(1000);
+    for (let failures = 1; failures < 50; failures++)
+      expect(passDelayMs(failures, 1000)).toBeLessThanOrEqual(MAX_PASS_BACKOFF_MS);
+    expect(passDelayMs(1, 100)).toBeGreaterThan(100);
   });
 });

@@ -4,67 +4,36 @@
  * workflow is started exactly once. Also: graceful SIGTERM, and a clear
  * failure when the port is taken.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Pool } from '../../src/db/index.ts';
 import { freePort } from '../../src/devserver/ports.ts';
-import { databaseUrl, temporalAddress, temporalClient, testPool, uniq } from '../support/env.ts';
+import { ownDatabase, temporalAddress, temporalClient, testPool, uniq } from '../support/env.ts';
+import { killAll, spawnEntry, waitHttpOk, type Proc } from '../support/processes.ts';
 import { call, newTenant, validOrder } from './support.ts';
 
-const root = path.resolve(import.meta.dirname, '../..');
-
-interface Proc {
-  child: ChildProcess;
-  output: () => string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-function spawnApi(env: Record<string, string>): Proc {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'src/api/main.ts')], {
-    cwd: root,
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once('exit', (code, signal) => resolve({ code, signal })),
-  );
-  return { child, output: () => out, exited };
-}
-
-async function waitHealthy(url: string, proc: Proc, timeoutMs = 60_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (proc.child.exitCode !== null) throw new Error(`api exited during startup:\n${proc.output()}`);
-    try {
-      if ((await fetch(`${url}/healthz`)).ok) return;
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`api did not become healthy:\n${proc.output()}`);
-}
+const spawnApi = (env: Record<string, string>): Proc => spawnEntry('api', 'src/api/main.ts', env);
+const waitHealthy = (url: string, proc: Proc) => waitHttpOk(`${url}/healthz`, proc);
 
 describe('API process: crash between commit and workflow start', () => {
   let pool: Pool;
   let client: Client;
   let closeClient: () => Promise<void>;
   const procs: Proc[] = [];
+  // Its own database: the API's relay starts every due row of its database.
+  let db: Awaited<ReturnType<typeof ownDatabase>>;
 
   beforeAll(async () => {
-    pool = testPool(3);
+    db = await ownDatabase('apiproc');
+    pool = testPool(3, db.url);
     ({ client, close: closeClient } = await temporalClient());
   });
   afterAll(async () => {
-    for (const p of procs)
-      if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill('SIGKILL');
+    killAll(procs);
+    await Promise.all(procs.map((p) => p.exited));
     await closeClient?.();
     await pool?.end();
+    await db?.drop();
   });
 
   it('SIGKILL after commit, before start: after a restart the workflow is started exactly once', async () => {
@@ -72,7 +41,7 @@ describe('API process: crash between commit and workflow start', () => {
     const port = await freePort();
     const url = `http://127.0.0.1:${port}`;
     const env = {
-      DATABASE_URL: databaseUrl(),
+      DATABASE_URL: db.url,
       TEMPORAL_ADDRESS: temporalAddress(),
       TEMPORAL_TASK_QUEUE: uniq('api-process'),
       API_PORT: String(port),

@@ -43,13 +43,12 @@ export async function startApi(
   } = {},
 ): Promise<TestApi> {
   const config = testConfig(opts.env);
-  const pool = testPool(opts.poolMax ?? 20);
+  const pool = testPool(opts.poolMax ?? 20, config.databaseUrl);
   const ledger = new Ledger(pool, { localWaitMs: opts.localWaitMs ?? 5000 });
   const { client, close: closeClient } = await temporalClient();
   const relay = new OutboxRelay({
     pool,
     temporal: client,
-    taskQueue: config.temporal.taskQueue,
     enabled: config.api.outboxRelay,
     pollMs: 100,
   });

@@ -163,6 +163,7 @@ describe('backlog gauges', () => {
     await pool.query(`create schema ${schema}`);
     await pool.query(`create table ${schema}.operations (like public.operations including all)`);
     await pool.query(`create table ${schema}.orders (like public.orders including all)`);
+    await pool.query(`create table ${schema}.workflow_outbox (like public.workflow_outbox including all)`);
     scoped = createPool(databaseUrl(), { max: 2, options: `-c search_path=${schema}` });
     metrics = createMetrics({ pool: scoped, defaultMetrics: false });
   });
@@ -178,6 +179,8 @@ describe('backlog gauges', () => {
     expect(await gauge('onceflow_metrics_db_up')).toBe(1);
     expect(await gauge('onceflow_ledger_oldest_age_seconds', { state: 'unknown' })).toBe(0);
     expect(await gauge('onceflow_orders_in_status', { status: 'needs_attention' })).toBe(0);
+    expect(await gauge('onceflow_outbox_unstarted_rows')).toBe(0);
+    expect(await gauge('onceflow_outbox_oldest_unstarted_age_seconds')).toBe(0);
   });
 
   it('report the oldest in_progress and unknown ages, backlog counts and parked orders', async () => {

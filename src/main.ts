@@ -6,8 +6,9 @@
  *   -> sandbox providers, worker, API (each its own process)
  *
  * Every port is checked before anything starts, so a second copy fails fast
- * with a clear message. SIGINT/SIGTERM stop the children in reverse order
- * and then the Temporal server; nothing is left running.
+ * with a clear message. Once up, a child that exits on its own is restarted
+ * (capped exponential backoff). SIGINT/SIGTERM stop the children in reverse
+ * order and then the Temporal server; nothing is left running.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
@@ -31,42 +32,83 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const config = loadConfig(process.env, root);
 const say = (line: string) => process.stdout.write(`[onceflow] ${line}\n`);
 
+/**
+ * Supervision: once the stack is up, a child that exits on its own (a crash,
+ * an unhandled error, kill -9) is started again after a capped exponential
+ * backoff, with a log line naming it and its exit code. During startup a
+ * child's exit is fatal instead: a broken setup (a port taken, a bad
+ * DATABASE_URL) must fail fast, not loop.
+ */
+const RESTART_INITIAL_MS = 1_000;
+const RESTART_MAX_MS = 30_000;
+/** A child that ran this long before exiting starts again from the initial backoff. */
+const RESTART_RESET_AFTER_MS = 60_000;
+
 interface Service {
   name: string;
+  entry: string;
+  env: NodeJS.ProcessEnv;
   child: ChildProcess;
+  /** Resolves when the current child has exited. */
   exited: Promise<void>;
+  startedAt: number;
+  /** Consecutive quick exits, for the backoff. */
+  crashes: number;
+  restartTimer: NodeJS.Timeout | undefined;
 }
 
 const services: Service[] = [];
 let devServer: DevServer | undefined;
 let stopping = false;
+let supervising = false;
 
-function startService(name: string, entry: string, env: NodeJS.ProcessEnv): Service {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, entry)], {
+function spawnChild(service: Service): void {
+  const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, service.entry)], {
     cwd: root,
-    env,
+    env: service.env,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   for (const stream of [child.stdout, child.stderr]) {
     readline.createInterface({ input: stream }).on('line', (line) => {
-      process.stdout.write(`[${name}] ${line}\n`);
+      process.stdout.write(`[${service.name}] ${line}\n`);
     });
   }
-  const exited = new Promise<void>((resolve) =>
+  service.child = child;
+  service.startedAt = Date.now();
+  say(`${service.name} started (pid ${child.pid})`);
+  service.exited = new Promise<void>((resolve) =>
     child.once('exit', (code, signal) => {
-      if (!stopping) {
-        say(`${name} exited unexpectedly (${signal ?? `exit code ${code}`}); stopping everything.`);
-        void shutdown(1);
-      }
       resolve();
+      if (stopping) return;
+      const how = signal ? `signal ${signal}` : `exit code ${code}`;
+      if (!supervising) {
+        say(`${service.name} exited unexpectedly (${how}); stopping everything.`);
+        void shutdown(1);
+        return;
+      }
+      service.crashes = Date.now() - service.startedAt >= RESTART_RESET_AFTER_MS ? 1 : service.crashes + 1;
+      const delay = Math.min(RESTART_MAX_MS, RESTART_INITIAL_MS * 2 ** (service.crashes - 1));
+      say(
+        `${service.name} exited unexpectedly (${how}); restarting it in ${delay} ms (restart #${service.crashes}).`,
+      );
+      service.restartTimer = setTimeout(() => {
+        service.restartTimer = undefined;
+        if (!stopping) spawnChild(service);
+      }, delay);
     }),
   );
-  const service = { name, child, exited };
+}
+
+function startService(name: string, entry: string, env: NodeJS.ProcessEnv): Service {
+  const service = { name, entry, env, crashes: 0, restartTimer: undefined } as Service;
+  spawnChild(service);
   services.push(service);
   return service;
 }
 
 async function stopService(service: Service): Promise<void> {
+  clearTimeout(service.restartTimer);
+  service.restartTimer = undefined;
   if (service.child.exitCode !== null || service.child.signalCode !== null) return;
   service.child.kill('SIGTERM');
   const timer = setTimeout(() => service.child.kill('SIGKILL'), 20_000);
@@ -150,8 +192,9 @@ async function main(): Promise<void> {
   await waitForHttp(`http://127.0.0.1:${config.ports.api}/healthz`, 60_000);
 
   const api = `http://127.0.0.1:${config.ports.api}`;
+  supervising = true;
   say('');
-  say('onceflow is up. Ctrl-C stops everything.');
+  say('onceflow is up. Ctrl-C stops everything; a process that exits on its own is restarted.');
   say(`  API                 ${api}  (OpenAPI: ${api}/openapi.json, docs: ${api}/docs)`);
   say(`  Temporal UI         ${uiUrl}/namespaces/${config.temporal.namespace}/workflows`);
   say(`  Temporal frontend   ${temporalAddress}`);

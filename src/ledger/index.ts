@@ -10,4 +10,12 @@ export {
   downstreamKey,
   toStoredJson,
 } from './canonical.ts';
-export { Ledger, DEFAULT_RETENTION_MS, DEFAULT_LEASE_MS, DEFAULT_LOCAL_WAIT_MS } from './ledger.ts';
+export {
+  Ledger,
+  DEFAULT_RETENTION_MS,
+  DEFAULT_LEASE_MS,
+  DEFAULT_LOCAL_WAIT_MS,
+  DEFAULT_KEY_WINDOW_MS,
+  keyWindowMarginMs,
+  withinKeyWindow,
+} from './ledger.ts';

@@ -6,25 +6,26 @@
  * At this boundary permanent errors become non-retryable ApplicationFailures
  * and transient ones are thrown for Temporal to retry.
  */
-import { ApplicationFailure } from '@temporalio/activity';
+import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Pool } from '../src/db/index.ts';
-import {
-  downstreamKey,
-  Ledger,
-  LedgerError,
-  type OperationRecord,
-  type ReconcileOutcome,
-} from '../src/ledger/index.ts';
-import type { Charge, EmailProvider, Message, PaymentProvider } from '../src/providers/types.ts';
+import { Ledger, LedgerError, type ExternalRunOptions } from '../src/ledger/index.ts';
+import type { EmailProvider, PaymentProvider } from '../src/providers/types.ts';
 import { ProviderError } from '../src/providers/types.ts';
 import { OPERATION_TYPES, type OrderStatus } from '../src/orders/model.ts';
 import { applyOrderTransition } from '../src/orders/sql.ts';
+import * as payment from '../src/steps/payment.ts';
+import * as receipt from '../src/steps/receipt.ts';
+
+export type { ChargeResult, ReconcileResult } from '../src/steps/payment.ts';
+export type { ReceiptResult } from '../src/steps/receipt.ts';
 
 export interface OrderActivityDeps {
   pool: Pool;
   ledger: Ledger;
   payments: PaymentProvider;
   email: EmailProvider;
+  /** The providers' idempotency-key window; default the ledger's (24 h). Tests shorten it. */
+  providerKeyWindowMs?: number;
 }
 
 export interface StepRef {
@@ -41,24 +42,11 @@ export interface ChargeArgs extends StepRef {
   paymentMethod: string;
 }
 
-export interface ChargeResult {
-  outcome: 'succeeded' | 'failed';
-  chargeId: string | null;
-  failureCode: string | null;
-  replayed: boolean;
-  reconciled: boolean;
-}
-
 export interface ReceiptArgs extends StepRef {
   to: string;
   amount: number;
   currency: string;
   chargeId: string;
-}
-
-export interface ReceiptResult {
-  messageId: string;
-  replayed: boolean;
 }
 
 export interface StatusArgs extends StepRef {
@@ -79,37 +67,27 @@ export interface SettleArgs extends StepRef {
   chargeId?: string;
 }
 
-/** The charge's ledger state after a reconciliation: still unknown, or settled. */
-export interface ReconcileResult {
-  settled: boolean;
-  outcome: 'succeeded' | 'failed' | null;
-  chargeId: string | null;
-  /** No claim exists and the provider has nothing under the key: the charge never started. */
-  notStarted?: boolean;
-}
-
-/** chargeId is null only when an operator settled the charge without naming it. */
-type ChargeJson = { chargeId: string | null; status: 'succeeded' | 'failed'; failureCode: string | null };
-type MessageJson = { messageId: string };
-
-function chargeOutcome(charge: Charge) {
-  const result: ChargeJson = {
-    chargeId: charge.id,
-    status: charge.status,
-    failureCode: charge.failureCode ?? null,
+/**
+ * Heartbeats to Temporal, and renews the step's lease, while an external
+ * step runs: at least twice per heartbeat timeout (the ledger caps it at a
+ * third of the lease). Without a heartbeat timeout the lease is still renewed.
+ */
+function keepAlive(): Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> {
+  const ctx = Context.current();
+  const timeout = ctx.info.heartbeatTimeoutMs;
+  return {
+    heartbeat: () => ctx.heartbeat(),
+    ...(timeout ? { renewEveryMs: Math.max(10, Math.floor(timeout / 2)) } : {}),
   };
-  return { state: charge.status, result, providerRef: charge.id } as const;
-}
-
-function messageOutcome(message: Message) {
-  const result: MessageJson = { messageId: message.id };
-  return { state: 'succeeded', result, providerRef: message.id } as const;
 }
 
 /**
  * Maps ledger and provider errors onto Temporal's retry semantics. A provider
- * refusing the request itself (nothing happened) becomes `rejectedType`; an
- * idempotency mismatch at the provider stays 'ProviderRejected' for a human.
+ * refusing the request itself (nothing happened) becomes `rejectedType`,
+ * non-retryable; a request that never left (connection refused, DNS) is a
+ * retryable 'ProviderUnavailable' (the claim was released, the retry starts
+ * fresh under the same key). An idempotency-key conflict never gets here: the
+ * ledger marks it unknown (outcome_unknown).
  */
 export function toActivityFailure(
   err: unknown,
@@ -142,8 +120,10 @@ export function toActivityFailure(
     }
   }
   if (err instanceof ProviderError && err.kind === 'rejected') {
-    const type = err.code === 'idempotency_error' ? 'ProviderRejected' : rejectedType;
-    return ApplicationFailure.create({ type, message: err.message, nonRetryable: true });
+    return ApplicationFailure.create({ type: rejectedType, message: err.message, nonRetryable: true });
+  }
+  if (err instanceof ProviderError && err.kind === 'not_sent') {
+    return ApplicationFailure.create({ type: 'ProviderUnavailable', message: err.message, cause: err });
   }
   return err;
 }
@@ -152,82 +132,28 @@ function scope(ref: StepRef, operationType: string) {
   return { tenantId: ref.tenantId, operationType, key: ref.key };
 }
 
-async function chargeReconcile(
-  payments: PaymentProvider,
-  downstreamKey: string,
-): Promise<ReconcileOutcome<ChargeJson>> {
-  const charge = await payments.findChargeByIdempotencyKey(downstreamKey);
-  return charge ? chargeOutcome(charge) : { state: 'not_found' };
-}
-
-function reconcileResult(record: OperationRecord): ReconcileResult {
-  if (record.state !== 'succeeded' && record.state !== 'failed')
-    return { settled: false, outcome: null, chargeId: null };
-  const result = (record.result ?? {}) as Partial<ChargeJson>;
-  return { settled: true, outcome: record.state, chargeId: result.chargeId || record.providerRef || null };
-}
-
 export function createOrderActivities(deps: OrderActivityDeps) {
-  const { ledger, payments, email } = deps;
+  const { ledger } = deps;
+  const window = deps.providerKeyWindowMs !== undefined ? { keyWindowMs: deps.providerKeyWindowMs } : {};
+  const paymentDeps: payment.ChargeStepDeps = { ledger, payments: deps.payments, ...window };
+  const receiptDeps: receipt.ReceiptStepDeps = { ledger, email: deps.email, ...window };
   return {
-    async chargePayment(args: ChargeArgs): Promise<ChargeResult> {
+    /** Charges once per key; heartbeats and renews its claim while the provider call runs. */
+    async chargePayment(args: ChargeArgs): Promise<payment.ChargeResult> {
       try {
-        const run = await ledger.runExternal<ChargeJson>(
-          scope(args, OPERATION_TYPES.charge),
-          {
-            schemaVersion: 1,
-            value: {
-              orderId: args.orderId,
-              amount: args.amount,
-              currency: args.currency,
-              paymentMethod: args.paymentMethod,
-            },
-          },
-          {
-            perform: async ({ downstreamKey }) =>
-              chargeOutcome(
-                await payments.createCharge(
-                  {
-                    amount: args.amount,
-                    currency: args.currency,
-                    paymentMethod: args.paymentMethod,
-                    description: `Order ${args.orderId}`,
-                    metadata: { order_id: args.orderId, tenant_id: args.tenantId, operation_key: args.key },
-                  },
-                  downstreamKey,
-                ),
-              ),
-            reconcile: ({ downstreamKey }) => chargeReconcile(payments, downstreamKey),
-          },
-        );
-        return {
-          outcome: run.state,
-          chargeId: run.result.chargeId ?? run.providerRef,
-          failureCode: run.result.failureCode,
-          replayed: run.replayed,
-          reconciled: run.reconciled,
-        };
+        return await payment.runCharge(paymentDeps, args, keepAlive());
       } catch (err) {
         throw toActivityFailure(err, 'PaymentOutcomeUnknown', 'PaymentRejected');
       }
     },
 
-    /** Reconciles an uncertain charge without ever performing it. */
-    async reconcileCharge(args: StepRef): Promise<ReconcileResult> {
-      const chargeScope = scope(args, OPERATION_TYPES.charge);
-      if (!(await ledger.get(chargeScope))) {
-        // No claim: never claimed, released after a definite refusal, or reaped long
-        // after it settled. Only the provider can tell which; ask it by the same key.
-        const charge = await payments.findChargeByIdempotencyKey(downstreamKey(chargeScope));
-        if (charge) return { settled: true, outcome: charge.status, chargeId: charge.id };
-        return { settled: false, outcome: null, chargeId: null, notStarted: true };
-      }
+    /**
+     * Reconciles an uncertain charge without ever performing it. `performAgain`:
+     * the provider never saw the key; call chargePayment again (same key).
+     */
+    async reconcileCharge(args: StepRef): Promise<payment.ReconcileResult> {
       try {
-        const record = await ledger.reconcileOnly<ChargeJson>(
-          scope(args, OPERATION_TYPES.charge),
-          ({ downstreamKey }) => chargeReconcile(payments, downstreamKey),
-        );
-        return reconcileResult(record);
+        return await payment.reconcileCharge(paymentDeps, args);
       } catch (err) {
         if (err instanceof LedgerError && err.code === 'outcome_unknown') {
           return { settled: false, outcome: null, chargeId: null };
@@ -237,55 +163,18 @@ export function createOrderActivities(deps: OrderActivityDeps) {
     },
 
     /** Records a provider event or an operator's decision about an uncertain charge. */
-    async settleCharge(args: SettleArgs): Promise<ReconcileResult> {
+    async settleCharge(args: SettleArgs): Promise<payment.ReconcileResult> {
       try {
-        const chargeId = args.chargeId ?? null;
-        const { record } = await ledger.settle(scope(args, OPERATION_TYPES.charge), {
-          state: args.outcome,
-          result: {
-            chargeId,
-            status: args.outcome,
-            failureCode: args.outcome === 'failed' ? 'settled_failed' : null,
-          },
-          ...(args.chargeId ? { providerRef: args.chargeId } : {}),
-        });
-        return reconcileResult(record);
+        return await payment.settleCharge(paymentDeps, args, args.outcome, args.chargeId ?? null);
       } catch (err) {
-        // Already final with the other outcome: the ledger (the provider's own
-        // answer, or an earlier settlement) wins over a later event.
-        if (err instanceof LedgerError && err.code === 'invalid_state') {
-          const record = await ledger.get(scope(args, OPERATION_TYPES.charge));
-          if (record) return reconcileResult(record);
-        }
         throw toActivityFailure(err, 'PaymentOutcomeUnknown');
       }
     },
 
-    async sendReceipt(args: ReceiptArgs): Promise<ReceiptResult> {
+    /** Sends the receipt once per key; heartbeats and renews its claim like chargePayment. */
+    async sendReceipt(args: ReceiptArgs): Promise<receipt.ReceiptResult> {
       try {
-        const run = await ledger.runExternal<MessageJson>(
-          scope(args, OPERATION_TYPES.receipt),
-          { schemaVersion: 1, value: { orderId: args.orderId, to: args.to, chargeId: args.chargeId } },
-          {
-            perform: async ({ downstreamKey }) =>
-              messageOutcome(
-                await email.sendMessage(
-                  {
-                    to: args.to,
-                    subject: `Receipt for order ${args.orderId}`,
-                    text: `We received ${formatMoney(args.amount, args.currency)} for order ${args.orderId} (charge ${args.chargeId}).`,
-                    metadata: { order_id: args.orderId, tenant_id: args.tenantId, operation_key: args.key },
-                  },
-                  downstreamKey,
-                ),
-              ),
-            reconcile: async ({ downstreamKey }) => {
-              const message = await email.findMessageByIdempotencyKey(downstreamKey);
-              return message ? messageOutcome(message) : { state: 'not_found' };
-            },
-          },
-        );
-        return { messageId: run.result.messageId, replayed: run.replayed };
+        return await receipt.runReceipt(receiptDeps, args, keepAlive());
       } catch (err) {
         throw toActivityFailure(err, 'ReceiptOutcomeUnknown');
       }
@@ -325,7 +214,3 @@ export function createOrderActivities(deps: OrderActivityDeps) {
 }
 
 export type OrderActivities = ReturnType<typeof createOrderActivities>;
-
-function formatMoney(amount: number, currency: string): string {
-  return `${(amount / 100).toFixed(2)} ${currency.toUpperCase()}`;
-}

@@ -62,6 +62,21 @@ const options = {
 
 type Values = ReturnType<typeof parseArgs<{ options: typeof options; allowPositionals: true }>>['values'];
 
+/** One line for a reconcile: the change, or why nothing changed. */
+function reconcileLine(r: {
+  changed: boolean;
+  before: { state: string };
+  after: { state: string };
+  providerAnswer: string;
+}): string {
+  if (r.changed) return `${r.before.state} -> ${r.after.state}`;
+  const state = r.after.state;
+  if (r.providerAnswer !== 'skipped')
+    return `${state}, unchanged (provider: ${r.providerAnswer.replace('_', ' ')})`;
+  const why = state === 'succeeded' || state === 'failed' ? 'already settled' : 'a live attempt holds it';
+  return `${state}, unchanged (${why}; provider not asked)`;
+}
+
 function parse(argv: string[]) {
   try {
     return parseArgs({ args: argv, options, allowPositionals: true, strict: true });
@@ -270,10 +285,15 @@ async function main(argv: string[]): Promise<number> {
             changed: r.changed,
             before: r.before.state,
             after: r.after.state,
+            providerAnswer: r.providerAnswer,
+            next: r.next ?? null,
             auditId: r.audit.id,
             error: r.error ?? null,
           },
-          `${r.before.state} -> ${r.after.state}${r.changed ? '' : ' (unchanged)'}; audit #${r.audit.id}` +
+          // A bare "unknown -> unknown" tells the operator nothing: say what the provider answered and what follows.
+          reconcileLine(r) +
+            `; audit #${r.audit.id}` +
+            (r.next ? `\n${r.next}` : '') +
             (r.error ? `\n${r.error}` : ''),
         );
         // Audited either way, but an operator script must see that the provider did not answer.

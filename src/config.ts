@@ -51,7 +51,12 @@ export interface Config {
   logLevel: 'debug' | 'info' | 'warn' | 'error';
   /** Client-side timeout of one provider call; must be shorter than an activity attempt. */
   providerTimeoutMs: number;
-  /** Ledger claim lease; must outlast one activity attempt (30 s by default). */
+  /**
+   * Ledger claim lease (15 s by default). Renewed while the step runs (every
+   * third of it, or twice per activity heartbeat timeout), so it only has to
+   * outlast a renewal interval; a crashed worker's step is taken over once it
+   * runs out.
+   */
   ledgerLeaseMs: number;
   /** A pre-built workflow bundle (production builds, tests); otherwise workflows are bundled at start-up. */
   workflowBundlePath: string | undefined;
@@ -148,7 +153,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
     toolsDir: env.ONCEFLOW_TOOLS_DIR || `${root}/.tools`,
     logLevel,
     providerTimeoutMs: duration(env, 'PROVIDER_TIMEOUT_MS', 10_000),
-    ledgerLeaseMs: duration(env, 'LEDGER_LEASE_MS', 60_000),
+    ledgerLeaseMs: duration(env, 'LEDGER_LEASE_MS', 15_000),
     workflowBundlePath: env.WORKFLOW_BUNDLE_PATH || undefined,
     retention: {
       windowMs: duration(env, 'RETENTION_WINDOW_MS', 7 * 24 * 60 * 60 * 1000),

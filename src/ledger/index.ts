@@ -16,4 +16,7 @@ export {
   DEFAULT_LEASE_MS,
   DEFAULT_LOCAL_WAIT_MS,
   MAX_TIMER_MS,
+  DEFAULT_KEY_WINDOW_MS,
+  keyWindowMarginMs,
+  withinKeyWindow,
 } from './ledger.ts';

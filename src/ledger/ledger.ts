@@ -21,6 +21,7 @@ import type {
   ClaimResult,
   ExternalHandlers,
   ExternalOutcome,
+  ExternalRunOptions,
   ExternalRunResult,
   Json,
   LedgerEvent,
@@ -33,6 +34,7 @@ import type {
   ReapResult,
   ReconcileContext,
   ReconcileOutcome,
+  ReconcileUnresolvedResult,
   Scope,
 } from './types.ts';
 
@@ -43,7 +45,13 @@ import type {
  * its record instead of running again.
  */
 export const DEFAULT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
-export const DEFAULT_LEASE_MS = 30_000;
+/**
+ * Short, because runExternal renews it while the attempt runs: a crashed
+ * worker's step is taken over within one lease instead of a whole attempt.
+ */
+export const DEFAULT_LEASE_MS = 15_000;
+/** The provider's idempotency-key window (Stripe's, and the sandbox's): 24 h. */
+export const DEFAULT_KEY_WINDOW_MS = 24 * 60 * 60 * 1000;
 export const DEFAULT_LOCAL_WAIT_MS = 5_000;
 
 /** Serialization failures and deadlocks mean "run the transaction again" (bounded, as in withTransaction). */
@@ -88,6 +96,38 @@ function retryAfter(leaseMsLeft: number | null, fallback: number): number {
   return Math.max(100, Math.ceil(leaseMsLeft));
 }
 
+/**
+ * How close to the end of the provider's key window we stop performing again:
+ * a tenth of the window, at most an hour. It covers clock skew between us
+ * and the provider and the time the perform itself takes.
+ */
+export function keyWindowMarginMs(keyWindowMs: number): number {
+  return Math.min(60 * 60 * 1000, keyWindowMs / 10);
+}
+
+/**
+ * True while performing again under the record's downstream key is safe
+ * against a provider that says it never saw the key: the provider's window
+ * counts from the first request it saw under the key, which is never
+ * earlier than the record's creation. (App clock against the database's
+ * created_at: the margin dwarfs any sane skew.)
+ */
+export function withinKeyWindow(
+  record: Pick<OperationRecord, 'createdAt'>,
+  keyWindowMs: number,
+  nowMs = Date.now(),
+): boolean {
+  return record.createdAt.getTime() + keyWindowMs - keyWindowMarginMs(keyWindowMs) > nowMs;
+}
+
+function callHook(hook: (() => void) | undefined): void {
+  try {
+    hook?.();
+  } catch {
+    // A heartbeat hook must never change an operation's outcome.
+  }
+}
+
 /** Internal signal: the row we conflicted with vanished before we could read it; start over. */
 class RaceRetry extends Error {}
 
@@ -128,8 +168,8 @@ export class Ledger {
     });
   }
 
-  #ownershipLost(scope: Scope): LedgerError {
-    this.#emit('ownership_lost', scope);
+  #ownershipLost(scope: Scope, outcome?: string): LedgerError {
+    this.#emit('ownership_lost', scope, outcome);
     return new LedgerError(
       'ownership_lost',
       'claim was taken over or settled by someone else; this attempt may not complete it',
@@ -373,6 +413,59 @@ export class Ledger {
   }
 
   /**
+   * Fenced lease renewal: pushes the owner's lease to now + leaseMs
+   * (database clock). Refused with LedgerError('ownership_lost') when the
+   * caller no longer owns the claim (taken over, completed, marked unknown,
+   * released). runExternal calls it on every heartbeat and
+   * right before performing; call it directly only around `claim`.
+   */
+  async extend(scope: Scope, ownerToken: string, leaseMs?: number): Promise<Date> {
+    validateScope(scope);
+    const ms = timerMs(leaseMs, this.#leaseMs, 'leaseMs');
+    const until = await withClient(this.#pool, (client) => sql.extendOwned(client, scope, ownerToken, ms));
+    if (!until) throw this.#ownershipLost(scope, 'renewal');
+    return until;
+  }
+
+  /**
+   * Keeps an owned claim alive while its attempt runs: every `everyMs` it
+   * calls the heartbeat hook and renews the lease. A refused renewal is
+   * remembered (`lost`); `check()` renews once more, synchronously, and
+   * throws ownership_lost if the claim is gone, so the caller stops before
+   * acting. A renewal that fails for another reason (database unreachable)
+   * is retried on the next tick: the lease may then run out and the claim
+   * be taken over, which fencing makes safe.
+   */
+  #keepAlive(
+    scope: Scope,
+    ownerToken: string,
+    leaseMs: number,
+    everyMs: number,
+    heartbeat: (() => void) | undefined,
+  ) {
+    let lost = false;
+    let renewing = false;
+    const timer = setInterval(() => {
+      callHook(heartbeat);
+      if (lost || renewing) return;
+      renewing = true;
+      this.extend(scope, ownerToken, leaseMs)
+        .catch((err: unknown) => {
+          if (isLedgerError(err, 'ownership_lost')) lost = true;
+        })
+        .finally(() => (renewing = false));
+    }, everyMs);
+    timer.unref();
+    return {
+      check: async (): Promise<void> => {
+        if (lost) throw new LedgerError('ownership_lost', 'the lease renewal was refused', { scope });
+        await this.extend(scope, ownerToken, leaseMs);
+      },
+      stop: () => clearInterval(timer),
+    };
+  }
+
+  /**
    * Asks the provider about an owned, uncertain record before anything else
    * happens to it. `settled`: the outcome is stored. `not_found`: the provider
    * never saw the downstream key; the record is still owned by the caller,
@@ -438,18 +531,32 @@ export class Ledger {
   /**
    * External mode, end to end: replay, or claim -> (takeover: reconcile
    * first) -> perform with the downstream key -> complete, all fenced.
-   * perform throwing a definite failure (isDefiniteFailure) releases the
-   * claim and rethrows; any other error marks the record unknown and throws
-   * LedgerError('outcome_unknown') (retryable; the next call reconciles).
+   * - While the claim is held, the lease is renewed (and `opts.heartbeat`
+   *   called) about every third of the lease; right before perform the
+   *   lease is renewed once more, and a refused renewal throws
+   *   ownership_lost without performing (the claim belongs to someone else).
+   * - A takeover whose reconcile answers not_found performs under the SAME
+   *   downstream key while the record is inside the provider's key window
+   *   (`opts.keyWindowMs`); outside it the record stays unknown and
+   *   LedgerError('outcome_unknown') is thrown.
+   * - perform throwing a definite failure (isDefiniteFailure: nothing was
+   *   sent, or the provider proved nothing happened) releases the claim and
+   *   rethrows; any other error marks the record unknown and throws
+   *   LedgerError('outcome_unknown') (retryable; the next call reconciles).
    */
   async runExternal<T extends Json>(
     scope: Scope,
     input: LedgerInput,
     handlers: ExternalHandlers<T>,
-    opts: { leaseMs?: number } = {},
+    opts: ExternalRunOptions = {},
   ): Promise<ExternalRunResult<T>> {
     const fp = this.#prepare(scope, input);
     const leaseMs = timerMs(opts.leaseMs, this.#leaseMs, 'leaseMs');
+    const keyWindowMs = timerMs(opts.keyWindowMs, DEFAULT_KEY_WINDOW_MS, 'keyWindowMs');
+    // At most a third of the lease, so two renewals can fail before the lease runs out.
+    const third = Math.max(10, Math.floor(leaseMs / 3));
+    const renewEveryMs = Math.min(third, timerMs(opts.renewEveryMs, third, 'renewEveryMs'));
+    callHook(opts.heartbeat);
 
     // Fast path: a completed operation is one primary-key read.
     const probe = await withClient(this.#pool, (client) => sql.selectProbe(client, scope));
@@ -467,14 +574,43 @@ export class Ledger {
 
     const claim = await this.#claim(scope, input.schemaVersion, fp, leaseMs);
     if (claim.kind === 'replay') return this.#externalResult<T>(claim.record, true, false);
-    const { ownerToken, record } = claim;
+    const lease = this.#keepAlive(scope, claim.ownerToken, leaseMs, renewEveryMs, opts.heartbeat);
+    try {
+      return await this.#runClaimed(scope, claim, handlers, lease.check, keyWindowMs);
+    } finally {
+      lease.stop();
+    }
+  }
 
+  async #runClaimed<T extends Json>(
+    scope: Scope,
+    claim: Extract<ClaimResult, { kind: 'claimed' }>,
+    handlers: ExternalHandlers<T>,
+    stillOwned: () => Promise<void>,
+    keyWindowMs: number,
+  ): Promise<ExternalRunResult<T>> {
+    const { ownerToken, record } = claim;
     if (claim.takeover) {
       const step = await this.#reconcileOwned(scope, ownerToken, record, handlers.reconcile);
       if (step.kind === 'settled') return this.#externalResult<T>(step.record, false, true);
       if (step.kind === 'unknown') throw step.error;
-      // not_found: the provider never saw the downstream key; perform under the SAME key.
+      // not_found: the provider never saw the downstream key; perform under the SAME key,
+      // but only while the provider would still recognise it.
+      if (!withinKeyWindow(record, keyWindowMs)) {
+        await this.#markUnknownKeepingError(scope, ownerToken, record, { reason: 'key_window_passed' });
+        this.#emit('unknown', scope, 'key_window_passed');
+        throw new LedgerError(
+          'outcome_unknown',
+          "the provider has no record under the downstream key, but the record is past the provider's " +
+            'key window: performing again could act twice; a human must resolve it',
+          { scope },
+        );
+      }
     }
+
+    // Last chance to stop: a claim lost while we reconciled (or while a paused
+    // process slept) must not act. The renewal is fenced, so this is a proof.
+    await stillOwned();
 
     let outcome: ExternalOutcome<T>;
     try {
@@ -484,6 +620,9 @@ export class Ledger {
         ownerToken,
       });
     } catch (err) {
+      // Safe on a takeover too: we only perform there after the provider
+      // said it never saw the key, so with this request refused or never
+      // sent, nothing happened under the key at all.
       if (isDefiniteFailure(err)) {
         await this.release(scope, ownerToken);
         this.#emit('fail', scope, 'released');
@@ -535,17 +674,21 @@ export class Ledger {
 
   /**
    * Reconciles an unresolved record (unknown, or a claim whose lease expired)
-   * without ever performing. Returns the record afterwards: settled, or still
-   * `unknown` (pending / not_found at the provider: re-drive with runExternal,
-   * which performs under the same downstream key). A final record, or one
-   * another attempt holds a live lease on, is returned unchanged.
+   * without ever performing. Returns the record afterwards and what the
+   * provider answered: settled; pending (still unknown, ask again later);
+   * not_found (still unknown; `performable` says whether a re-drive with
+   * runExternal may perform under the same downstream key, i.e. whether the
+   * record is inside the provider's key window); skipped (a final record, or
+   * one another attempt holds a live lease on, returned unchanged).
    * Throws not_found when there is no record, outcome_unknown when reconcile throws.
    */
-  async reconcileOnly<T extends Json>(
+  async reconcileUnresolved<T extends Json>(
     scope: Scope,
     reconcile: (ctx: ReconcileContext) => Promise<ReconcileOutcome<T>>,
-  ): Promise<OperationRecord> {
+    opts: { keyWindowMs?: number } = {},
+  ): Promise<ReconcileUnresolvedResult> {
     validateScope(scope);
+    const keyWindowMs = timerMs(opts.keyWindowMs, DEFAULT_KEY_WINDOW_MS, 'keyWindowMs');
     const ownerToken = randomUUID();
     const taken = await withClient(this.#pool, (client) =>
       sql.takeOverUnresolved(client, scope, ownerToken, this.#leaseMs),
@@ -553,22 +696,30 @@ export class Ledger {
     if (!taken) {
       const current = await this.get(scope);
       if (!current) throw new LedgerError('not_found', 'no operation under this scope', { scope });
-      return current;
+      return { record: current, answer: 'skipped', performable: false };
     }
     const record = sql.toRecord(taken);
     this.#emit('takeover', scope, record.state);
     const step = await this.#reconcileOwned(scope, ownerToken, record, reconcile);
-    if (step.kind === 'settled') return step.record;
+    if (step.kind === 'settled') return { record: step.record, answer: 'settled', performable: false };
     if (step.kind === 'unknown') {
       if (step.threw) throw step.error;
-      return step.record; // pending: still unknown, reconcile again later
+      return { record: step.record, answer: 'pending', performable: false };
     }
-    // not_found: never perform here; leave it unknown for a re-drive under the same key.
-    const after = await this.#markUnknownKeepingError(scope, ownerToken, record, {
-      reason: 'reconcile_not_found',
-    });
-    this.#emit('unknown', scope, 'reconcile_not_found');
-    return after;
+    // not_found: never perform here; leave it unknown for runExternal under the same key.
+    const performable = withinKeyWindow(record, keyWindowMs);
+    const reason = performable ? 'reconcile_not_found' : 'key_window_passed';
+    const after = await this.#markUnknownKeepingError(scope, ownerToken, record, { reason });
+    this.#emit('unknown', scope, reason);
+    return { record: after, answer: 'not_found', performable };
+  }
+
+  /** reconcileUnresolved, returning only the record afterwards. */
+  async reconcileOnly<T extends Json>(
+    scope: Scope,
+    reconcile: (ctx: ReconcileContext) => Promise<ReconcileOutcome<T>>,
+  ): Promise<OperationRecord> {
+    return (await this.reconcileUnresolved(scope, reconcile)).record;
   }
 
   /**

@@ -291,6 +291,41 @@ export async function completeOwned(
   );
 }
 
+/**
+ * Fenced lease renewal: the owner pushes its lease forward (database clock)
+ * while its attempt is still running. Conditional on the owner token and an
+ * unfinished state, in one statement under the row lock: a renewal can never
+ * resurrect a claim that was taken over (the token changed), completed,
+ * released or marked unknown (each of those clears or replaces the token),
+ * and a renewal racing a takeover is ordered by the row lock: whichever
+ * commits second sees the other's token. `unknown` is included because a
+ * takeover of an unknown record keeps that state while its new owner
+ * reconciles (the owner token is what makes it a live claim). No lease check: an owner whose lease ran out
+ * but who was not taken over still holds the only token (as in
+ * completeOwned), and renewing then is exactly what keeps a slow attempt
+ * from being taken over. `updated_at` is left alone: a renewal is not a
+ * change of state. Returns the new expiry, or null when refused.
+ */
+export async function extendOwned(
+  db: Queryable,
+  scope: Scope,
+  ownerToken: string,
+  leaseMs: number,
+): Promise<Date | null> {
+  const row = first<{ lease_expires_at: Date }>(
+    await db.query<{ lease_expires_at: Date }>({
+      name: 'ledger_extend_owned',
+      text: `update operations
+                set lease_expires_at = now() + $5::float8 * interval '1 millisecond'
+              where tenant_id = $1 and operation_type = $2 and key = $3 and owner_token = $4
+                and state in ('in_progress', 'unknown')
+              returning lease_expires_at`,
+      values: [...pk(scope), ownerToken, leaseMs],
+    }),
+  );
+  return row?.lease_expires_at ?? null;
+}
+
 /** Fenced: the owner records that the outcome was lost and gives up ownership (the record needs reconcile). */
 export async function markOwnedUnknown(
   db: Queryable,

@@ -99,8 +99,9 @@ export type LedgerEventType =
  * `outcome` by type: claim `local`|`external`; replay and complete
  * `succeeded`|`failed`; reconcile the reconcile answer (`succeeded`, `failed`,
  * `not_found`, `pending`, `error`) or `settled:<state>`; unknown
- * `perform_error`|`reconcile_pending`|`reconcile_not_found`|`reconcile_error`;
- * fail `rolled_back`|`released`.
+ * `perform_error`|`reconcile_pending`|`reconcile_not_found`|`reconcile_error`|
+ * `key_window_passed`; fail `rolled_back`|`released`; ownership_lost
+ * `renewal` when a lease renewal was refused (otherwise no outcome).
  */
 export type LedgerEvent = { type: LedgerEventType; operationType: string; outcome?: string };
 
@@ -111,7 +112,11 @@ export interface LedgerHooks {
 
 export interface LedgerOptions {
   hooks?: LedgerHooks;
-  /** External-mode lease. Must outlast one attempt (perform + complete). Default 30 000. */
+  /**
+   * External-mode lease. runExternal renews it about every third of its
+   * length while the attempt runs, so it only has to outlast a renewal
+   * interval plus a database round trip, not the whole attempt. Default 15 000.
+   */
   leaseMs?: number;
   /** Local mode: how long a concurrent duplicate waits for the first attempt. Default 5 000. */
   localWaitMs?: number;
@@ -144,6 +149,52 @@ export interface PerformContext {
 export interface ExternalHandlers<T extends Json> {
   perform(ctx: PerformContext): Promise<ExternalOutcome<T>>;
   reconcile(ctx: ReconcileContext): Promise<ReconcileOutcome<T>>;
+}
+
+/** Per-call options of runExternal. */
+export interface ExternalRunOptions {
+  /** This attempt's lease; default the ledger's `leaseMs`. */
+  leaseMs?: number;
+  /**
+   * How long the provider remembers a downstream key (its idempotency-key
+   * window). A takeover whose reconcile answers `not_found` performs again
+   * under the same key only while the record is inside this window minus a
+   * safety margin (see keyWindowMarginMs); outside it the record stays
+   * `unknown` for a human, because a provider that forgot the key would
+   * perform a second effect. Default DEFAULT_KEY_WINDOW_MS (24 h).
+   */
+  keyWindowMs?: number;
+  /**
+   * Called once when the call starts and then on every renewal tick while
+   * the attempt runs (an activity passes its Temporal heartbeat here).
+   * A throwing hook is ignored.
+   */
+  heartbeat?: () => void;
+  /**
+   * How often to heartbeat and renew the lease while the attempt runs.
+   * Default, and at most, a third of the lease.
+   */
+  renewEveryMs?: number;
+}
+
+/** What reconcileUnresolved did. */
+export interface ReconcileUnresolvedResult {
+  /** The record afterwards. */
+  record: OperationRecord;
+  /**
+   * `settled`: the provider had the outcome and it is stored. `pending`: the
+   * provider is still processing the key. `not_found`: the provider never saw
+   * the key. `skipped`: nothing asked (the record is final, or a live attempt
+   * holds it).
+   */
+  answer: 'settled' | 'pending' | 'not_found' | 'skipped';
+  /**
+   * True when the answer is `not_found` and the record is inside the
+   * provider's key window: the next runExternal under the scope performs
+   * under the SAME downstream key. False for `not_found` outside the window:
+   * only a human can decide.
+   */
+  performable: boolean;
 }
 
 export interface ExternalRunResult<T extends Json> {

@@ -30,6 +30,8 @@ import {
 } from '../ledger/index.ts';
 import { OPERATION_TYPES, orderWorkflowId } from '../orders/model.ts';
 import type { Charge, EmailProvider, Message, PaymentProvider } from '../providers/types.ts';
+import { chargeReconciler, settledCharge } from '../steps/payment.ts';
+import { receiptReconciler, settledReceipt } from '../steps/receipt.ts';
 import { paymentEventSignal, redriveSignal, statusQuery } from '../../workflows/definitions.ts';
 import { OpsError } from './errors.ts';
 import {
@@ -55,6 +57,8 @@ export interface OperatorDeps {
   source?: AuditSource;
   /** Bound on each Temporal call (signal). Default 10 000 ms. */
   temporalTimeoutMs?: number;
+  /** The providers' idempotency-key window; default the ledger's (24 h). */
+  providerKeyWindowMs?: number;
 }
 
 export interface ActorOptions {
@@ -111,6 +115,14 @@ export interface ActionResult {
 export interface ReconcileResult extends ActionResult {
   /** The provider lookup failed; the record is unchanged (still unresolved). */
   error?: string;
+  /**
+   * What the provider answered: settled, pending, not_found; skipped when it
+   * was not asked (final record, or a live attempt holds it); error when the
+   * lookup failed.
+   */
+  providerAnswer: 'settled' | 'pending' | 'not_found' | 'skipped' | 'error';
+  /** What happens next, in words, when the record is still unresolved. */
+  next?: string;
 }
 
 export interface ResolveResult extends ActionResult {
@@ -262,11 +274,22 @@ export class Operator {
     const before = await this.#get(scope);
     let after: OperationRecord;
     let error: string | undefined;
+    let providerAnswer: ReconcileResult['providerAnswer'];
+    let next: string | undefined;
     try {
-      after = await this.#deps.ledger.reconcileOnly(scope, reconcile);
+      const window = this.#deps.providerKeyWindowMs;
+      const r = await this.#deps.ledger.reconcileUnresolved(
+        scope,
+        reconcile,
+        window !== undefined ? { keyWindowMs: window } : {},
+      );
+      after = r.record;
+      providerAnswer = r.answer;
+      next = nextStep(scope, r.answer, r.performable);
     } catch (err) {
       if (!isLedgerError(err, 'outcome_unknown')) throw fromLedger(err);
       error = `provider lookup failed: ${message(err.cause ?? err)}`;
+      providerAnswer = 'error';
       after = await this.#get(scope);
     }
     const audit = await withClient(this.#deps.pool, (c) =>
@@ -280,10 +303,23 @@ export class Operator {
         operationKey: scope.key,
         workflowId: workflowIdForKey(scope),
         before: auditView(before),
-        after: error ? { ...auditView(after), reconcileError: error } : auditView(after),
+        after: {
+          ...auditView(after),
+          providerAnswer,
+          ...(error ? { reconcileError: error } : {}),
+          ...(next ? { next } : {}),
+        },
       }),
     );
-    return { before, after, changed: before.state !== after.state, audit, ...(error ? { error } : {}) };
+    return {
+      before,
+      after,
+      changed: before.state !== after.state,
+      audit,
+      providerAnswer,
+      ...(error ? { error } : {}),
+      ...(next ? { next } : {}),
+    };
   }
 
   /**
@@ -531,28 +567,10 @@ export class Operator {
     return this.#deps.temporal.withDeadline(deadline, fn);
   }
 
-  /** The lookup that reconciles an operation type, by the downstream key; the same mapping the activities use. */
+  /** The lookup that reconciles an operation type, by the downstream key (the steps' own). */
   #reconciler(operationType: string): (ctx: { downstreamKey: string }) => Promise<ReconcileOutcome<Json>> {
-    if (operationType === OPERATION_TYPES.charge) {
-      return async ({ downstreamKey: dk }) => {
-        const charge = await this.#deps.payments.findChargeByIdempotencyKey(dk);
-        if (!charge) return { state: 'not_found' };
-        const result = {
-          chargeId: charge.id,
-          status: charge.status,
-          failureCode: charge.failureCode ?? null,
-        };
-        return { state: charge.status, result, providerRef: charge.id };
-      };
-    }
-    if (operationType === OPERATION_TYPES.receipt) {
-      return async ({ downstreamKey: dk }) => {
-        const msg = await this.#deps.email.findMessageByIdempotencyKey(dk);
-        return msg
-          ? { state: 'succeeded', result: { messageId: msg.id }, providerRef: msg.id }
-          : { state: 'not_found' };
-      };
-    }
+    if (operationType === OPERATION_TYPES.charge) return chargeReconciler(this.#deps.payments);
+    if (operationType === OPERATION_TYPES.receipt) return receiptReconciler(this.#deps.email);
     throw new OpsError(
       'invalid_input',
       `operation type ${operationType} has no provider to reconcile with (only ${[...EXTERNAL_TYPES].join(', ')})`,
@@ -565,13 +583,7 @@ export class Operator {
    * idempotent no-op rather than a conflict.
    */
   #settledResult(operationType: string, outcome: 'succeeded' | 'failed', ref: string | undefined): Json {
-    if (operationType === OPERATION_TYPES.charge) {
-      return {
-        chargeId: ref ?? null,
-        status: outcome,
-        failureCode: outcome === 'failed' ? 'settled_failed' : null,
-      };
-    }
+    if (operationType === OPERATION_TYPES.charge) return settledCharge(outcome, ref ?? null);
     if (operationType === OPERATION_TYPES.receipt) {
       if (outcome === 'failed') {
         throw new OpsError(
@@ -580,7 +592,7 @@ export class Operator {
             're-drive the order, which sends it under the same key',
         );
       }
-      return { messageId: ref ?? '' };
+      return settledReceipt(ref ?? null);
     }
     throw new OpsError(
       'invalid_input',
@@ -606,6 +618,29 @@ export class Operator {
       return { provider, lookedUpBy: dk, found: false, object: null, error: message(err) };
     }
   }
+}
+
+/** After a reconcile that left the record unresolved: what happens next, for the operator. */
+function nextStep(
+  scope: Scope,
+  answer: 'settled' | 'pending' | 'not_found' | 'skipped',
+  performable: boolean,
+): string | undefined {
+  const what = scope.operationType === OPERATION_TYPES.receipt ? 'receipt' : 'charge';
+  if (answer === 'not_found') {
+    if (!performable) {
+      return (
+        `the provider never saw this ${what}'s key, but the record is past the provider's key window: ` +
+        `performing it again could ${what === 'charge' ? 'charge' : 'send'} twice; resolve it by hand`
+      );
+    }
+    return (
+      `the provider never saw this ${what}'s key: the order workflow (or a re-drive of a parked order) ` +
+      'performs it under the same key'
+    );
+  }
+  if (answer === 'pending') return 'the provider is still processing this key; reconcile again later';
+  return undefined;
 }
 
 function clampLimit(limit: number | undefined): number {

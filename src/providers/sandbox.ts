@@ -6,7 +6,10 @@
  *   200                       -> the object
  *   402 card_error            -> Charge with status 'failed' (definite decline)
  *   409                       -> in_progress (same key still being processed)
+ *   400 idempotency_error     -> key_conflict (the key's first request may have acted)
  *   other 4xx                 -> rejected (definite: nothing happened)
+ *   connection refused, DNS
+ *   failure (nothing sent)    -> not_sent (definite: nothing happened)
  *   429, 5xx, timeout, reset,
  *   dropped connection, junk  -> uncertain (the effect may have happened)
  *   lookup 404                -> null
@@ -35,6 +38,34 @@ interface HttpResult {
 
 interface ApiErrorBody {
   error?: { type?: string; code?: string; message?: string; charge?: string; charge_object?: unknown };
+}
+
+/**
+ * Errors that can only happen before a connection exists, so before any
+ * byte of the request was written: refused by the peer, or no address for
+ * the host. Undici reports them as `TypeError('fetch failed')` whose cause
+ * carries the code and the syscall (`connect` / `getaddrinfo`); with
+ * happy eyeballs the cause is an AggregateError of one such error per
+ * address. Anything else (reset, socket closed, timeout, abort) may come
+ * after the request left, so it stays uncertain.
+ */
+const NOT_SENT: Record<string, { syscall: string; code: string }> = {
+  ECONNREFUSED: { syscall: 'connect', code: 'connection_refused' },
+  ENOTFOUND: { syscall: 'getaddrinfo', code: 'dns' },
+  EAI_AGAIN: { syscall: 'getaddrinfo', code: 'dns' },
+};
+
+function notSentCode(err: unknown): string | null {
+  const cause = err instanceof Error ? err.cause : undefined;
+  const parts = cause instanceof AggregateError ? cause.errors : [cause];
+  let code: string | null = null;
+  for (const part of parts) {
+    const p = part as { code?: unknown; syscall?: unknown } | null | undefined;
+    const known = typeof p?.code === 'string' ? NOT_SENT[p.code] : undefined;
+    if (!known || p?.syscall !== known.syscall) return null;
+    code = known.code;
+  }
+  return code;
 }
 
 function describe(err: unknown): string {
@@ -66,8 +97,16 @@ async function request(
     status = res.status;
     text = await res.text();
   } catch (err) {
-    // No (complete) response: the request may or may not have been acted on.
+    // No (complete) response: the request may or may not have been acted on,
+    // unless it provably never left.
     const timeout = err instanceof Error && (err.name === 'TimeoutError' || signal.aborted);
+    const notSent = timeout ? null : notSentCode(err);
+    if (notSent) {
+      throw new ProviderError('not_sent', `${what}: not sent (${describe(err)})`, {
+        code: notSent,
+        cause: err,
+      });
+    }
     throw new ProviderError(
       'uncertain',
       `${what}: ${timeout ? `no response within ${opts.timeoutMs} ms` : `connection failed (${describe(err)})`}`,
@@ -93,6 +132,10 @@ function statusError(what: string, res: HttpResult): ProviderError {
   const code = e?.code ?? e?.type ?? `http_${res.status}`;
   const message = `${what}: HTTP ${res.status}${e?.message ? ` ${e.message}` : ''}`;
   if (res.status === 409) return new ProviderError('in_progress', message, { code, status: res.status });
+  if (e?.type === 'idempotency_error') {
+    // The key holds another request with other parameters; that one may have acted.
+    return new ProviderError('key_conflict', message, { code, status: res.status });
+  }
   if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429) {
     return new ProviderError('rejected', message, { code, status: res.status });
   }

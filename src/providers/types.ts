@@ -73,15 +73,23 @@ export interface EmailProvider {
 }
 
 /**
- * - 'uncertain': timeout, connection reset or dropped, 5xx, 429, unreadable
- *   response. The effect MAY have happened (definite = false): reconcile.
- * - 'rejected': 4xx validation or idempotency mismatch (not a 402 decline).
- *   Nothing happened for this request (definite = true); retrying the same
- *   request won't help.
+ * - 'uncertain': timeout, connection reset or dropped after the request may
+ *   have left, 5xx, 429, unreadable response. The effect MAY have happened
+ *   (definite = false): reconcile.
+ * - 'not_sent': the request never left this process: the connection was
+ *   refused or the host name did not resolve, before any byte was written.
+ *   Nothing happened (definite = true); retrying later may work.
+ * - 'rejected': 4xx validation (not a 402 decline, not an idempotency
+ *   mismatch). The provider refused this request before acting: nothing
+ *   happened (definite = true); retrying the same request won't help.
+ * - 'key_conflict': the provider already holds a request under this
+ *   idempotency key with other parameters (400 idempotency_error). This
+ *   request did nothing, but the earlier one under the same key may have
+ *   acted, so it proves nothing (definite = false): reconcile.
  * - 'in_progress': 409, another request with the same key is being processed.
  *   definite = false; retry later with the same key.
  */
-export type ProviderErrorKind = 'uncertain' | 'rejected' | 'in_progress';
+export type ProviderErrorKind = 'uncertain' | 'not_sent' | 'rejected' | 'key_conflict' | 'in_progress';
 
 export class ProviderError extends Error {
   override name = 'ProviderError';
@@ -90,9 +98,9 @@ export class ProviderError extends Error {
   /** HTTP status, when a response arrived. */
   readonly status?: number;
   /**
-   * Stable machine-readable code: the provider's error type or code
-   * ('idempotency_error', 'invalid_request_error', 'api_error', ...) or one of
-   * 'timeout', 'network', 'bad_response'.
+   * Stable machine-readable code: the provider's error code or type
+   * ('idempotency_key_reused', 'invalid_request_error', 'api_error', ...) or
+   * one of 'timeout', 'network', 'connection_refused', 'dns', 'bad_response'.
    */
   readonly code: string;
 
@@ -103,7 +111,7 @@ export class ProviderError extends Error {
   ) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.kind = kind;
-    this.definite = kind === 'rejected';
+    this.definite = kind === 'rejected' || kind === 'not_sent';
     this.code = opts.code;
     if (opts.status !== undefined) this.status = opts.status;
   }

@@ -8,22 +8,35 @@ import path from 'node:path';
 import { createActivities, type ActivityDeps } from '../../activities/index.ts';
 import { DEFAULT_TIMING } from '../../workflows/policies.ts';
 
+/** Below this a lease renewal (every third of the lease) can't be trusted to beat a slow database round trip. */
+export const MIN_RENEWED_LEASE_MS = 3_000;
+
 /**
- * The ordering that keeps attempts from overlapping needlessly: a provider
- * call gives up before its activity attempt does, and a claim's lease
- * outlives the attempt. Breaking it is still safe (a takeover reconciles
- * first and completions are fenced) but costs retries, so it is a warning:
- * workflows may also override the start-to-close timeout per order.
+ * The timings that keep attempts from overlapping needlessly: a provider
+ * call gives up before its activity attempt does. The claim's lease no
+ * longer has to outlive the attempt (the attempt renews it on every
+ * heartbeat), only a few renewal intervals. Breaking either is still safe (a
+ * takeover reconciles first and completions are fenced) but costs retries,
+ * so it is a warning: workflows may also override the start-to-close
+ * timeout per order.
  */
 export function timeoutOrderingProblem(
   t: { providerTimeoutMs: number; ledgerLeaseMs: number },
   startToCloseMs = DEFAULT_TIMING.activityStartToCloseMs,
 ): string | null {
-  if (t.providerTimeoutMs < startToCloseMs && startToCloseMs < t.ledgerLeaseMs) return null;
-  return (
-    `expected PROVIDER_TIMEOUT_MS (${t.providerTimeoutMs}) < activity start-to-close ` +
-    `(${startToCloseMs}) < LEDGER_LEASE_MS (${t.ledgerLeaseMs})`
-  );
+  const problems: string[] = [];
+  if (t.providerTimeoutMs >= startToCloseMs) {
+    problems.push(
+      `expected PROVIDER_TIMEOUT_MS (${t.providerTimeoutMs}) < activity start-to-close (${startToCloseMs})`,
+    );
+  }
+  if (t.ledgerLeaseMs < MIN_RENEWED_LEASE_MS) {
+    problems.push(
+      `expected LEDGER_LEASE_MS (${t.ledgerLeaseMs}) >= ${MIN_RENEWED_LEASE_MS}: it is renewed every third ` +
+        'of itself, and a shorter one can run out between two renewals on a slow database',
+    );
+  }
+  return problems.length ? problems.join('; ') : null;
 }
 
 export const WORKFLOWS_PATH = path.resolve(

@@ -1,9 +1,9 @@
 /**
  * The order activities at the Temporal boundary, in the SDK's
  * MockActivityEnvironment, over the real ledger in real Postgres. The
- * providers are scripted here to produce answers the sandbox can't easily
- * give (an idempotency mismatch); the sandbox itself is exercised end to end
- * in test/orders.
+ * providers are scripted here to produce exact answers; the same activities
+ * against the real sandbox are in self-healing.test.ts, and end to end in
+ * test/orders.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MockActivityEnvironment } from '@temporalio/testing';
@@ -104,14 +104,21 @@ describe('chargePayment failure mapping', () => {
     expect(await ledger.get({ tenantId: 'acme', operationType: 'payment.charge', key: args.key })).toBeNull();
   });
 
-  it('an idempotency mismatch at the provider is a ProviderRejected for a human, not a rejection', async () => {
+  it('an idempotency mismatch at the provider proves nothing: retryable PaymentOutcomeUnknown, record unknown', async () => {
     const payments = scriptedPayments([
-      new ProviderError('rejected', 'HTTP 400 key reused', { code: 'idempotency_error', status: 400 }),
+      new ProviderError('key_conflict', 'HTTP 400 key reused', {
+        code: 'idempotency_key_reused',
+        status: 400,
+      }),
     ]);
     const acts = createOrderActivities({ pool, ledger, payments: payments.provider, email: noEmail });
-    const failure = await failureOf(new MockActivityEnvironment().run(acts.chargePayment, chargeArgs()));
-    expect(failure.type).toBe('ProviderRejected');
-    expect(failure.nonRetryable).toBe(true);
+    const args = chargeArgs();
+    const failure = await failureOf(new MockActivityEnvironment().run(acts.chargePayment, args));
+    expect(failure.type).toBe('PaymentOutcomeUnknown');
+    expect(failure.nonRetryable).toBe(false);
+    expect(
+      (await ledger.get({ tenantId: 'acme', operationType: 'payment.charge', key: args.key }))?.state,
+    ).toBe('unknown');
   });
 
   it('a lost response is a retryable PaymentOutcomeUnknown; the next attempt reconciles instead of charging', async () => {

@@ -1,5 +1,5 @@
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { ProviderError, type ChargeRequest } from '../../src/providers/types.ts';
@@ -61,13 +61,13 @@ describe('sandbox provider clients against the real sandbox', () => {
     expect(await payments().findChargeByIdempotencyKey(key)).toEqual(charge);
   });
 
-  it('400 idempotency mismatch and 400 validation -> rejected, definite', async () => {
+  it('400 idempotency mismatch -> key_conflict, NOT definite (the first request may have acted); 400 validation -> rejected, definite', async () => {
     const key = uniq('k');
     await payments().createCharge(req(), key);
     const mismatch = await caught(payments().createCharge(req({ amount: 1 }), key));
     expect(mismatch).toMatchObject({
-      kind: 'rejected',
-      definite: true,
+      kind: 'key_conflict',
+      definite: false,
       status: 400,
       code: 'idempotency_key_reused',
     });
@@ -155,10 +155,39 @@ describe('sandbox provider clients: status mapping against a scripted server', (
     });
   });
 
-  it('connection refused -> uncertain network', async () => {
-    const p = createSandboxEmailProvider({ baseUrl: 'http://127.0.0.1:1', timeoutMs: 1_000 });
+  it('connection refused -> not_sent, definite (no byte of the request left)', async () => {
+    const closed = net.createServer();
+    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise<void>((r) => closed.close(() => r()));
+    const p = createSandboxEmailProvider({ baseUrl: `http://127.0.0.1:${port}`, timeoutMs: 1_000 });
     const err = await caught(p.sendMessage({ to: 'a@b.co', subject: 's', text: 't', metadata: {} }, 'k'));
-    expect(err).toMatchObject({ kind: 'uncertain', definite: false, code: 'network' });
+    expect(err).toMatchObject({ kind: 'not_sent', definite: true, code: 'connection_refused' });
+  });
+
+  it('a host name that does not resolve -> not_sent, definite', async () => {
+    const p = createSandboxPaymentProvider({
+      baseUrl: 'http://onceflow-no-such-host.invalid',
+      timeoutMs: 5_000,
+    });
+    const err = await caught(p.createCharge(req(), uniq('k')));
+    expect(err).toMatchObject({ kind: 'not_sent', definite: true, code: 'dns' });
+  });
+
+  it('a connection cut after the request was sent -> uncertain, not not_sent', async () => {
+    const cutter = net.createServer((socket) => socket.once('data', () => socket.destroy()));
+    await new Promise<void>((r) => cutter.listen(0, '127.0.0.1', r));
+    const port = (cutter.address() as AddressInfo).port;
+    try {
+      const p = createSandboxPaymentProvider({ baseUrl: `http://127.0.0.1:${port}`, timeoutMs: 2_000 });
+      expect(await caught(p.createCharge(req(), uniq('k')))).toMatchObject({
+        kind: 'uncertain',
+        definite: false,
+        code: 'network',
+      });
+    } finally {
+      await new Promise<void>((r) => cutter.close(() => r()));
+    }
   });
 
   it('a 402 with only a charge id (Stripe Charges style) still maps to a failed Charge', async () => {

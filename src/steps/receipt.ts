@@ -1,0 +1,95 @@
+/**
+ * The receipt step: what an email provider's answer means for the receipt's
+ * ledger record. The order activities and the operator both call it.
+ * The same rules as the payment step (src/steps/payment.ts): a receipt is
+ * sent only through the ledger under its downstream key, an answer that does
+ * not prove nothing happened leaves the record `unknown`, and a takeover
+ * whose lookup finds nothing sends again under the SAME key inside the
+ * provider's key window. A receipt has no business failure: it is sent, or
+ * still to be sent.
+ */
+import type { ExternalRunOptions, Ledger, ReconcileOutcome, Scope } from '../ledger/index.ts';
+import type { EmailProvider, Message } from '../providers/types.ts';
+import { OPERATION_TYPES } from '../orders/model.ts';
+
+export type MessageJson = { messageId: string };
+
+export interface ReceiptStepDeps {
+  ledger: Ledger;
+  email: EmailProvider;
+  /** The email provider's idempotency-key window; default the ledger's (24 h). */
+  keyWindowMs?: number;
+}
+
+export interface ReceiptInput {
+  tenantId: string;
+  orderId: string;
+  /** The receipt's operation key (`<workflowId>/receipt`). */
+  key: string;
+  to: string;
+  amount: number;
+  currency: string;
+  chargeId: string;
+}
+
+export interface ReceiptResult {
+  messageId: string;
+  replayed: boolean;
+}
+
+export function receiptScope(ref: { tenantId: string; key: string }): Scope {
+  return { tenantId: ref.tenantId, operationType: OPERATION_TYPES.receipt, key: ref.key };
+}
+
+export function messageOutcome(message: Message) {
+  const result: MessageJson = { messageId: message.id };
+  return { state: 'succeeded', result, providerRef: message.id } as const;
+}
+
+/** Reconcile: the message sent under the downstream key, or not_found. */
+export function receiptReconciler(
+  email: EmailProvider,
+): (ctx: { downstreamKey: string }) => Promise<ReconcileOutcome<MessageJson>> {
+  return async ({ downstreamKey: dk }) => {
+    const message = await email.findMessageByIdempotencyKey(dk);
+    return message ? messageOutcome(message) : { state: 'not_found' };
+  };
+}
+
+/** What an operator's resolution of a receipt stores (a receipt can only be resolved as sent). */
+export function settledReceipt(messageId: string | null): MessageJson {
+  return { messageId: messageId ?? '' };
+}
+
+function formatMoney(amount: number, currency: string): string {
+  return `${(amount / 100).toFixed(2)} ${currency.toUpperCase()}`;
+}
+
+/** Sends the receipt once per operation key. Errors as runCharge's. */
+export async function runReceipt(
+  deps: ReceiptStepDeps,
+  input: ReceiptInput,
+  opts: Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> = {},
+): Promise<ReceiptResult> {
+  const run = await deps.ledger.runExternal<MessageJson>(
+    receiptScope(input),
+    { schemaVersion: 1, value: { orderId: input.orderId, to: input.to, chargeId: input.chargeId } },
+    {
+      perform: async ({ downstreamKey: dk }) =>
+        messageOutcome(
+          await deps.email.sendMessage(
+            {
+              to: input.to,
+              subject: `Receipt for order ${input.orderId}`,
+              text: `We received ${formatMoney(input.amount, input.currency)} for order ${input.orderId} (charge ${input.chargeId}).`,
+              metadata: { order_id: input.orderId, tenant_id: input.tenantId, operation_key: input.key },
+            },
+            dk,
+          ),
+        ),
+      reconcile: receiptReconciler(deps.email),
+    },
+    { ...opts, ...(deps.keyWindowMs !== undefined ? { keyWindowMs: deps.keyWindowMs } : {}) },
+  );
+  return { messageId: run.result.messageId, replayed: run.replayed };
+}

@@ -67,6 +67,8 @@ export interface StatusArgs extends StepRef {
   receiptId?: string | null;
   /** Shown to operators; not part of the operation's fingerprint. */
   lastError?: string | null;
+  /** Machine-readable reason for rejected / needs_attention (ORDER_REASONS); not fingerprinted. */
+  reason?: string | null;
 }
 
 export interface StatusResult {
@@ -86,6 +88,12 @@ export interface ReconcileResult {
   chargeId: string | null;
   /** No claim exists and the provider has nothing under the key: the charge never started. */
   notStarted?: boolean;
+  /**
+   * The provider never saw the key and the step may be performed again under
+   * the same key (inside the provider's key window): the workflow calls
+   * chargePayment again, which takes over, reconciles and performs.
+   */
+  performAgain?: boolean;
 }
 
 /** chargeId is null only when an operator settled the charge without naming it. */
@@ -305,6 +313,7 @@ export function createOrderActivities(deps: OrderActivityDeps) {
               chargeId: args.chargeId ?? null,
               receiptId: args.receiptId ?? null,
               lastError: args.lastError ?? null,
+              reason: args.reason ?? null,
             });
             if (outcome.kind === 'not_found') {
               throw ApplicationFailure.create({

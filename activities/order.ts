@@ -55,6 +55,8 @@ export interface StatusArgs extends StepRef {
   receiptId?: string | null;
   /** Shown to operators; not part of the operation's fingerprint. */
   lastError?: string | null;
+  /** Machine-readable reason for rejected / needs_attention (ORDER_REASONS); not fingerprinted. */
+  reason?: string | null;
 }
 
 export interface StatusResult {
@@ -194,6 +196,7 @@ export function createOrderActivities(deps: OrderActivityDeps) {
               chargeId: args.chargeId ?? null,
               receiptId: args.receiptId ?? null,
               lastError: args.lastError ?? null,
+              reason: args.reason ?? null,
             });
             if (outcome.kind === 'not_found') {
               throw ApplicationFailure.create({

@@ -332,24 +332,30 @@ async function main(argv: string[]): Promise<number> {
           {
             workflowId: r.workflowId,
             auditId: r.audit.id,
+            parkedAs: r.accepted,
             temporalUiUrl: operator.temporalUiUrl(r.workflowId),
           },
-          `re-drive signalled to ${r.workflowId}; audit #${r.audit.id}\n${operator.temporalUiUrl(r.workflowId)}`,
+          `re-drive accepted by ${r.workflowId} (parked: ${r.accepted.reason ?? r.accepted.status}); ` +
+            `audit #${r.audit.id}\n${operator.temporalUiUrl(r.workflowId)}`,
         );
         return 0;
       }
       case 'attention': {
         positionals(rest, [], 'attention');
-        const items = await operator.listAttention({
+        const { items, visibilityError } = await operator.listAttentionDetailed({
           ...(values.tenant ? { tenantId: values.tenant } : {}),
           ...(values.limit ? { limit: limit(values.limit)! } : {}),
         });
+        // Parked workflows are found through Temporal visibility too; say so when it could not be read.
+        if (visibilityError) process.stderr.write(`warning: ${visibilityError}; listing order rows only\n`);
         out(
           items,
           table(items as unknown as Record<string, unknown>[], [
             'tenantId',
             'orderId',
             'status',
+            'reason',
+            'source',
             'updatedAt',
             'lastError',
             'temporalUiUrl',

@@ -2,7 +2,7 @@
  * Signals and queries of the order workflow. Importable from client code
  * (API, operator CLI) as well as from workflow code.
  */
-import { defineQuery, defineSignal } from '@temporalio/workflow';
+import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { OrderStatus } from '../src/orders/model.ts';
 
 /** A provider's word on the charge: from the payments webhook or an operator. */
@@ -21,12 +21,41 @@ export interface OrderState {
   chargeId: string | null;
   receiptId: string | null;
   lastError: string | null;
+  /** Machine-readable reason for rejected / needs_attention (ORDER_REASONS in src/orders/model.ts). */
+  reason: string | null;
   reconcileAttempts: number;
   /** Parked: waiting for an operator's re-drive (or, while the charge is unsettled, a payment event). */
   awaitingOperator: boolean;
 }
 
 export const paymentEventSignal = defineSignal<[PaymentEvent]>('paymentEvent');
-/** Operator re-drive of an order in needs_attention. */
-export const redriveSignal = defineSignal<[{ actor: string; reason: string }]>('redrive');
+
+export interface RedriveRequest {
+  actor: string;
+  reason: string;
+}
+
+/** What a re-drive update answers: the order as it was parked. */
+export interface RedriveAccepted {
+  status: OrderStatus;
+  reason: string | null;
+  lastError: string | null;
+  /** How many re-drives this workflow has had, this one included. */
+  redrives: number;
+}
+
+/**
+ * Operator re-drive of a parked order, as an Update: its validator refuses
+ * (the caller gets the error, nothing is written to the history) when the
+ * workflow is not parked, so a re-drive is never silently dropped.
+ */
+export const redriveUpdate = defineUpdate<RedriveAccepted, [RedriveRequest]>('redrive');
+/** Error type of a refused re-drive (the update's validator). */
+export const REDRIVE_REFUSED = 'RedriveRefused';
+
+/**
+ * The older signal form of the re-drive, kept so histories and scripts that
+ * use it still work. It cannot refuse: prefer redriveUpdate.
+ */
+export const redriveSignal = defineSignal<[RedriveRequest]>('redrive');
 export const statusQuery = defineQuery<OrderState>('status');

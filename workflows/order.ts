@@ -4,6 +4,12 @@
  * operation key, derived here from the workflow ID, so retries at any level
  * (activity attempt, worker crash, duplicate start) reuse the same key.
  *
+ * The API writes `accepted` in the order's own transaction, so the workflow
+ * starts at payment_pending. Status writes are local activities (database
+ * only, through the ledger's local mode): a replay after a worker crash runs
+ * one again and gets the stored result. Each carries a summary naming the
+ * step and its key, so the history in the Temporal UI still tells the story.
+ *
  * An uncertain charge never leads to a second charge under a new key: the
  * workflow enters payment_unknown and reconciles on durable timers until the
  * provider's answer, a webhook event or an operator settles it, or the
@@ -15,25 +21,35 @@ import {
   condition,
   log,
   proxyActivities,
+  proxyLocalActivities,
   setHandler,
   upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
-import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/common';
 import type { OrderActivities, ReconcileResult } from '../activities/order.ts';
-import { stepKeys, type OrderStatus, type OrderWorkflowInput } from '../src/orders/model.ts';
+import { ORDER_REASONS, stepKeys, type OrderStatus, type OrderWorkflowInput } from '../src/orders/model.ts';
 import {
   paymentEventSignal,
+  REDRIVE_REFUSED,
   redriveSignal,
+  redriveUpdate,
   statusQuery,
   type OrderState,
   type PaymentEvent,
+  type RedriveRequest,
 } from './definitions.ts';
-import { activityOptions, DEFINITE_FAILURE_TYPES, resolveTiming, type OrderTiming } from './policies.ts';
+import {
+  activityOptions,
+  DEFINITE_FAILURE_TYPES,
+  externalActivityOptions,
+  localActivityOptions,
+  resolveTiming,
+  type OrderTiming,
+} from './policies.ts';
 
-export const OrderStatusKey = defineSearchAttributeKey('OrderStatus', SearchAttributeType.KEYWORD);
-export const TenantIdKey = defineSearchAttributeKey('TenantId', SearchAttributeType.KEYWORD);
-export const OrderLastErrorKey = defineSearchAttributeKey('OrderLastError', SearchAttributeType.TEXT);
+import { OrderLastErrorKey, OrderStatusKey, TenantIdKey } from '../src/orders/search-attributes.ts';
+
+export { OrderLastErrorKey, OrderStatusKey, TenantIdKey };
 
 export interface OrderWorkflowArgs extends OrderWorkflowInput {
   /** Test and operator overrides of the declared timeouts; defaults in workflows/policies.ts. */
@@ -56,6 +72,7 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
   const timing = resolveTiming(input.timing);
   // Every call passes its own options (attempt budget + a summary naming the step and key).
   const acts = proxyActivities<OrderActivities>(activityOptions(timing, timing.stepMaxAttempts));
+  const local = proxyLocalActivities<OrderActivities>(localActivityOptions(timing, timing.stepMaxAttempts));
   const ref = { tenantId: input.tenantId, orderId: input.orderId, workflowId };
 
   const state: OrderState = {
@@ -63,6 +80,7 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
     chargeId: null,
     receiptId: null,
     lastError: null,
+    reason: null,
     reconcileAttempts: 0,
     awaitingOperator: false,
   };
@@ -72,58 +90,144 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
   let chargeSettled = false;
   let redrives = 0;
   let redriveRequested = false;
+  /** TenantId goes with the first status upsert: one search-attribute update per status change. */
+  let tenantTagged = false;
 
   setHandler(statusQuery, () => state);
   setHandler(paymentEventSignal, (event) => {
     // The first settling word wins; duplicates and late events change nothing.
     if (!chargeSettled) paymentEvent ??= event;
   });
-  setHandler(redriveSignal, ({ actor, reason }) => {
-    if (!state.awaitingOperator) return;
+  const acceptRedrive = ({ actor, reason }: RedriveRequest) => {
     log.info('re-drive requested', { actor, reason });
     redriveRequested = true;
+  };
+  setHandler(
+    redriveUpdate,
+    (request) => {
+      acceptRedrive(request);
+      return {
+        status: state.status,
+        reason: state.reason,
+        lastError: state.lastError,
+        redrives: redrives + 1,
+      };
+    },
+    {
+      // Runs before anything is written to the history: a refused re-drive leaves no trace
+      // in the workflow, and the caller (ops CLI, admin API) gets the error.
+      validator: (request) => {
+        if (!request?.actor?.trim() || !request?.reason?.trim()) {
+          throw ApplicationFailure.create({
+            type: REDRIVE_REFUSED,
+            message: 're-drive refused: actor and reason are required',
+            nonRetryable: true,
+          });
+        }
+        if (!state.awaitingOperator || redriveRequested) {
+          throw ApplicationFailure.create({
+            type: REDRIVE_REFUSED,
+            message:
+              `re-drive refused: the order workflow is not parked (status ${state.status}` +
+              `${redriveRequested ? ', a re-drive is already under way' : ''}); ` +
+              'only a workflow waiting for an operator can be re-driven',
+            nonRetryable: true,
+          });
+        }
+      },
+    },
+  );
+  // The older signal form cannot refuse; it is honoured only while parked.
+  setHandler(redriveSignal, (request) => {
+    if (state.awaitingOperator) acceptRedrive(request);
   });
 
   const options = (maximumAttempts: number, summary: string) => ({
     ...activityOptions(timing, maximumAttempts),
     summary,
   });
+  const externalOptions = (maximumAttempts: number, summary: string) => ({
+    ...externalActivityOptions(timing, maximumAttempts),
+    summary,
+  });
+
+  function upsertStatus(status: OrderStatus, lastError?: string | null): void {
+    upsertSearchAttributes([
+      ...(tenantTagged ? [] : [{ key: TenantIdKey, value: input.tenantId }]),
+      { key: OrderStatusKey, value: status },
+      ...(lastError ? [{ key: OrderLastErrorKey, value: lastError.slice(0, 1000) }] : []),
+    ]);
+    tenantTagged = true;
+  }
+
+  async function writeStatus(
+    status: OrderStatus,
+    key: string,
+    extra: { lastError?: string | null; reason?: string | null },
+    maximumAttempts: number,
+  ): Promise<void> {
+    await local.setOrderStatus.executeWithOptions(
+      {
+        ...localActivityOptions(timing, maximumAttempts),
+        summary: `status -> ${status} (key ${key})`,
+      },
+      [
+        {
+          ...ref,
+          key,
+          status,
+          chargeId: state.chargeId,
+          receiptId: state.receiptId,
+          lastError: extra.lastError ?? null,
+          reason: extra.reason ?? null,
+        },
+      ],
+    );
+  }
 
   /**
    * Writes a status through the ledger. If even that runs out of retries
    * (the database is down for long), the order is flagged needs_attention in
-   * the search attributes and waits for a re-drive; it never silently fails.
+   * the search attributes (which `ops attention` and the needs_attention
+   * gauge read), one attempt is made to record needs_attention on the row,
+   * and the workflow waits for a re-drive; it never silently fails.
    */
-  async function transition(status: OrderStatus, extra: { lastError?: string } = {}): Promise<void> {
+  async function transition(
+    status: OrderStatus,
+    extra: { lastError?: string; reason?: string } = {},
+  ): Promise<void> {
+    // Already recorded in this re-drive epoch (e.g. payment_unknown again after a perform-again).
+    if (state.status === status && status !== 'needs_attention') return;
     for (;;) {
       const key = stepKeys.status(workflowId, status, redrives);
       try {
-        await acts.setOrderStatus.executeWithOptions(
-          options(timing.stepMaxAttempts, `status -> ${status} (key ${key})`),
-          [
-            {
-              ...ref,
-              key,
-              status,
-              chargeId: state.chargeId,
-              receiptId: state.receiptId,
-              lastError: extra.lastError ?? null,
-            },
-          ],
-        );
+        await writeStatus(status, key, extra, timing.stepMaxAttempts);
         state.status = status;
-        upsertSearchAttributes([
-          { key: OrderStatusKey, value: status },
-          ...(extra.lastError ? [{ key: OrderLastErrorKey, value: extra.lastError.slice(0, 1000) }] : []),
-        ]);
+        if (status !== 'rejected' && status !== 'needs_attention') state.reason = null;
+        upsertStatus(status, extra.lastError);
         return;
       } catch (err) {
         state.lastError = `status ${status} could not be recorded: ${failureMessage(err)}`;
-        upsertSearchAttributes([
-          { key: OrderStatusKey, value: 'needs_attention' },
-          { key: OrderLastErrorKey, value: state.lastError.slice(0, 1000) },
-        ]);
+        state.reason = ORDER_REASONS.statusWriteFailed;
+        upsertStatus('needs_attention', state.lastError);
+        try {
+          // One more try, to put the reason on the row; if the database is still
+          // unreachable, the search attributes above keep the order visible.
+          await writeStatus(
+            'needs_attention',
+            stepKeys.status(workflowId, 'needs_attention', redrives),
+            { lastError: state.lastError, reason: state.reason },
+            1,
+          );
+          state.status = 'needs_attention';
+        } catch (recordErr) {
+          log.warn('parked order could not be recorded as needs_attention', {
+            error: failureMessage(recordErr),
+          });
+        }
         await waitForOperator();
+        // A re-drive of a failed needs_attention write means: move on.
+        if (status === 'needs_attention') return;
       }
     }
   }
@@ -138,10 +242,13 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
   }
 
   /** Parks the order for a human; resumes when an operator re-drives it or a payment event arrives. */
-  async function needsAttention(reason: string): Promise<void> {
-    state.lastError = reason;
-    await transition('needs_attention', { lastError: reason });
-    await waitForOperator();
+  async function needsAttention(lastError: string, reason: string): Promise<void> {
+    state.lastError = lastError;
+    state.reason = reason;
+    const before = redrives;
+    await transition('needs_attention', { lastError, reason });
+    // If recording it parked (and was re-driven) already, don't park twice.
+    if (redrives === before) await waitForOperator();
   }
 
   /**
@@ -149,7 +256,7 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
    * if there is none or it could not be applied (the error is kept for
    * operators; the caller goes on reconciling).
    */
-  async function applyPaymentEvent(): Promise<ReconcileResult | null> {
+  async function applyPaymentEvent(): Promise<ChargeOutcome | null> {
     const event = paymentEvent;
     if (!event) return null;
     paymentEvent = undefined;
@@ -170,14 +277,26 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
   }
 
   /**
-   * payment_unknown: reconcile on durable timers with backoff until settled
-   * or the horizon passes (null). 'not_started' means the provider never saw
-   * the key and no claim exists: performing under the same key is safe.
+   * The reconciliation clock of the current payment_unknown episode. It runs
+   * across perform-again rounds (so a provider that keeps losing requests
+   * still reaches the horizon, and lookups keep backing off), and restarts
+   * only after an operator re-drive.
    */
-  async function resolveUnknownCharge(): Promise<ReconcileResult | 'not_started' | null> {
+  let unknownEpisode: { deadline: number; pause: number } | undefined;
+
+  /**
+   * payment_unknown: reconcile on durable timers with backoff until settled
+   * or the horizon passes (null). 'perform_again' means the provider never
+   * saw the key: performing under the same key is safe (the activity checks
+   * the provider's key window before it does).
+   */
+  async function resolveUnknownCharge(): Promise<ChargeOutcome | 'perform_again' | null> {
     const key = stepKeys.charge(workflowId);
-    const deadline = Date.now() + timing.unknownHorizonMs; // workflow time: deterministic
-    let pause = timing.reconcileInitialMs;
+    // Workflow time: deterministic.
+    const episode = (unknownEpisode ??= {
+      deadline: Date.now() + timing.unknownHorizonMs,
+      pause: timing.reconcileInitialMs,
+    });
     for (;;) {
       const fromEvent = await applyPaymentEvent();
       if (fromEvent) return fromEvent;
@@ -188,15 +307,15 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
           [{ ...ref, key }],
         );
         if (result.settled) return result;
-        if (result.notStarted) return 'not_started';
+        if (result.notStarted || result.performAgain) return 'perform_again';
       } catch (err) {
         state.lastError = `reconciliation failed: ${failureMessage(err)}`;
       }
-      const remaining = deadline - Date.now();
+      const remaining = episode.deadline - Date.now();
       if (remaining <= 0) return null;
       // A durable timer, cut short by a settling signal.
-      await condition(() => paymentEvent !== undefined, Math.min(pause, remaining));
-      pause = Math.min(pause * 2, timing.reconcileMaxMs);
+      await condition(() => paymentEvent !== undefined, Math.min(episode.pause, remaining));
+      episode.pause = Math.min(episode.pause * 2, timing.reconcileMaxMs);
     }
   }
 
@@ -207,12 +326,12 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
    * event or an operator, because a retry past the provider's key window
    * could charge twice.
    */
-  async function charge(): Promise<ReconcileResult> {
+  async function charge(): Promise<ChargeOutcome> {
     const key = stepKeys.charge(workflowId);
     for (;;) {
       try {
         const result = await acts.chargePayment.executeWithOptions(
-          options(timing.chargeMaxAttempts, `charge ${input.amount} ${input.currency} (key ${key})`),
+          externalOptions(timing.chargeMaxAttempts, `charge ${input.amount} ${input.currency} (key ${key})`),
           [
             {
               ...ref,
@@ -223,16 +342,24 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
             },
           ],
         );
-        return { settled: true, outcome: result.outcome, chargeId: result.chargeId };
+        return {
+          settled: true,
+          outcome: result.outcome,
+          chargeId: result.chargeId,
+          failureCode: result.failureCode,
+        };
       } catch (err) {
         const type = failureType(err);
         if (type === 'PaymentRejected') {
           // The provider refused the request itself: nothing was charged, and retrying can't help.
-          state.lastError = failureMessage(err);
-          return { settled: true, outcome: 'failed', chargeId: null };
+          return { settled: true, outcome: 'failed', chargeId: null, refusal: failureMessage(err) };
         }
         if (type !== undefined && DEFINITE_FAILURE_TYPES.includes(type)) {
-          await needsAttention(`charge failed: ${failureMessage(err)}`);
+          await needsAttention(
+            `charge failed: ${failureMessage(err)}`,
+            type === 'ProviderRejected' ? ORDER_REASONS.providerRejected : ORDER_REASONS.chargeFailed(type),
+          );
+          unknownEpisode = undefined;
           const fromEvent = await applyPaymentEvent();
           if (fromEvent) return fromEvent;
           continue; // re-driven: the ledger reconciles any earlier claim before performing
@@ -243,13 +370,18 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
       await transition('payment_unknown');
       let outcome = await resolveUnknownCharge();
       while (outcome === null) {
-        await needsAttention('payment outcome still unknown after the reconciliation horizon');
+        await needsAttention(
+          'payment outcome still unknown after the reconciliation horizon',
+          ORDER_REASONS.paymentUnknownHorizon,
+        );
+        unknownEpisode = undefined;
         outcome = await applyPaymentEvent();
         if (outcome) break;
         await transition('payment_unknown'); // re-driven: reconcile again
         outcome = await resolveUnknownCharge();
       }
-      if (outcome !== 'not_started') return outcome;
+      if (outcome !== 'perform_again') return outcome;
+      // The provider never saw the key: perform the charge again under the same key.
     }
   }
 
@@ -258,7 +390,7 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
     for (;;) {
       try {
         const result = await acts.sendReceipt.executeWithOptions(
-          options(timing.stepMaxAttempts, `send receipt (key ${key})`),
+          externalOptions(timing.stepMaxAttempts, `send receipt (key ${key})`),
           [
             {
               ...ref,
@@ -273,27 +405,48 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
         state.receiptId = result.messageId;
         return;
       } catch (err) {
-        await needsAttention(`receipt failed: ${failureMessage(err)}`);
+        await needsAttention(`receipt failed: ${failureMessage(err)}`, ORDER_REASONS.receiptFailed);
       }
     }
   }
 
-  upsertSearchAttributes([
-    { key: TenantIdKey, value: input.tenantId },
-    { key: OrderStatusKey, value: 'accepted' },
-  ]);
-  await transition('accepted');
+  // `accepted` was written by the API with the order row itself.
   await transition('payment_pending');
   const charged = await charge();
   chargeSettled = true;
   paymentEvent = undefined;
   state.chargeId = charged.chargeId;
   if (charged.outcome !== 'succeeded') {
-    await transition('rejected', state.lastError ? { lastError: state.lastError } : {});
+    const why = rejection(charged);
+    state.lastError = why.lastError;
+    state.reason = why.reason;
+    await transition('rejected', why);
     return state;
   }
   await transition('paid');
   await receipt();
   await transition('completed');
   return state;
+}
+
+/** A settled charge, with what the provider said about a failure. */
+interface ChargeOutcome extends ReconcileResult {
+  /** The provider's decline code, when it declined the charge itself. */
+  failureCode?: string | null;
+  /** The provider refused the request outright (nothing charged): its message. */
+  refusal?: string;
+}
+
+function rejection(charged: ChargeOutcome): { reason: string; lastError: string } {
+  if (charged.refusal) return { reason: ORDER_REASONS.providerRejected, lastError: charged.refusal };
+  if (charged.failureCode) {
+    return {
+      reason: ORDER_REASONS.declined(charged.failureCode),
+      lastError: `the provider declined the charge (${charged.failureCode})`,
+    };
+  }
+  return {
+    reason: ORDER_REASONS.paymentFailed,
+    lastError: 'the charge was settled as failed (by reconciliation, a provider event or an operator)',
+  };
 }

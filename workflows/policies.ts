@@ -8,7 +8,7 @@
  *   idempotency-key window: past that window a retry under the same key could
  *   charge again, so the order goes to a human instead.
  */
-import type { ActivityOptions } from '@temporalio/workflow';
+import type { ActivityOptions, LocalActivityOptions } from '@temporalio/workflow';
 
 export interface OrderTiming {
   /** One attempt of any step. */
@@ -19,6 +19,12 @@ export interface OrderTiming {
   stepMaxAttempts: number;
   retryInitialMs: number;
   retryMaxMs: number;
+  /**
+   * The charge and receipt activities heartbeat (each heartbeat renews their
+   * ledger lease); a worker that dies mid-step is detected after this long,
+   * not after the whole start-to-close timeout.
+   */
+  heartbeatTimeoutMs: number;
   /** First and largest pause between reconciliations while payment_unknown. */
   reconcileInitialMs: number;
   reconcileMaxMs: number;
@@ -34,8 +40,18 @@ export const DEFAULT_TIMING: OrderTiming = {
   stepMaxAttempts: 10,
   retryInitialMs: 1_000,
   retryMaxMs: 30_000,
-  reconcileInitialMs: 30_000,
-  reconcileMaxMs: 15 * 60_000,
+  heartbeatTimeoutMs: 5_000,
+  // Reconciliation cadence: 5 s doubling to 60 s. An order in payment_unknown
+  // is usually waiting for a provider to come back; the longest pause bounds
+  // how long it waits after the provider does (a 2-minute outage must end
+  // with every order complete within 2 minutes of the return: at most 60 s
+  // to the next lookup, then the charge is performed again under its key).
+  // The cost is one lookup per unknown order per minute, cheap for a
+  // provider's read path; 15 min (the old maximum) left orders parked for
+  // many minutes after the provider had recovered. The first pauses are
+  // short because most outages are blips.
+  reconcileInitialMs: 5_000,
+  reconcileMaxMs: 60_000,
   unknownHorizonMs: 6 * 60 * 60_000,
 };
 
@@ -60,15 +76,38 @@ export function resolveTiming(overrides: Partial<OrderTiming> | undefined): Orde
   return timing;
 }
 
+function retryPolicy(timing: OrderTiming, maximumAttempts: number) {
+  return {
+    initialInterval: timing.retryInitialMs,
+    backoffCoefficient: 2,
+    maximumInterval: timing.retryMaxMs,
+    maximumAttempts,
+    nonRetryableErrorTypes: NON_RETRYABLE_ERROR_TYPES,
+  };
+}
+
 export function activityOptions(timing: OrderTiming, maximumAttempts: number): ActivityOptions {
   return {
     startToCloseTimeout: timing.activityStartToCloseMs,
-    retry: {
-      initialInterval: timing.retryInitialMs,
-      backoffCoefficient: 2,
-      maximumInterval: timing.retryMaxMs,
-      maximumAttempts,
-      nonRetryableErrorTypes: NON_RETRYABLE_ERROR_TYPES,
-    },
+    retry: retryPolicy(timing, maximumAttempts),
+  };
+}
+
+/** Steps that call a provider (charge, receipt): they heartbeat, and each heartbeat renews their lease. */
+export function externalActivityOptions(timing: OrderTiming, maximumAttempts: number): ActivityOptions {
+  return { ...activityOptions(timing, maximumAttempts), heartbeatTimeout: timing.heartbeatTimeoutMs };
+}
+
+/**
+ * Database-only steps (status writes) run as local activities in the
+ * workflow's own worker: no round trip through the server per step. They go
+ * through the ledger's local mode (claim, business write and completion in
+ * one transaction), so when a worker crash makes a replay run one again it
+ * replays the stored result instead of writing twice.
+ */
+export function localActivityOptions(timing: OrderTiming, maximumAttempts: number): LocalActivityOptions {
+  return {
+    startToCloseTimeout: timing.activityStartToCloseMs,
+    retry: retryPolicy(timing, maximumAttempts),
   };
 }

@@ -19,6 +19,7 @@ import { buildApiApp } from './app.ts';
 import { OutboxRelay } from './outbox.ts';
 import { createMetrics, metricsPlugin } from '../metrics/index.ts';
 import { Operator, opsRoutes } from '../ops/index.ts';
+import { listParkedWorkflows } from '../orders/attention.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../providers/sandbox.ts';
 
 const config = loadConfig();
@@ -26,10 +27,16 @@ setLogLevel(config.logLevel);
 const address = config.temporal.address ?? `127.0.0.1:${config.ports.temporal}`;
 
 const pool = createPool(config.databaseUrl, { max: 20 });
-const metrics = createMetrics({ pool, defaultLabels: { service: 'api' } });
-const ledger = new Ledger(pool, { leaseMs: config.ledgerLeaseMs, hooks: metrics.ledgerHooks });
 const connection = Connection.lazy(connectionSettings(address));
 const temporal = new Client({ connection, namespace: config.temporal.namespace });
+const metrics = createMetrics({
+  pool,
+  defaultLabels: { service: 'api' },
+  // Orders whose workflow parked without recording it on the row are counted too.
+  parkedWorkflowIds: async () =>
+    (await listParkedWorkflows(temporal, { limit: 1000 })).map((p) => p.workflowId),
+});
+const ledger = new Ledger(pool, { leaseMs: config.ledgerLeaseMs, hooks: metrics.ledgerHooks });
 const relay = new OutboxRelay({
   pool,
   temporal,

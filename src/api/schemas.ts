@@ -102,6 +102,12 @@ export const OrderDetail = Type.Object(
     chargeId: Type.Union([Type.String(), Type.Null()]),
     receiptId: Type.Union([Type.String(), Type.Null()]),
     lastError: Type.Union([Type.String(), Type.Null()]),
+    reason: Type.Union([Type.String(), Type.Null()], {
+      description:
+        'Why a rejected or needs_attention order is there, machine-readable: decline_code:<code>, ' +
+        'payment_failed, provider_rejected, charge_failed:<type>, payment_unknown_horizon, ' +
+        'receipt_failed, status_write_failed. Null otherwise.',
+    }),
     updatedAt: Type.String({ format: 'date-time' }),
     steps: Type.Array(StepSchema),
   },

@@ -55,6 +55,8 @@ export interface OrderRow {
   charge_id: string | null;
   receipt_id: string | null;
   last_error: string | null;
+  /** Machine-readable reason of a rejected / needs_attention order (ORDER_REASONS). */
+  reason: string | null;
   created_at: Date;
   updated_at: Date;
   /** Microseconds since the epoch: the exact sort key for cursors (a JS Date keeps only ms). */
@@ -62,7 +64,7 @@ export interface OrderRow {
 }
 
 const ORDER_COLUMNS = `tenant_id, id, workflow_id, status, amount, currency, customer_id, customer_email,
-  items, payment_method, charge_id, receipt_id, last_error, created_at, updated_at,
+  items, payment_method, charge_id, receipt_id, last_error, reason, created_at, updated_at,
   (extract(epoch from created_at) * 1000000)::bigint::text as created_us`;
 
 /** The API only ever inserts orders in 'accepted'; the workflow's activities move them on. */

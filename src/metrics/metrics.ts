@@ -18,6 +18,7 @@ import { withTransaction, type Pool } from '../db/index.ts';
 import type { LedgerEvent, LedgerHooks } from '../ledger/index.ts';
 import { errorFields, log } from '../log.ts';
 import {
+  countUnrecordedParked,
   selectBacklog,
   selectOutboxBacklog,
   setLocalStatementTimeout,
@@ -30,6 +31,12 @@ export interface MetricsOptions {
   registry?: Registry;
   /** Postgres for the backlog gauges; without it they are not registered. */
   pool?: Pool;
+  /**
+   * Running order workflows that Temporal visibility shows parked (see
+   * src/orders/attention.ts). With it, the needs_attention gauge also counts
+   * orders whose workflow parked without being able to record it on the row.
+   */
+  parkedWorkflowIds?: () => Promise<string[]>;
   /** Upper bound on one scrape's database work. Default 2 000 ms. */
   queryTimeoutMs?: number;
   /** Node process metrics (CPU, memory, event loop lag, GC). Default true. */
@@ -172,7 +179,8 @@ export function createMetrics(options: MetricsOptions = {}): Metrics {
     registers,
   });
 
-  if (options.pool) registerBacklogGauges(registry, options.pool, options.queryTimeoutMs ?? 2_000);
+  if (options.pool)
+    registerBacklogGauges(registry, options.pool, options.queryTimeoutMs ?? 2_000, options.parkedWorkflowIds);
 
   return {
     registry,
@@ -199,28 +207,53 @@ function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   ]).finally(() => clearTimeout(timer));
 }
 
-type Snapshot = BacklogSnapshot & { outbox: OutboxBacklog };
+interface Snapshot extends BacklogSnapshot {
+  outbox: OutboxBacklog;
+  /** Parked workflows without a needs_attention row; null if visibility was not read. */
+  parkedUnrecorded: number | null;
+}
 
-function registerBacklogGauges(registry: Registry, pool: Pool, timeoutMs: number): void {
+function registerBacklogGauges(
+  registry: Registry,
+  pool: Pool,
+  timeoutMs: number,
+  parkedWorkflowIds: (() => Promise<string[]>) | undefined,
+): void {
   const registers = [registry];
   let cached: { at: number; promise: Promise<Snapshot | null> } | undefined;
+  let visibilityUp = 0;
 
   /** null when the database did not answer in time: the gauges then read NaN, never a reassuring 0. */
   const snapshot = (): Promise<Snapshot | null> => {
     const now = Date.now();
     if (cached && now - cached.at < SNAPSHOT_REUSE_MS) return cached.promise;
-    const promise = withTimeout(
-      withTransaction(
-        pool,
-        async (tx) => {
-          await setLocalStatementTimeout(tx, timeoutMs);
-          return { ...(await selectBacklog(tx)), outbox: await selectOutboxBacklog(tx) };
-        },
-        { retries: 0 },
-      ),
-      timeoutMs + 500,
-      'metrics backlog query',
-    ).catch((err: unknown) => {
+    const promise = (async (): Promise<Snapshot | null> => {
+      // Visibility first, outside the transaction: no transaction stays open across a Temporal call.
+      let parked: string[] | null = null;
+      if (parkedWorkflowIds) {
+        parked = await withTimeout(parkedWorkflowIds(), timeoutMs, 'metrics visibility query').catch(
+          (err: unknown) => {
+            log.warn('metrics: parked workflow query failed', errorFields(err));
+            return null;
+          },
+        );
+        visibilityUp = parked ? 1 : 0;
+      }
+      return withTimeout(
+        withTransaction(
+          pool,
+          async (tx) => {
+            await setLocalStatementTimeout(tx, timeoutMs);
+            const backlog = await selectBacklog(tx);
+            const outbox = await selectOutboxBacklog(tx);
+            return { ...backlog, outbox, parkedUnrecorded: parked ? await countUnrecordedParked(tx, parked) : null };
+          },
+          { retries: 0 },
+        ),
+        timeoutMs + 500,
+        'metrics backlog query',
+      );
+    })().catch((err: unknown) => {
       log.warn('metrics: backlog query failed', errorFields(err));
       return null;
     });
@@ -261,13 +294,18 @@ function registerBacklogGauges(registry: Registry, pool: Pool, timeoutMs: number
   });
   new Gauge({
     name: 'onceflow_orders_in_status',
-    help: 'Orders waiting on an outcome or a human: payment_unknown and needs_attention.',
+    help:
+      'Orders waiting on an outcome or a human: payment_unknown and needs_attention. needs_attention ' +
+      'also counts parked workflows whose row could not record it (read from Temporal visibility).',
     labelNames: ['status'] as const,
     registers,
     async collect() {
       const s = await snapshot();
       this.set({ status: 'payment_unknown' }, value(s?.ordersPaymentUnknown));
-      this.set({ status: 'needs_attention' }, value(s?.ordersNeedsAttention));
+      this.set(
+        { status: 'needs_attention' },
+        s ? s.ordersNeedsAttention + (s.parkedUnrecorded ?? 0) : value(undefined),
+      );
     },
   });
   new Gauge({
@@ -286,4 +324,17 @@ function registerBacklogGauges(registry: Registry, pool: Pool, timeoutMs: number
       this.set(value((await snapshot())?.outbox.oldestUnstartedSeconds));
     },
   });
+  if (parkedWorkflowIds) {
+    new Gauge({
+      name: 'onceflow_metrics_visibility_up',
+      help:
+        '1 if parked order workflows were read from Temporal visibility on this scrape; 0 if not (the ' +
+        'needs_attention gauge then counts order rows only).',
+      registers,
+      async collect() {
+        await snapshot();
+        this.set(visibilityUp);
+      },
+    });
+  }
 }

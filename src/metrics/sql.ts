@@ -71,3 +71,21 @@ export async function selectOutboxBacklog(db: Queryable): Promise<OutboxBacklog>
   );
   return { unstarted: rows[0]?.unstarted ?? 0, oldestUnstartedSeconds: rows[0]?.oldest ?? null };
 }
+
+/**
+ * Of these parked workflows (Temporal visibility says they wait for a human),
+ * how many have no order row in needs_attention: their status write failed,
+ * so the orders table alone would not count them. Served by the unique index
+ * on orders.workflow_id.
+ */
+export async function countUnrecordedParked(db: Queryable, workflowIds: readonly string[]): Promise<number> {
+  if (workflowIds.length === 0) return 0;
+  const { rows } = await db.query<{ n: number }>(
+    `select count(*)::int as n
+       from unnest($1::text[]) as parked(workflow_id)
+      where not exists (select 1 from orders o
+                         where o.workflow_id = parked.workflow_id and o.status = 'needs_attention')`,
+    [workflowIds],
+  );
+  return rows[0]?.n ?? 0;
+}

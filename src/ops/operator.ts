@@ -16,7 +16,8 @@
  *   touching anything.
  */
 import { userInfo } from 'node:os';
-import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { WorkflowNotFoundError, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
+import { ApplicationFailure } from '@temporalio/common';
 import { withClient, withTransaction, type Pool, type PoolClient } from '../db/index.ts';
 import {
   downstreamKey,
@@ -28,17 +29,24 @@ import {
   type ReconcileOutcome,
   type Scope,
 } from '../ledger/index.ts';
-import { OPERATION_TYPES, orderWorkflowId } from '../orders/model.ts';
+import { ORDER_REASONS, OPERATION_TYPES, orderWorkflowId } from '../orders/model.ts';
+import { listParkedWorkflows, type ParkedWorkflow } from '../orders/attention.ts';
 import type { Charge, EmailProvider, Message, PaymentProvider } from '../providers/types.ts';
 import { chargeReconciler, settledCharge } from '../steps/payment.ts';
 import { receiptReconciler, settledReceipt } from '../steps/receipt.ts';
-import { paymentEventSignal, redriveSignal, statusQuery } from '../../workflows/definitions.ts';
+import {
+  paymentEventSignal,
+  REDRIVE_REFUSED,
+  redriveUpdate,
+  type RedriveAccepted,
+} from '../../workflows/definitions.ts';
 import { OpsError } from './errors.ts';
 import {
   insertAudit,
   selectAudit,
   selectOrderByWorkflowId,
   selectOrderForUpdate,
+  selectOrdersByWorkflowIds,
   selectOrdersInStatus,
   type AuditEntry,
   type AuditSource,
@@ -137,10 +145,24 @@ export interface RedriveResult {
   order: OrderSummary;
   workflowId: string;
   audit: AuditEntry;
+  /** The workflow's answer to the re-drive update: where it was parked. */
+  accepted: RedriveAccepted;
 }
 
 export interface AttentionItem extends OrderSummary {
   temporalUiUrl: string;
+  /**
+   * Where the order was found: 'order_row' (the row says needs_attention) or
+   * 'workflow' (only Temporal visibility knows: the workflow parked because
+   * it could not write its status; the row, if any, shows an older status).
+   */
+  source: 'order_row' | 'workflow';
+}
+
+export interface AttentionList {
+  items: AttentionItem[];
+  /** Set when Temporal visibility could not be read: only the orders table was listed. */
+  visibilityError?: string;
 }
 
 const EXTERNAL_TYPES = new Set<string>([OPERATION_TYPES.charge, OPERATION_TYPES.receipt]);
@@ -415,22 +437,16 @@ export class Operator {
     };
   }
 
-  async #awaitingOperator(workflowId: string): Promise<boolean> {
-    try {
-      const state = await this.#temporal(() =>
-        this.#deps.temporal.workflow.getHandle(workflowId).query(statusQuery),
-      );
-      return state.awaitingOperator;
-    } catch {
-      return false; // closed, unknown, or unreachable: not parked
-    }
-  }
-
   /**
-   * Re-drives an order parked in needs_attention: its workflow picks up where
-   * it stopped, under the same keys (an uncertain charge is reconciled again,
-   * never re-charged under a new key). The signal is sent inside the audit
-   * transaction, so a failed signal leaves no audit row claiming a re-drive.
+   * Re-drives a parked order: its workflow picks up where it stopped, under
+   * the same keys (an uncertain charge is reconciled again, never re-charged
+   * under a new key). The re-drive is a Temporal Update whose validator
+   * refuses it unless the workflow is parked (waiting for an operator), so a
+   * re-drive is never silently dropped; whether the order row says
+   * needs_attention does not matter (a workflow that could not even record
+   * needs_attention is parked all the same). The update runs inside the
+   * audit transaction: a refused or failed re-drive leaves no audit row
+   * claiming it was done.
    */
   async redrive(
     tenantId: string,
@@ -446,14 +462,6 @@ export class Operator {
       async (tx) => {
         const order = await selectOrderForUpdate(tx, tenantId, orderId);
         if (!order) throw new OpsError('not_found', `no order ${orderId} for tenant ${tenantId}`);
-        // A workflow that could not even record needs_attention (the database was
-        // down) is parked all the same: its status query says so.
-        if (order.status !== 'needs_attention' && !(await this.#awaitingOperator(order.workflowId))) {
-          throw new OpsError(
-            'invalid_state',
-            `order is ${order.status}; only orders in needs_attention (or parked workflows) can be re-driven`,
-          );
-        }
         const audit = await insertAudit(tx, {
           actor,
           source: opts.source ?? this.#deps.source ?? 'cli',
@@ -465,35 +473,77 @@ export class Operator {
           workflowId: order.workflowId,
           before: orderView(order),
           // The row itself moves when the workflow resumes; what this action changes is the workflow.
-          after: { ...orderView(order), redrive: { signal: 'redrive', workflowId: order.workflowId } },
+          after: { ...orderView(order), redrive: { update: 'redrive', workflowId: order.workflowId } },
         });
+        let accepted: RedriveAccepted;
         try {
-          await this.#temporal(() =>
-            this.#deps.temporal.workflow.getHandle(order.workflowId).signal(redriveSignal, { actor, reason }),
+          accepted = await this.#temporal(() =>
+            this.#deps.temporal.workflow
+              .getHandle(order.workflowId)
+              .executeUpdate(redriveUpdate, { args: [{ actor, reason }] }),
           );
         } catch (err) {
-          if (err instanceof WorkflowNotFoundError) {
-            throw new OpsError('invalid_state', 'the order workflow is not running; nothing to re-drive', {
-              cause: err,
-            });
-          }
-          throw new OpsError('unavailable', `could not signal the workflow: ${message(err)}`, { cause: err });
+          throw redriveError(err, order.status);
         }
-        return { order, workflowId: order.workflowId, audit };
+        return { order, workflowId: order.workflowId, audit, accepted };
       },
       { retries: 0 },
     );
   }
 
-  /** Orders parked for a human (retries ran out, or an outcome stayed unknown), oldest first. */
+  /**
+   * Orders parked for a human (retries ran out, or an outcome stayed
+   * unknown), oldest first: the orders in needs_attention, plus the running
+   * workflows that Temporal visibility shows parked although their row says
+   * otherwise (a status write ran out of retries; see src/orders/attention.ts).
+   */
   async listAttention(opts: { tenantId?: string; limit?: number } = {}): Promise<AttentionItem[]> {
-    const orders = await withClient(this.#deps.pool, (c) =>
-      selectOrdersInStatus(c, 'needs_attention', {
-        ...(opts.tenantId ? { tenantId: opts.tenantId } : {}),
-        limit: clampLimit(opts.limit),
-      }),
-    );
-    return orders.map((o) => ({ ...o, temporalUiUrl: this.temporalUiUrl(o.workflowId) }));
+    return (await this.listAttentionDetailed(opts)).items;
+  }
+
+  async listAttentionDetailed(opts: { tenantId?: string; limit?: number } = {}): Promise<AttentionList> {
+    const limit = clampLimit(opts.limit);
+    const tenant = opts.tenantId ? { tenantId: opts.tenantId } : {};
+    const [orders, parked] = await Promise.all([
+      withClient(this.#deps.pool, (c) => selectOrdersInStatus(c, 'needs_attention', { ...tenant, limit })),
+      this.#temporal(() => listParkedWorkflows(this.#deps.temporal, { ...tenant, limit })).then(
+        (list): { list: ParkedWorkflow[]; error?: string } => ({ list }),
+        (err: unknown) => ({ list: [], error: message(err) }),
+      ),
+    ]);
+    const items: AttentionItem[] = orders.map((o) => ({
+      ...o,
+      source: 'order_row',
+      temporalUiUrl: this.temporalUiUrl(o.workflowId),
+    }));
+    const listed = new Set(orders.map((o) => o.workflowId));
+    const extra = parked.list.filter((p) => !listed.has(p.workflowId));
+    if (extra.length > 0) {
+      const rows = await withClient(this.#deps.pool, (c) =>
+        selectOrdersByWorkflowIds(
+          c,
+          extra.map((p) => p.workflowId),
+        ),
+      );
+      const byId = new Map(rows.map((r) => [r.workflowId, r]));
+      for (const p of extra) {
+        const row = byId.get(p.workflowId);
+        if (row?.status === 'needs_attention') continue; // recorded since the first query
+        items.push({
+          ...(row ?? orderFromWorkflow(p)),
+          // The workflow parked without recording it: its search attributes hold the why.
+          lastError: p.lastError ?? row?.lastError ?? null,
+          reason: ORDER_REASONS.statusWriteFailed,
+          source: 'workflow',
+          temporalUiUrl: this.temporalUiUrl(p.workflowId),
+        });
+      }
+    }
+    items.sort((a, b) => a.updatedAt.getTime() - b.updatedAt.getTime());
+    return {
+      items: items.slice(0, limit),
+      ...(parked.error ? { visibilityError: `Temporal visibility unavailable: ${parked.error}` } : {}),
+    };
   }
 
   /** Newest first. */
@@ -641,6 +691,47 @@ function nextStep(
   }
   if (answer === 'pending') return 'the provider is still processing this key; reconcile again later';
   return undefined;
+}
+
+/** A re-drive the workflow refused or could not receive, in the operator's vocabulary. */
+function redriveError(err: unknown, rowStatus: string): OpsError {
+  if (err instanceof WorkflowUpdateFailedError) {
+    const cause = err.cause;
+    if (cause instanceof ApplicationFailure && cause.type === REDRIVE_REFUSED) {
+      return new OpsError('invalid_state', `${cause.message} (order row: ${rowStatus})`, { cause: err });
+    }
+    return new OpsError('invalid_state', `the workflow refused the re-drive: ${message(cause ?? err)}`, {
+      cause: err,
+    });
+  }
+  if (err instanceof WorkflowNotFoundError) {
+    return new OpsError(
+      'invalid_state',
+      `the order workflow is not running (order row: ${rowStatus}); nothing to re-drive`,
+      { cause: err },
+    );
+  }
+  return new OpsError('unavailable', `could not reach the workflow: ${message(err)}`, { cause: err });
+}
+
+/** What the attention list shows for a parked workflow whose order row is gone. */
+function orderFromWorkflow(p: ParkedWorkflow): OrderSummary {
+  const m = /^order\/([^/]+)\/(.+)$/.exec(p.workflowId);
+  return {
+    tenantId: p.tenantId ?? m?.[1] ?? '',
+    orderId: m?.[2] ?? p.workflowId,
+    workflowId: p.workflowId,
+    status: 'needs_attention',
+    statusSeq: 0,
+    amount: 0,
+    currency: '',
+    chargeId: null,
+    receiptId: null,
+    lastError: p.lastError,
+    reason: ORDER_REASONS.statusWriteFailed,
+    createdAt: p.startTime,
+    updatedAt: p.startTime,
+  };
 }
 
 function clampLimit(limit: number | undefined): number {

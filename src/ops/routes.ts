@@ -282,7 +282,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
       '/admin/orders/:tenant/:id/redrive',
       {
         schema: {
-          summary: 'Re-drive an order in needs_attention (reason required)',
+          summary: 'Re-drive a parked order (reason required); refused (409) unless its workflow is parked',
           tags,
           security,
           params: Type.Object({ tenant: Tenant, id: visible(100, 'Order ID') }),
@@ -299,6 +299,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
           workflowId: r.workflowId,
           status: r.order.status,
           auditId: r.audit.id,
+          parkedAs: r.accepted,
           temporalUiUrl: operator.temporalUiUrl(r.workflowId),
         };
       },
@@ -314,12 +315,13 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
           querystring: Type.Object({ tenant: Type.Optional(Tenant), limit: Type.Optional(Limit) }),
         },
       },
-      async (request) => ({
-        data: await operator.listAttention({
+      async (request) => {
+        const { items, visibilityError } = await operator.listAttentionDetailed({
           ...(request.query.tenant ? { tenantId: request.query.tenant } : {}),
           ...(request.query.limit ? { limit: request.query.limit } : {}),
-        }),
-      }),
+        });
+        return { data: items, ...(visibilityError ? { visibilityError } : {}) };
+      },
     );
 
     app.get(

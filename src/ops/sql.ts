@@ -134,6 +134,8 @@ export interface OrderSummary {
   chargeId: string | null;
   receiptId: string | null;
   lastError: string | null;
+  /** Machine-readable reason of a rejected / needs_attention order (ORDER_REASONS). */
+  reason: string | null;
   createdAt: Date;
   updatedAt: Date;
 }
@@ -149,12 +151,13 @@ interface OrderRow {
   charge_id: string | null;
   receipt_id: string | null;
   last_error: string | null;
+  reason: string | null;
   created_at: Date;
   updated_at: Date;
 }
 
 const ORDER_COLUMNS = `tenant_id, id, workflow_id, status, status_seq, amount, currency, charge_id, receipt_id,
-  last_error, created_at, updated_at`;
+  last_error, reason, created_at, updated_at`;
 
 function toOrder(row: OrderRow): OrderSummary {
   return {
@@ -168,6 +171,7 @@ function toOrder(row: OrderRow): OrderSummary {
     chargeId: row.charge_id,
     receiptId: row.receipt_id,
     lastError: row.last_error,
+    reason: row.reason,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
   };
@@ -212,6 +216,19 @@ export async function selectOrdersInStatus(
       order by updated_at, tenant_id, id
       limit $3`,
     [status, opts.tenantId ?? null, opts.limit],
+  );
+  return rows.map(toOrder);
+}
+
+/** The orders of these workflows (unique index on workflow_id); missing rows are simply absent. */
+export async function selectOrdersByWorkflowIds(
+  db: Queryable,
+  workflowIds: readonly string[],
+): Promise<OrderSummary[]> {
+  if (workflowIds.length === 0) return [];
+  const { rows } = await db.query<OrderRow>(
+    `select ${ORDER_COLUMNS} from orders where workflow_id = any($1::text[])`,
+    [workflowIds],
   );
   return rows.map(toOrder);
 }

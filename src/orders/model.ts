@@ -33,7 +33,8 @@ export const TRANSITIONS: Readonly<Record<OrderStatus, readonly OrderStatus[]>> 
   payment_pending: ['payment_unknown', 'paid', 'rejected', 'needs_attention'],
   payment_unknown: ['paid', 'rejected', 'needs_attention'],
   paid: ['completed', 'needs_attention'],
-  needs_attention: ['payment_unknown', 'paid', 'completed', 'rejected'],
+  // payment_pending: a re-drive after the payment_pending write itself failed (it parked first).
+  needs_attention: ['payment_pending', 'payment_unknown', 'paid', 'completed', 'rejected'],
   completed: [],
   rejected: [],
 };
@@ -45,6 +46,28 @@ export function canTransition(from: OrderStatus, to: OrderStatus): boolean {
 export function isOrderStatus(value: unknown): value is OrderStatus {
   return typeof value === 'string' && (ORDER_STATUSES as readonly string[]).includes(value);
 }
+
+/**
+ * Why an order is rejected or needs attention: a machine-readable code stored
+ * on the order row (`reason`) and returned by GET /v1/orders/{id}. Prose for
+ * humans goes to `lastError`.
+ * - `decline_code:<code>`: the provider declined the charge (its decline code).
+ * - `payment_failed`: the charge was settled as failed (reconciliation, webhook, operator).
+ * - `provider_rejected`: the provider refused the charge request itself; nothing was charged.
+ * - `charge_failed:<type>`: the charge step failed in a way retrying can't fix (a human looks).
+ * - `payment_unknown_horizon`: the charge's outcome stayed unknown past the reconciliation horizon.
+ * - `receipt_failed`: the receipt ran out of retries.
+ * - `status_write_failed`: a status write ran out of retries (the workflow parked).
+ */
+export const ORDER_REASONS = {
+  declined: (code: string | null | undefined) => `decline_code:${code || 'unknown'}`,
+  paymentFailed: 'payment_failed',
+  providerRejected: 'provider_rejected',
+  chargeFailed: (type: string) => `charge_failed:${type}`,
+  paymentUnknownHorizon: 'payment_unknown_horizon',
+  receiptFailed: 'receipt_failed',
+  statusWriteFailed: 'status_write_failed',
+} as const;
 
 export interface OrderItem {
   sku: string;

@@ -28,6 +28,8 @@ export async function applyOrderTransition(
     chargeId: string | null;
     receiptId: string | null;
     lastError: string | null;
+    /** Machine-readable code (ORDER_REASONS); stored for rejected and needs_attention, cleared otherwise. */
+    reason?: string | null;
   },
 ): Promise<TransitionOutcome> {
   const updated = await db.query<{ status: OrderStatus }>(
@@ -36,11 +38,14 @@ export async function applyOrderTransition(
             status_seq = status_seq + 1,
             charge_id = coalesce($4, charge_id),
             receipt_id = coalesce($5, receipt_id),
-            last_error = case when $3 = 'needs_attention' then $6 else last_error end,
+            last_error = case when $3 in ('needs_attention', 'rejected') then coalesce($6, last_error)
+                              else last_error end,
+            -- An order that left needs_attention (re-driven) no longer has a reason to show.
+            reason = case when $3 in ('needs_attention', 'rejected') then $8 else null end,
             updated_at = now()
       where tenant_id = $1 and id = $2 and status = any($7::text[])
       returning status`,
-    [t.tenantId, t.orderId, t.to, t.chargeId, t.receiptId, t.lastError, sourcesOf(t.to)],
+    [t.tenantId, t.orderId, t.to, t.chargeId, t.receiptId, t.lastError, sourcesOf(t.to), t.reason ?? null],
   );
   if (updated.rows[0]) return { kind: 'applied', status: updated.rows[0].status };
   const current = await db.query<{ status: OrderStatus }>(

@@ -3,14 +3,31 @@
  * their original keys without charging twice.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { startOrderStack, type OrderStack } from '../support/stack.ts';
+import { startOrderStack, TEST_PROVIDER_TIMEOUT_MS, type OrderStack } from '../support/stack.ts';
+import { json, runOps } from '../ops/support.ts';
 import { redriveSignal, statusQuery, type OrderState } from '../../workflows/definitions.ts';
 import { stepKeys } from '../../src/orders/model.ts';
+import { listParkedWorkflows } from '../../src/orders/attention.ts';
+import { createMetrics } from '../../src/metrics/index.ts';
+import { countUnrecordedParked } from '../../src/metrics/sql.ts';
+import { Operator, type AttentionItem } from '../../src/ops/operator.ts';
+import { isOpsError } from '../../src/ops/errors.ts';
+import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 
 let stack: OrderStack;
+let operator: Operator;
 
 beforeAll(async () => {
   stack = await startOrderStack();
+  const providers = { baseUrl: stack.sandbox.url, timeoutMs: TEST_PROVIDER_TIMEOUT_MS };
+  operator = new Operator({
+    pool: stack.pool,
+    ledger: stack.ledger,
+    temporal: stack.client,
+    payments: createSandboxPaymentProvider(providers),
+    email: createSandboxEmailProvider(providers),
+    temporalUi: { url: 'http://temporal-ui.test', namespace: 'default' },
+  });
 });
 afterAll(async () => {
   await stack?.close();
@@ -46,7 +63,21 @@ it('a status write that cannot succeed parks the workflow; a re-drive resumes it
 
   const parked = await waitFor(workflowId, (s) => s.awaitingOperator, 'parking');
   expect(parked.lastError).toMatch(/status paid could not be recorded/);
+  expect(parked.reason).toBe('status_write_failed');
   expect((await handle.describe()).searchAttributes.OrderStatus).toEqual(['needs_attention']);
+
+  // No row says needs_attention (there is no row at all), yet the order is listed and counted.
+  const cli = json<AttentionItem[]>(
+    await runOps(['attention', '--tenant', input.tenantId, '--json'], { sandboxUrl: stack.sandbox.url }),
+  );
+  expect(cli.find((i) => i.workflowId === workflowId)).toMatchObject({
+    orderId: input.orderId,
+    status: 'needs_attention',
+    reason: 'status_write_failed',
+    source: 'workflow',
+    lastError: expect.stringMatching(/status paid could not be recorded/),
+  });
+  await expectCountedAsNeedsAttention(workflowId);
 
   // Put the row back (as an operator would after fixing the cause) and re-drive.
   const row = rows[0] as Record<string, unknown>;
@@ -71,6 +102,92 @@ it('a status write that cannot succeed parks the workflow; a re-drive resumes it
   expect(await stack.charges(input.orderId)).toHaveLength(1);
   expect(await stack.messages(input.orderId)).toHaveLength(1);
 });
+
+it('a status write that fails for good records needs_attention with reason status_write_failed', async () => {
+  // The row exists, but the paid write fails for good: a fingerprint conflict planted
+  // under its key stands in for any write that keeps failing.
+  await stack.fault('charges.create', 'delay', 1, 1_500);
+  const { input, workflowId, handle } = await stack.startOrder();
+  await waitFor(workflowId, (s) => s.status === 'payment_pending', 'payment_pending');
+  await stack.ledger.runLocal(
+    { tenantId: input.tenantId, operationType: 'order.status', key: stepKeys.status(workflowId, 'paid') },
+    { schemaVersion: 1, value: { planted: true } },
+    async () => ({ planted: true }),
+  );
+  await waitFor(workflowId, (s) => s.awaitingOperator, 'parking');
+  // The one extra attempt recorded it on the row, with the reason.
+  expect(await stack.orderRow(input)).toMatchObject({
+    status: 'needs_attention',
+    reason: 'status_write_failed',
+  });
+  const listed = await operator.listAttention({ tenantId: input.tenantId });
+  expect(listed.find((i) => i.workflowId === workflowId)).toMatchObject({
+    status: 'needs_attention',
+    reason: 'status_write_failed',
+  });
+  await handle.terminate('test over');
+});
+
+it('a re-drive while the order is not parked is refused and not audited, even if the row says needs_attention', async () => {
+  await stack.fault('messages.create', 'fail_before', 1000);
+  const { input, workflowId, handle } = await stack.startOrder();
+  await waitFor(workflowId, (s) => s.awaitingOperator, 'parking');
+  expect(await stack.orderRow(input)).toMatchObject({ status: 'needs_attention', reason: 'receipt_failed' });
+  await stack.clearFaults();
+  // The re-driven receipt is slow: the order is busy (not parked) while its row still says needs_attention.
+  await stack.fault('messages.create', 'delay', 1, 2_000);
+
+  const first = await operator.redrive(input.tenantId, input.orderId, {
+    actor: 'ann',
+    reason: 'email is back',
+  });
+  expect(first.accepted).toMatchObject({ reason: 'receipt_failed', redrives: 1 });
+  expect((await stack.orderRow(input)).status).toBe('needs_attention');
+  let refused: unknown;
+  try {
+    await operator.redrive(input.tenantId, input.orderId, { actor: 'bob', reason: 'again' });
+  } catch (err) {
+    refused = err;
+  }
+  expect(isOpsError(refused) && refused.code).toBe('invalid_state');
+  expect((refused as Error).message).toMatch(/not parked/);
+  const audit = await stack.pool.query(
+    `select actor from audit_log where workflow_id = $1 and action = 'redrive' order by id`,
+    [workflowId],
+  );
+  expect(audit.rows).toEqual([{ actor: 'ann' }]);
+
+  expect((await handle.result()).status).toBe('completed');
+  expect(await stack.messages(input.orderId)).toHaveLength(1);
+  await stack.clearFaults();
+});
+
+/**
+ * The needs_attention gauge, as the API exports it (orders table + parked workflows
+ * from Temporal visibility), counts this workflow although no row says needs_attention.
+ */
+async function expectCountedAsNeedsAttention(workflowId: string): Promise<void> {
+  const read = async (withVisibility: boolean) => {
+    const metrics = createMetrics({
+      pool: stack.pool,
+      defaultMetrics: false,
+      ...(withVisibility
+        ? {
+            parkedWorkflowIds: async () =>
+              (await listParkedWorkflows(stack.client, { limit: 1000 })).map((p) => p.workflowId),
+          }
+        : {}),
+    });
+    const gauge = metrics.registry.getSingleMetric('onceflow_orders_in_status');
+    const { values } = await gauge!.get();
+    return values.find((v) => v.labels.status === 'needs_attention')!.value;
+  };
+  expect(await countUnrecordedParked(stack.pool, [workflowId])).toBe(1);
+  const parked = await listParkedWorkflows(stack.client, { limit: 1000 });
+  expect(parked.map((p) => p.workflowId)).toContain(workflowId);
+  const [rowsOnly, withParked] = [await read(false), await read(true)];
+  expect(withParked).toBeGreaterThanOrEqual(rowsOnly + 1);
+}
 
 it('a re-drive after the charge record is gone asks the provider instead of charging again', async () => {
   // A provider that forgets idempotency keys at once: re-sending the charge would charge again.

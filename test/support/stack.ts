@@ -6,6 +6,8 @@
 import { Worker, type NativeConnection } from '@temporalio/worker';
 import type { Client, WorkflowHandle } from '@temporalio/client';
 import { createWorker } from '../../src/worker/worker.ts';
+import { createActivities, type ActivityDeps } from '../../activities/index.ts';
+import type { OrderActivities } from '../../activities/order.ts';
 import { Ledger, type LedgerHooks } from '../../src/ledger/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { startSandbox, type RunningSandbox } from '../../src/sandbox/server.ts';
@@ -57,7 +59,7 @@ export interface OrderStack {
   messages(orderId?: string): Promise<AuditCharge[]>;
   orderRow(
     input: OrderWorkflowInput,
-  ): Promise<{ status: string; charge_id: string | null; last_error: string | null }>;
+  ): Promise<{ status: string; charge_id: string | null; last_error: string | null; reason: string | null }>;
   startWorker(): Promise<void>;
   stopWorker(): Promise<void>;
   close(): Promise<void>;
@@ -70,6 +72,8 @@ export async function startOrderStack(
     providerTimeoutMs?: number;
     /** How long the sandbox remembers idempotency keys (its default is 24 h). */
     sandboxKeyRetentionMs?: number;
+    /** Replaces some of the worker's activities (each given the real set to delegate to). */
+    wrapActivities?: (real: OrderActivities, deps: ActivityDeps) => Partial<OrderActivities>;
   } = {},
 ): Promise<OrderStack> {
   const pool = testPool(20);
@@ -151,7 +155,7 @@ export async function startOrderStack(
     },
     async orderRow(input) {
       const { rows } = await pool.query(
-        'select status, charge_id, last_error from orders where tenant_id = $1 and id = $2',
+        'select status, charge_id, last_error, reason from orders where tenant_id = $1 and id = $2',
         [input.tenantId, input.orderId],
       );
       if (!rows[0]) throw new Error(`order ${input.orderId} not found`);
@@ -159,18 +163,30 @@ export async function startOrderStack(
     },
     async startWorker() {
       connection ??= await nativeConnection();
+      const deps: ActivityDeps = {
+        pool,
+        ledger,
+        payments: createSandboxPaymentProvider(providerOptions),
+        email: createSandboxEmailProvider(providerOptions),
+      };
+      const wrap = opts.wrapActivities;
       worker = await createWorker({
         connection,
         namespace: 'default',
         taskQueue,
         workflowBundlePath: workflowBundlePath(),
-        deps: {
-          pool,
-          ledger,
-          payments: createSandboxPaymentProvider(providerOptions),
-          email: createSandboxEmailProvider(providerOptions),
+        deps,
+        overrides: {
+          shutdownGraceTime: '2 seconds',
+          ...(wrap
+            ? {
+                activities: (() => {
+                  const real = createActivities(deps);
+                  return { ...real, ...wrap(real, deps) };
+                })(),
+              }
+            : {}),
         },
-        overrides: { shutdownGraceTime: '2 seconds' },
       });
       running = worker.run();
     },

@@ -1,8 +1,9 @@
 /**
  * A browser check of the Temporal UI (headless Debian Chromium driven by
- * playwright-core): a finished order's history shows the charge, receipt and
- * status activities with their operation keys, and filtering by the
- * OrderStatus search attribute finds it. Screenshots are kept in test-results/.
+ * playwright-core): a finished order's history shows the charge and receipt
+ * activities and every status write (local activities, shown as markers with
+ * their summaries) with its operation key, and filtering by the OrderStatus
+ * search attribute finds it. Screenshots are kept in test-results/.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { inject } from 'vitest';
@@ -56,10 +57,15 @@ it('shows a finished order with its steps and keys, and finds it by OrderStatus'
     for (const expected of [
       'chargePayment',
       'sendReceipt',
-      'setOrderStatus',
       chargeKey,
       receiptKey,
-      stepKeys.status(workflowId, 'completed'),
+      // The UI names the marker events 'Local Activity', with the activity type and summary.
+      'Local Activity',
+      'setOrderStatus',
+      // Status writes are local activities: each is a marker whose summary names the step and its key.
+      ...(['payment_pending', 'paid', 'completed'] as const).map(
+        (s) => `status -> ${s} (key ${stepKeys.status(workflowId, s)})`,
+      ),
     ]) {
       expect(text, `history page should show ${expected}`).toContain(expected);
     }

@@ -293,6 +293,7 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
         chargeId: row.charge_id,
         receiptId: row.receipt_id,
         lastError: row.last_error,
+        reason: row.reason,
         updatedAt: row.updated_at.toISOString(),
         steps,
       });

@@ -1,0 +1,49 @@
+/**
+ * Parked order workflows, as Temporal visibility sees them.
+ *
+ * A workflow whose status write ran out of retries parks (waits for an
+ * operator) without being able to say so on its order row: the database is
+ * what failed. It does set its OrderStatus search attribute to
+ * needs_attention, so the attention list and the needs_attention gauge read
+ * visibility as well as the orders table, and list such an order within
+ * seconds, even when the row still says payment_pending or is gone.
+ */
+import type { Client } from '@temporalio/client';
+import { OrderLastErrorKey, TenantIdKey } from './search-attributes.ts';
+
+/** Running order workflows whose OrderStatus search attribute says they wait for a human. */
+export const PARKED_WORKFLOWS_QUERY = `OrderStatus = 'needs_attention' AND ExecutionStatus = 'Running'`;
+
+export interface ParkedWorkflow {
+  workflowId: string;
+  tenantId: string | null;
+  lastError: string | null;
+  startTime: Date;
+}
+
+/** Tenant IDs go into a visibility query: only plain identifiers are accepted there. */
+const SAFE_TENANT = /^[A-Za-z0-9_.-]{1,200}$/;
+
+export async function listParkedWorkflows(
+  client: Client,
+  opts: { tenantId?: string; limit: number },
+): Promise<ParkedWorkflow[]> {
+  if (opts.tenantId !== undefined && !SAFE_TENANT.test(opts.tenantId)) {
+    throw new Error('tenant ID must be letters, digits, _ . - (at most 200)');
+  }
+  const query = opts.tenantId
+    ? `${PARKED_WORKFLOWS_QUERY} AND TenantId = '${opts.tenantId}'`
+    : PARKED_WORKFLOWS_QUERY;
+  const parked: ParkedWorkflow[] = [];
+  if (opts.limit <= 0) return parked;
+  for await (const wf of client.workflow.list({ query, pageSize: Math.min(opts.limit, 1000) })) {
+    parked.push({
+      workflowId: wf.workflowId,
+      tenantId: wf.typedSearchAttributes.get(TenantIdKey) ?? null,
+      lastError: wf.typedSearchAttributes.get(OrderLastErrorKey) ?? null,
+      startTime: wf.startTime,
+    });
+    if (parked.length >= opts.limit) break;
+  }
+  return parked;
+}

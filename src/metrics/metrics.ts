@@ -246,7 +246,11 @@ function registerBacklogGauges(
             await setLocalStatementTimeout(tx, timeoutMs);
             const backlog = await selectBacklog(tx);
             const outbox = await selectOutboxBacklog(tx);
-            return { ...backlog, outbox, parkedUnrecorded: parked ? await countUnrecordedParked(tx, parked) : null };
+            return {
+              ...backlog,
+              outbox,
+              parkedUnrecorded: parked ? await countUnrecordedParked(tx, parked) : null,
+            };
           },
           { retries: 0 },
         ),

@@ -114,5 +114,6 @@ describe('API process: crash between commit and workflow start', () => {
     second.child.kill('SIGTERM');
     expect(await second.exited).toEqual({ code: 0, signal: null });
     expect(second.output()).toMatch(/api stopped/);
-  });
+    // Three API processes start in this test; on a loaded 2-core machine each can take 30 s.
+  }, 240_000);
 });

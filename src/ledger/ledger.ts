@@ -445,14 +445,19 @@ export class Ledger {
   ) {
     let lost = false;
     let renewing = false;
+    let stopped = false;
     const timer = setInterval(() => {
       callHook(heartbeat);
       if (lost || renewing) return;
       renewing = true;
-      this.extend(scope, ownerToken, leaseMs)
-        .catch((err: unknown) => {
-          if (isLedgerError(err, 'ownership_lost')) lost = true;
+      withClient(this.#pool, (client) => sql.extendOwned(client, scope, ownerToken, leaseMs))
+        .then((until) => {
+          // A tick racing our own completion is refused too; that is not a lost claim.
+          if (until || stopped) return;
+          lost = true;
+          this.#emit('ownership_lost', scope, 'renewal');
         })
+        .catch(() => undefined) // retried on the next tick
         .finally(() => (renewing = false));
     }, everyMs);
     timer.unref();
@@ -461,7 +466,10 @@ export class Ledger {
         if (lost) throw new LedgerError('ownership_lost', 'the lease renewal was refused', { scope });
         await this.extend(scope, ownerToken, leaseMs);
       },
-      stop: () => clearInterval(timer),
+      stop: () => {
+        stopped = true;
+        clearInterval(timer);
+      },
     };
   }
 

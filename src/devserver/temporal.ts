@@ -173,6 +173,8 @@ export interface DevServerOptions {
   log?: Log;
   /** SQLite pragmas for the state file; DEV_SERVER_SQLITE_PRAGMAS unless given. */
   sqlitePragmas?: Readonly<Record<string, string>>;
+  /** Dynamic config values; DEV_SERVER_DYNAMIC_CONFIG unless given. */
+  dynamicConfig?: Readonly<Record<string, string>>;
 }
 
 export interface DevServer {
@@ -205,7 +207,10 @@ export async function startDevServer(opts: DevServerOptions): Promise<DevServer>
       '--sqlite-pragma',
       `${k}=${v}`,
     ]),
-    ...Object.entries(DEV_SERVER_DYNAMIC_CONFIG).flatMap(([k, v]) => ['--dynamic-config-value', `${k}=${v}`]),
+    ...Object.entries(opts.dynamicConfig ?? DEV_SERVER_DYNAMIC_CONFIG).flatMap(([k, v]) => [
+      '--dynamic-config-value',
+      `${k}=${v}`,
+    ]),
     ...(opts.uiPort !== undefined ? ['--ui-port', String(opts.uiPort)] : ['--headless']),
   ];
   const out = opts.logFile ? fs.openSync(opts.logFile, 'a') : 'ignore';

@@ -11,5 +11,8 @@ COPY workflows ./workflows
 COPY activities ./activities
 COPY migrations ./migrations
 COPY scripts ./scripts
+# The workflow bundle, built once here: workers find it by the hash of the
+# workflow code and start polling in seconds instead of bundling (~12 s).
+RUN node --import tsx scripts/build-workflow-bundle.ts
 USER node
 CMD ["node", "--import", "tsx", "src/worker/main.ts"]

@@ -2,11 +2,12 @@
  * Benchmark (not a test) of the ledger's local-mode hot path against raw SQL
  * on an equivalent table, at 1, 8 and 32 connections.
  *
- *   npm run bench:ledger [-- --seconds=3]
+ *   npm run bench:ledger [-- --seconds=3] [--connections=8]
  *
  * - fresh claim: `runLocal` on a new key with a trivial body (claim +
  *   complete in one transaction) vs. a bare `insert ... on conflict do
- *   nothing` plus `update`;
+ *   nothing` plus `update`, and vs. the physical limit: the same two
+ *   statements prepared, in ONE transaction (what pgbench -M prepared does);
  * - replay: `runLocal` on a completed key vs. a primary-key `select`.
  * Creates its own throwaway database (dropped at the end), prints a table and
  * writes bench/results/ledger.json.
@@ -20,7 +21,10 @@ import { createPool, type Pool } from '../src/db/index.ts';
 import { createThrowawayDatabase } from '../src/db/migrate.ts';
 import { Ledger } from '../src/ledger/index.ts';
 
-const LEVELS = [1, 8, 32] as const;
+const connectionsArg = process.argv.find((a) => a.startsWith('--connections='))?.split('=')[1];
+const LEVELS = connectionsArg ? connectionsArg.split(',').map(Number) : [1, 8, 32];
+if (LEVELS.some((n) => !Number.isInteger(n) || n <= 0 || n > 64))
+  throw new Error('--connections must be a comma-separated list of integers in [1, 64]');
 const seconds = Number(process.argv.find((a) => a.startsWith('--seconds='))?.split('=')[1] ?? 2);
 if (!Number.isFinite(seconds) || seconds <= 0 || seconds > 60)
   throw new Error('--seconds must be in (0, 60]');
@@ -109,6 +113,28 @@ async function main(): Promise<void> {
         await pool.query(UPDATE_RAW, update);
       }
     };
+    // The physical limit of a fresh claim: BEGIN, prepared insert, prepared
+    // update, COMMIT on one connection: four round trips, one WAL flush.
+    const rawFreshTx = async (pool: Pool, type: string, key: string) => {
+      const token = randomUUID();
+      const client = await pool.connect();
+      try {
+        await client.query('begin');
+        await client.query({
+          name: 'raw_insert',
+          text: INSERT_RAW,
+          values: ['bench', type, key, 'f', token],
+        });
+        await client.query({
+          name: 'raw_update',
+          text: UPDATE_RAW,
+          values: ['bench', type, key, token, '{"ok":true}'],
+        });
+        await client.query('commit');
+      } finally {
+        client.release();
+      }
+    };
     const rawReplay = (pool: Pool, key: string, prepared: boolean) => {
       const values = ['bench', 'bench.replay', key];
       return prepared
@@ -142,6 +168,7 @@ async function main(): Promise<void> {
       const fresh = await compare(pool, n, {
         raw: () => rawFresh(pool, 'bench.fresh', `f${n}-${seq++}`, false),
         prepared: () => rawFresh(pool, 'bench.fresh', `f${n}-${seq++}`, true),
+        tx: () => rawFreshTx(pool, 'bench.fresh', `f${n}-${seq++}`),
         ledger: (_w, i) =>
           ledger.runLocal(scope('bench.fresh', `f${n}-${seq++}`), input(i), async () => ({ ok: true })),
       });
@@ -163,6 +190,8 @@ async function main(): Promise<void> {
         freshClaimRatio: round(get(fresh, 'ledger') / get(fresh, 'raw'), 3),
         replayRatio: round(get(replay, 'ledger') / get(replay, 'raw'), 3),
         freshClaimRatioVsPrepared: round(get(fresh, 'ledger') / get(fresh, 'prepared'), 3),
+        /** Against the physical limit: one transaction, prepared (the issue's target: >= 0.8 at 8). */
+        freshClaimRatioVsOneTx: round(get(fresh, 'ledger') / get(fresh, 'tx'), 3),
         replayRatioVsPrepared: round(get(replay, 'ledger') / get(replay, 'prepared'), 3),
         ledger: {
           freshClaimsPerSec: round(get(fresh, 'ledger'), 0),
@@ -173,6 +202,7 @@ async function main(): Promise<void> {
           freshClaimsPerSec: round(get(fresh, 'prepared'), 0),
           replaysPerSec: round(get(replay, 'prepared'), 0),
         },
+        rawOneTxPrepared: { freshClaimsPerSec: round(get(fresh, 'tx'), 0) },
       };
     }
 
@@ -206,13 +236,23 @@ function round(x: number, digits: number): number {
 
 function printTable(results: Record<string, unknown>): void {
   type Rates = { freshClaimsPerSec: number; replaysPerSec: number };
-  type Row = { freshClaimRatio: number; replayRatio: number; ledger: Rates; raw: Rates; rawPrepared: Rates };
+  type Row = {
+    freshClaimRatio: number;
+    freshClaimRatioVsOneTx: number;
+    replayRatio: number;
+    ledger: Rates;
+    raw: Rates;
+    rawPrepared: Rates;
+    rawOneTxPrepared: { freshClaimsPerSec: number };
+  };
   const header = [
     'conns',
     'fresh ledger/s',
     'fresh raw/s',
     'fresh ratio',
     '(raw prep/s)',
+    '1-tx prep/s',
+    'vs 1-tx',
     'replay ledger/s',
     'replay raw/s',
     'replay ratio',
@@ -227,6 +267,8 @@ function printTable(results: Record<string, unknown>): void {
       String(r.raw.freshClaimsPerSec),
       r.freshClaimRatio.toFixed(2),
       String(r.rawPrepared.freshClaimsPerSec),
+      String(r.rawOneTxPrepared.freshClaimsPerSec),
+      r.freshClaimRatioVsOneTx.toFixed(2),
       String(r.ledger.replaysPerSec),
       String(r.raw.replaysPerSec),
       r.replayRatio.toFixed(2),

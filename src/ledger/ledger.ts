@@ -253,7 +253,7 @@ export class Ledger {
       const existing = await sql.selectProbe(client, scope);
       if (existing) return this.#replayLocal<T>(scope, fp, existing);
 
-      const prevLockTimeout = await sql.beginWithLockTimeout(client, this.#localWaitMs);
+      await client.query('BEGIN'); // the claim INSERT bounds its own wait (see insertLocalClaim)
       let open = true;
       // A failed ROLLBACK means a dead connection (the pool discards it); it must not mask the real error.
       const rollback = async () => {
@@ -269,7 +269,7 @@ export class Ledger {
             schemaVersion,
             ownerToken,
             leaseMs: this.#leaseMs,
-            restoreLockTimeout: prevLockTimeout,
+            lockTimeoutMs: this.#localWaitMs,
           });
         } catch (err) {
           // 55P03: a duplicate still holds its uncommitted claim after localWaitMs.

@@ -114,31 +114,21 @@ export async function selectOperationForUpdate(db: Queryable, scope: Scope): Pro
 }
 
 /**
- * Opens the local-mode transaction and bounds how long its claim INSERT may
- * wait behind a concurrent duplicate's uncommitted row, in ONE round trip.
- * Returns the session's lock_timeout so the claim can restore it for the
- * caller's body. `lockTimeoutMs` is interpolated because a multi-statement
- * simple query cannot take parameters; it is a validated integer from
- * LedgerOptions, never request data.
- */
-export async function beginWithLockTimeout(client: Queryable, lockTimeoutMs: number): Promise<string> {
-  if (!Number.isSafeInteger(lockTimeoutMs) || lockTimeoutMs <= 0)
-    throw new Error('lockTimeoutMs must be a positive integer');
-  const results = (await client.query(
-    `begin; select current_setting('lock_timeout') as prev; set local lock_timeout = ${lockTimeoutMs}`,
-  )) as unknown as pg.QueryResult<{ prev: string }>[];
-  return results[1]?.rows[0]?.prev ?? '0';
-}
-
-/**
- * Local-mode claim, inside the caller's transaction. The row stays
- * uncommitted until the business write commits with it, so:
+ * Local-mode claim, inside the caller's transaction (opened by a plain
+ * BEGIN). The row stays uncommitted until the business write commits with
+ * it, so:
  * - a concurrent duplicate's identical INSERT blocks on our row (bounded by
  *   lock_timeout) and, when we commit, takes the conflict path and replays;
  *   if we roll back, it inserts and runs instead. Without ON CONFLICT on the
  *   primary key, two duplicates could both pass a "does it exist?" check.
  * - a crash before commit leaves no record at all.
- * RETURNING restores the session lock_timeout once the claim is ours, so the
+ * The wait bound is set by this same statement, to save a round trip per
+ * claim: `prev` reads the session's lock_timeout, `bound` (which reads
+ * `prev` first, a data dependency, not evaluation order) sets
+ * `lockTimeoutMs` for the rest of the transaction, and only then does the
+ * INSERT run for the row `bound` produced and, on a conflict, wait. A
+ * lock_timeout change takes effect at the next lock wait, mid-statement.
+ * RETURNING restores the session's value once the claim is ours, so the
  * caller's body runs with its own lock settings (evaluated after any wait).
  * Returns true when this call claimed the operation.
  */
@@ -150,23 +140,27 @@ export async function insertLocalClaim(
     schemaVersion: number;
     ownerToken: string;
     leaseMs: number;
-    restoreLockTimeout: string;
+    lockTimeoutMs: number;
   },
 ): Promise<boolean> {
   const { rowCount } = await client.query({
     name: 'ledger_insert_local_claim',
-    text: `insert into operations (tenant_id, operation_type, key, fingerprint, schema_version, state,
+    text: `with prev as materialized (select current_setting('lock_timeout') as v),
+                bound as materialized (select set_config('lock_timeout', $8::int::text, true) as v from prev)
+           insert into operations (tenant_id, operation_type, key, fingerprint, schema_version, state,
              owner_token, lease_expires_at)
-           values ($1, $2, $3, $4, $5, 'in_progress', $6, now() + $7::float8 * interval '1 millisecond')
+           select $1::text, $2::text, $3::text, $4::text, $5::int, 'in_progress', $6::text,
+                  now() + $7::float8 * interval '1 millisecond'
+             from bound
            on conflict (tenant_id, operation_type, key) do nothing
-           returning set_config('lock_timeout', $8, true)`,
+           returning set_config('lock_timeout', (select v from prev), true)`,
     values: [
       ...pk(scope),
       args.fingerprint,
       args.schemaVersion,
       args.ownerToken,
       args.leaseMs,
-      args.restoreLockTimeout,
+      args.lockTimeoutMs,
     ],
   });
   return rowCount === 1;

@@ -62,6 +62,7 @@ const worker = await createWorker({
   },
   ...(config.workflowBundlePath ? { workflowBundlePath: config.workflowBundlePath } : {}),
   overrides: { shutdownGraceTime: '10 seconds' },
+  log: (line) => log.info(line),
 });
 // The retention Schedule is created once, by whichever worker starts first.
 const clientConnection = await Connection.connect(connectionSettings(address));

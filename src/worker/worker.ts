@@ -3,10 +3,11 @@
  * wired to their dependencies in one place.
  */
 import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
-import { fileURLToPath } from 'node:url';
-import path from 'node:path';
 import { createActivities, type ActivityDeps } from '../../activities/index.ts';
 import { DEFAULT_TIMING } from '../../workflows/policies.ts';
+import { ensureWorkflowBundle, WORKFLOWS_PATH } from './bundle.ts';
+
+export { WORKFLOWS_PATH };
 
 /** Below this a lease renewal (every third of the lease) can't be trusted to beat a slow database round trip. */
 export const MIN_RENEWED_LEASE_MS = 3_000;
@@ -39,30 +40,57 @@ export function timeoutOrderingProblem(
   return problems.length ? problems.join('; ') : null;
 }
 
-export const WORKFLOWS_PATH = path.resolve(
-  path.dirname(fileURLToPath(import.meta.url)),
-  '../../workflows/index.ts',
-);
-
 export interface CreateWorkerOptions {
   connection: NativeConnection;
   namespace: string;
   taskQueue: string;
   deps: ActivityDeps;
-  /** A pre-built bundle (tests build one per run) instead of bundling from source. */
+  /**
+   * A bundle to use as is (tests build one per run; WORKFLOW_BUNDLE_PATH).
+   * Otherwise the cached bundle matching the current workflow code is used,
+   * built first if the code changed (see bundle.ts).
+   */
   workflowBundlePath?: string;
   overrides?: Partial<WorkerOptions>;
+  log?: (line: string) => void;
 }
 
+/**
+ * Slots and cache, fitted to the machine class we run on (2 cores, one
+ * worker process, a pool of 10 connections) following the SDK's
+ * performance guidance (see docs/BENCHMARKS.md for the measured effect):
+ * - workflow tasks are CPU work on one thread; more than a handful in
+ *   flight only queue inside the process, while each held slot keeps a
+ *   long poll open on the server;
+ * - activities wait on Postgres or a provider, so they may outnumber the
+ *   cores, but far beyond the pool size they only queue for a connection;
+ * - the sticky cache holds every workflow in flight, so a workflow task
+ *   never replays history because its workflow was evicted;
+ * - eager activity dispatch (server flag `system.enableActivityEagerExecution`,
+ *   set by our dev server) hands an activity scheduled by a workflow task
+ *   straight back to this worker in the task's completion, saving a
+ *   matching round trip per activity. Up to 3 per task (the SDK default).
+ */
+export const WORKER_TUNING = {
+  maxConcurrentWorkflowTaskExecutions: 8,
+  maxConcurrentWorkflowTaskPolls: 4,
+  maxConcurrentActivityTaskExecutions: 32,
+  maxConcurrentActivityTaskPolls: 4,
+  maxConcurrentLocalActivityExecutions: 32,
+  maxCachedWorkflows: 2_000,
+  maxEagerActivityReservationsPerWorkflowTask: 3,
+} as const satisfies Partial<WorkerOptions>;
+
 export async function createWorker(opts: CreateWorkerOptions): Promise<Worker> {
+  const codePath =
+    opts.workflowBundlePath ?? (await ensureWorkflowBundle(opts.log ? { log: opts.log } : {})).path;
   return Worker.create({
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
-    ...(opts.workflowBundlePath
-      ? { workflowBundle: { codePath: opts.workflowBundlePath } }
-      : { workflowsPath: WORKFLOWS_PATH }),
+    workflowBundle: { codePath },
     activities: createActivities(opts.deps),
+    ...WORKER_TUNING,
     ...opts.overrides,
   });
 }

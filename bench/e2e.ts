@@ -1,0 +1,555 @@
+/**
+ * End-to-end benchmark (not a test): orders through the real HTTP API, to a
+ * terminal status, against a no-op workflow of today's shape on the same
+ * Temporal server, in the same run.
+ *
+ *   npm run bench:e2e [-- --orders=500] [--concurrency=1,8,32] [--quick]
+ *
+ * For measuring one tuning change at a time (docs/BENCHMARKS.md):
+ *   --baseline-only      skip the orders, run only the baseline workflow
+ *   --sqlite=default     the CLI's SQLite defaults instead of WAL + synchronous=normal
+ *   --eager=off          server flag for eager activity dispatch off
+ *   --sdk-defaults       baseline worker with the SDK's slot/cache defaults
+ *
+ * It starts its own stack, like the test setup: a throwaway Postgres
+ * database (dropped at the end), a Temporal dev server on free ports (the
+ * settings `npm start` uses), and the sandbox providers, worker and API as
+ * separate processes, plus a bench-only worker for the baseline workflow
+ * (bench/baseline/). At each concurrency C it runs a closed loop of C
+ * clients: POST /v1/orders, then GET /v1/orders/:id?wait=30 until the
+ * order is terminal; then the same number of baseline workflows (start,
+ * wait for the result). `--orders` is the count at the highest
+ * concurrency; lower levels run min(orders, 25 x C), which bounds the run.
+ *
+ * Reports per concurrency: orders/s, p50/p99 from POST to the terminal
+ * status as the client sees it, the same from the server's commit time
+ * (the order's updated_at), the baseline's rate and latencies, the ratio,
+ * and CPU seconds per order summed over every process of the stack (from
+ * /proc/<pid>/stat: Temporal server, API, worker, sandbox; Postgres
+ * backends of the run's database separately). History events per order
+ * come from a few fetched histories. Writes bench/results/e2e.json.
+ * Every process it starts is stopped by PID, also on Ctrl-C.
+ */
+import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import readline from 'node:readline';
+import { parseArgs } from 'node:util';
+import { randomBytes } from 'node:crypto';
+import { Client, Connection } from '@temporalio/client';
+import { loadConfig } from '../src/config.ts';
+import { createThrowawayDatabase } from '../src/db/migrate.ts';
+import { createPool } from '../src/db/index.ts';
+import { freePort } from '../src/devserver/ports.ts';
+import {
+  ensureTemporalCli,
+  startDevServerOnFreePorts,
+  waitForHttp,
+  type DevServer,
+} from '../src/devserver/temporal.ts';
+import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
+import { TERMINAL_STATUSES } from '../src/orders/model.ts';
+
+const { values: args } = parseArgs({
+  options: {
+    orders: { type: 'string', default: '500' },
+    concurrency: { type: 'string', default: '1,8,32' },
+    quick: { type: 'boolean', default: false },
+    'timeout-seconds': { type: 'string', default: '1800' },
+    'baseline-only': { type: 'boolean', default: false },
+    sqlite: { type: 'string', default: 'wal' },
+    eager: { type: 'string', default: 'on' },
+    'sdk-defaults': { type: 'boolean', default: false },
+  },
+});
+const BASELINE_ONLY = Boolean(args['baseline-only']);
+const ORDERS = args.quick ? 64 : positiveInt(args.orders, '--orders', 20_000);
+const LEVELS = String(args.concurrency)
+  .split(',')
+  .map((c) => positiveInt(c, '--concurrency', 256));
+const TIMEOUT_MS = positiveInt(args['timeout-seconds'], '--timeout-seconds', 7200) * 1000;
+const PER_CLIENT_AT_LOW_LEVELS = 25;
+const HISTORY_SAMPLES = 5;
+const API_KEY = 'sk_test_acme_local'; // seeded by migrations/0005_api.sql for local use
+const root = path.resolve(import.meta.dirname, '..');
+const runId = `${process.pid}_${randomBytes(3).toString('hex')}`;
+const started = Date.now();
+
+function positiveInt(raw: unknown, name: string, max: number): number {
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n <= 0 || n > max) {
+    console.error(`${name} must be an integer in [1, ${max}], got ${JSON.stringify(raw)}`);
+    process.exit(2);
+  }
+  return n;
+}
+
+const say = (line: string) => console.log(`[e2e] ${line}`);
+
+// ------------------------------------------------------------------ processes
+
+interface Child {
+  name: string;
+  child: ChildProcess;
+  exited: Promise<void>;
+}
+const children: Child[] = [];
+let devServer: DevServer | undefined;
+let dropDatabase: (() => Promise<void>) | undefined;
+let cleaning: Promise<void> | undefined;
+
+function startChild(name: string, argv: string[], env: NodeJS.ProcessEnv, logDir: string): Child {
+  const child = spawn(process.execPath, ['--import', 'tsx', ...argv], {
+    cwd: root,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const log = fs.createWriteStream(path.join(logDir, `${name}.log`));
+  child.stdout!.pipe(log);
+  child.stderr!.pipe(log);
+  const exited = new Promise<void>((resolve) =>
+    child.once('exit', (code, signal) => {
+      if (!cleaning) say(`${name} exited unexpectedly (${signal ?? code}); see ${logDir}/${name}.log`);
+      resolve();
+    }),
+  );
+  const entry = { name, child, exited };
+  children.push(entry);
+  return entry;
+}
+
+async function stopChild(c: Child): Promise<void> {
+  if (c.child.exitCode !== null || c.child.signalCode !== null) return;
+  c.child.kill('SIGTERM');
+  const timer = setTimeout(() => c.child.kill('SIGKILL'), 15_000);
+  await c.exited;
+  clearTimeout(timer);
+}
+
+function cleanup(): Promise<void> {
+  cleaning ??= (async () => {
+    for (const c of [...children].reverse()) await stopChild(c).catch(() => undefined);
+    await devServer?.stop().catch(() => undefined);
+    await dropDatabase?.().catch((err: unknown) => say(`could not drop the database: ${String(err)}`));
+  })();
+  return cleaning;
+}
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    say(`${signal}: stopping everything`);
+    void cleanup().then(() => process.exit(130));
+  });
+}
+
+// ------------------------------------------------------------------------ CPU
+
+const CLK_TCK = (() => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
+
+/** user + system CPU seconds of one process so far; 0 once it is gone. */
+function cpuSeconds(pid: number | undefined): number {
+  if (!pid) return 0;
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
+  } catch {
+    return 0;
+  }
+}
+
+/** A CPU meter over a fixed set of PIDs plus the Postgres backends serving one database. */
+function cpuMeter(pids: () => (number | undefined)[], pgBackends: () => Promise<number[]>) {
+  return async () => {
+    const own = pids();
+    const backends = await pgBackends();
+    const before = new Map([...own, ...backends].map((p) => [p, cpuSeconds(p)]));
+    return async () => {
+      const later = await pgBackends();
+      const delta = (list: (number | undefined)[]) =>
+        list.reduce<number>((sum, p) => sum + (p ? cpuSeconds(p) - (before.get(p) ?? 0) : 0), 0);
+      return { stack: delta(own), postgres: delta([...new Set([...backends, ...later])]) };
+    };
+  };
+}
+
+// -------------------------------------------------------------------- helpers
+
+function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i] as number;
+}
+
+function round(x: number, digits = 1): number {
+  const f = 10 ** digits;
+  return Math.round(x * f) / f;
+}
+
+/** Runs `count` jobs on `concurrency` loops; prints progress every 10 %. */
+async function closedLoop(
+  label: string,
+  count: number,
+  concurrency: number,
+  job: (i: number) => Promise<void>,
+): Promise<number> {
+  let next = 0;
+  let done = 0;
+  const step = Math.max(1, Math.round(count / 10));
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: Math.min(concurrency, count) }, async () => {
+      for (let i = next++; i < count; i = next++) {
+        if (Date.now() - started > TIMEOUT_MS) throw new Error(`--timeout-seconds exceeded during ${label}`);
+        await job(i);
+        done++;
+        if (done % step === 0 || done === count) say(`  ${label}: ${done}/${count}`);
+      }
+    }),
+  );
+  return (performance.now() - t0) / 1000;
+}
+
+// ----------------------------------------------------------------------- main
+
+interface LevelResult {
+  orders: number;
+  ordersPerSec: number;
+  p50Ms: number;
+  p99Ms: number;
+  serverP50Ms: number;
+  serverP99Ms: number;
+  notCompleted: number;
+  baselineWorkflows: number;
+  baselineOrdersPerSec: number;
+  baselineP50Ms: number;
+  baselineP99Ms: number;
+  ratio: number;
+  cpuPerOrderSec: number;
+  postgresCpuPerOrderSec: number;
+  cpuPerBaselineSec: number;
+}
+
+async function main(): Promise<void> {
+  const config = loadConfig(process.env, root);
+  const runDir = path.join(config.dataDir, 'bench', runId);
+  fs.mkdirSync(runDir, { recursive: true });
+  say(`run ${runId}; logs in ${path.relative(process.cwd(), runDir)}`);
+
+  const dbName = `onceflow_bench_e2e_${runId}`;
+  const database = await createThrowawayDatabase(config.databaseUrl, dbName);
+  dropDatabase = database.drop;
+  say(`database ${dbName} created and migrated`);
+
+  const cli = await ensureTemporalCli({ toolsDir: config.toolsDir, log: say });
+  devServer = await startDevServerOnFreePorts({
+    cli,
+    ui: false,
+    dbFile: path.join(runDir, 'temporal.sqlite'),
+    logFile: path.join(runDir, 'temporal.log'),
+    log: say,
+    ...(args.sqlite === 'default' ? { sqlitePragmas: {} } : {}),
+    ...(args.eager === 'off' ? { dynamicConfig: { 'system.enableActivityEagerExecution': 'false' } } : {}),
+  });
+  const address = devServer.address;
+  say(`Temporal dev server at ${address}`);
+
+  // The product worker finds this bundle itself (by hash); building it here shows the cost once.
+  const bundle = await ensureWorkflowBundle({ log: say });
+  say(`workflow bundle ${bundle.built ? 'built' : 'up to date'}`);
+
+  const ports = {
+    api: await freePort(),
+    sandbox: await freePort(),
+    workerMetrics: await freePort(),
+    workerSdkMetrics: await freePort(),
+  };
+  const taskQueue = `bench-orders-${runId}`;
+  const baselineQueue = `bench-baseline-${runId}`;
+  const api = `http://127.0.0.1:${ports.api}`;
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    DATABASE_URL: database.url,
+    TEMPORAL_ADDRESS: address,
+    TEMPORAL_TASK_QUEUE: taskQueue,
+    API_PORT: String(ports.api),
+    SANDBOX_PORT: String(ports.sandbox),
+    SANDBOX_URL: `http://127.0.0.1:${ports.sandbox}`,
+    WEBHOOK_URL: `${api}/v1/webhooks/payments`,
+    WORKER_METRICS_PORT: String(ports.workerMetrics),
+    WORKER_SDK_METRICS_PORT: String(ports.workerSdkMetrics),
+    ONCEFLOW_DATA_DIR: runDir,
+    API_RATE_LIMIT_MAX: '100000000',
+    LOG_LEVEL: 'warn',
+  };
+  const sandbox = startChild('sandbox', ['src/sandbox/main.ts'], env, runDir);
+  await waitForHttp(`${env.SANDBOX_URL}/healthz`, 60_000);
+  const connection = await Connection.connect({ address });
+  const client = new Client({ connection });
+  // Worker start-up, measured alone: spawn -> the smoke workflow has run on it (as `npm start`
+  // checks). Includes Node + tsx start, finding the bundle by hash, connecting and polling.
+  const workerSpawned = performance.now();
+  const worker = startChild('worker', ['src/worker/main.ts'], env, runDir);
+  await client.workflow.execute('smokeWorkflow', {
+    taskQueue,
+    workflowId: `bench-smoke-${runId}`,
+    args: [],
+    workflowExecutionTimeout: '3 minutes',
+  });
+  const workerReadySec = round((performance.now() - workerSpawned) / 1000, 1);
+  say(`worker ran its first workflow ${workerReadySec} s after spawn`);
+  const apiProc = startChild('api', ['src/api/main.ts'], env, runDir);
+  await waitForHttp(`${api}/healthz`, 60_000);
+  const baselineWorker = startChild(
+    'baseline-worker',
+    ['bench/baseline/worker.ts', address, baselineQueue, ...(args['sdk-defaults'] ? ['sdk-defaults'] : [])],
+    env,
+    runDir,
+  );
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('baseline worker did not start')), 120_000);
+    readline.createInterface({ input: baselineWorker.child.stdout! }).on('line', (line) => {
+      if (line.trim() === 'ready') {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  });
+
+  const pool = createPool(database.url, { max: 2 });
+  try {
+    say('stack is up: sandbox, worker, API, baseline worker');
+
+    const stackPids = () => [devServer?.process.pid, sandbox.child.pid, worker.child.pid, apiProc.child.pid];
+    const pgBackends = async () =>
+      (
+        await pool.query<{ pid: number }>(
+          'select pid from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()',
+          [dbName],
+        )
+      ).rows.map((r) => r.pid);
+    const orderCpu = cpuMeter(stackPids, pgBackends);
+    const baselineCpu = cpuMeter(
+      () => [devServer?.process.pid, baselineWorker.child.pid],
+      async () => [],
+    );
+
+    let seq = 0;
+    const completedIds: string[] = [];
+    async function order(latencies: number[], serverLatencies: number[], failures: string[]): Promise<void> {
+      const i = seq++;
+      const wall0 = Date.now();
+      const t0 = performance.now();
+      const headers = { authorization: `Bearer ${API_KEY}` };
+      const res = await fetch(`${api}/v1/orders`, {
+        method: 'POST',
+        headers: { ...headers, 'content-type': 'application/json', 'idempotency-key': `e2e-${runId}-${i}` },
+        body: JSON.stringify({
+          customer: { id: `cus_${i % 17}`, email: `customer${i}@example.com` },
+          currency: 'usd',
+          items: [{ sku: `SKU-${i % 5}`, quantity: 1 + (i % 3), unitAmount: 1000 + (i % 7) * 250 }],
+          paymentMethod: 'pm_card_visa',
+        }),
+      });
+      const created = (await res.json()) as { id?: string; workflowId?: string };
+      if (res.status !== 202 || !created.id) throw new Error(`POST /v1/orders: ${res.status}`);
+      for (;;) {
+        const r = await fetch(`${api}/v1/orders/${encodeURIComponent(created.id)}?wait=30`, { headers });
+        const view = (await r.json()) as { status: string; updatedAt: string };
+        if (!r.ok) throw new Error(`GET order: ${r.status}`);
+        if ((TERMINAL_STATUSES as readonly string[]).includes(view.status)) {
+          latencies.push(performance.now() - t0);
+          serverLatencies.push(Date.parse(view.updatedAt) - wall0);
+          if (view.status === 'completed') completedIds.push(created.workflowId ?? '');
+          else failures.push(view.status);
+          return;
+        }
+      }
+    }
+    async function baseline(latencies: number[]): Promise<void> {
+      const i = seq++;
+      const t0 = performance.now();
+      const handle = await client.workflow.start('baselineWorkflow', {
+        taskQueue: baselineQueue,
+        workflowId: `bench-baseline-${runId}-${i}`,
+        args: [],
+      });
+      await handle.result();
+      latencies.push(performance.now() - t0);
+    }
+
+    say('warm-up: 8 orders and 8 baseline workflows');
+    if (!BASELINE_ONLY) await closedLoop('warm-up orders', 8, 4, () => order([], [], []));
+    await closedLoop('warm-up baseline', 8, 4, () => baseline([]));
+    completedIds.length = 0;
+
+    const results: Record<string, LevelResult> = {};
+    const maxLevel = Math.max(...LEVELS);
+    for (const c of LEVELS) {
+      const n = c === maxLevel ? ORDERS : Math.min(ORDERS, PER_CLIENT_AT_LOW_LEVELS * c);
+      say(`concurrency ${c}: ${n} orders, then ${n} baseline workflows`);
+      const lat: number[] = [];
+      const serverLat: number[] = [];
+      const failures: string[] = [];
+      const stopOrderCpu = await orderCpu();
+      const orderSecs = BASELINE_ONLY
+        ? Number.NaN
+        : await closedLoop(`orders c=${c}`, n, c, () => order(lat, serverLat, failures));
+      const oCpu = await stopOrderCpu();
+
+      const bLat: number[] = [];
+      const stopBaselineCpu = await baselineCpu();
+      const baselineSecs = await closedLoop(`baseline c=${c}`, n, c, () => baseline(bLat));
+      const bCpu = await stopBaselineCpu();
+
+      lat.sort((a, b) => a - b);
+      serverLat.sort((a, b) => a - b);
+      bLat.sort((a, b) => a - b);
+      const ordersPerSec = n / orderSecs;
+      const baselineOrdersPerSec = n / baselineSecs;
+      results[String(c)] = {
+        orders: n,
+        ordersPerSec: round(ordersPerSec, 2),
+        p50Ms: round(percentile(lat, 50), 0),
+        p99Ms: round(percentile(lat, 99), 0),
+        serverP50Ms: round(percentile(serverLat, 50), 0),
+        serverP99Ms: round(percentile(serverLat, 99), 0),
+        notCompleted: failures.length,
+        baselineWorkflows: n,
+        baselineOrdersPerSec: round(baselineOrdersPerSec, 2),
+        baselineP50Ms: round(percentile(bLat, 50), 0),
+        baselineP99Ms: round(percentile(bLat, 99), 0),
+        ratio: round(ordersPerSec / baselineOrdersPerSec, 3),
+        cpuPerOrderSec: round(oCpu.stack / n, 3),
+        postgresCpuPerOrderSec: round(oCpu.postgres / n, 3),
+        cpuPerBaselineSec: round(bCpu.stack / n, 3),
+      };
+      const r = results[String(c)]!;
+      say(
+        `concurrency ${c}: ${r.ordersPerSec} orders/s (p50 ${r.p50Ms} ms, p99 ${r.p99Ms} ms), ` +
+          `baseline ${r.baselineOrdersPerSec}/s, ratio ${r.ratio}, CPU ${r.cpuPerOrderSec} s/order ` +
+          `(+ Postgres ${r.postgresCpuPerOrderSec})${failures.length ? `, ${failures.length} not completed` : ''}`,
+      );
+    }
+
+    // History events: what each order costs the Temporal server, by event type.
+    const sample = completedIds.filter(Boolean).slice(0, HISTORY_SAMPLES);
+    const typeCounts: Record<string, number> = {};
+    let events = 0;
+    for (const workflowId of sample) {
+      const history = await client.workflow.getHandle(workflowId).fetchHistory();
+      for (const e of history.events ?? []) {
+        // The event's type, from the one `...EventAttributes` field it carries.
+        const attrs = Object.keys(e).find((k) => k.endsWith('EventAttributes') && e[k as keyof typeof e]);
+        const short = attrs ? attrs.replace(/EventAttributes$/, '') : String(e.eventType);
+        typeCounts[short] = (typeCounts[short] ?? 0) + 1;
+        events++;
+      }
+    }
+    const baselineHistory = await client.workflow
+      .getHandle(`bench-baseline-${runId}-${seq - 1}`)
+      .fetchHistory();
+    const perOrder = Object.fromEntries(
+      Object.entries(typeCounts)
+        .sort((a, b) => b[1] - a[1])
+        .map(([k, v]) => [k, round(v / Math.max(1, sample.length), 1)]),
+    );
+
+    const top = results[String(maxLevel)]!;
+    const c1 = results['1'];
+    const report = {
+      generatedAt: new Date().toISOString(),
+      machine: {
+        cpus: os.cpus().length,
+        cpuModel: os.cpus()[0]?.model ?? 'unknown',
+        loadAverage1m: round(os.loadavg()[0] ?? 0, 2),
+        node: process.version,
+      },
+      options: {
+        orders: ORDERS,
+        concurrency: LEVELS,
+        quick: Boolean(args.quick),
+        baselineOnly: BASELINE_ONLY,
+        sqlite: args.sqlite,
+        eager: args.eager,
+        baselineWorker: args['sdk-defaults'] ? 'sdk-defaults' : 'tuned',
+      },
+      workerReadySec,
+      concurrency: results,
+      cpuPerOrderSec: top.cpuPerOrderSec,
+      postgresCpuPerOrderSec: top.postgresCpuPerOrderSec,
+      historyEventsPerOrder: round(events / Math.max(1, sample.length), 1),
+      historyEventTypesPerOrder: perOrder,
+      baselineHistoryEvents: baselineHistory.events?.length ?? 0,
+      targets: {
+        ordersPerSecAt32: { target: 12, measured: results['32']?.ordersPerSec ?? null },
+        ratioAt32: { target: 1.0, measured: results['32']?.ratio ?? null },
+        p50MsAt1: { target: 400, measured: c1?.p50Ms ?? null },
+        p99MsAt32: { target: 4000, measured: results['32']?.p99Ms ?? null },
+        cpuPerOrderSec: { target: 0.15, measured: results['32']?.cpuPerOrderSec ?? null },
+      },
+    };
+    printTable(results);
+    say(
+      `history events per order: ${report.historyEventsPerOrder} (baseline ${report.baselineHistoryEvents}); ` +
+        Object.entries(perOrder)
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', '),
+    );
+    const variant = [
+      BASELINE_ONLY ? 'baseline' : '',
+      args.sqlite === 'default' ? 'sqlite-default' : '',
+      args.eager === 'off' ? 'eager-off' : '',
+      args['sdk-defaults'] ? 'sdk-defaults' : '',
+    ]
+      .filter(Boolean)
+      .join('-');
+    // Only a full, untweaked run writes e2e.json; variants get a file of their own.
+    const out = path.join(root, `bench/results/e2e${variant ? `-${variant}` : ''}.json`);
+    fs.mkdirSync(path.dirname(out), { recursive: true });
+    fs.writeFileSync(out, `${JSON.stringify(report, null, 2)}\n`);
+    say(`wrote ${path.relative(process.cwd(), out)} in ${Math.round((Date.now() - started) / 1000)} s`);
+  } finally {
+    await pool.end().catch(() => undefined);
+    await connection.close().catch(() => undefined);
+  }
+  await cleanup();
+  fs.rmSync(runDir, { recursive: true, force: true });
+}
+
+function printTable(results: Record<string, LevelResult>): void {
+  const header = ['C', 'orders/s', 'p50 ms', 'p99 ms', 'server p50', 'baseline/s', 'ratio', 'CPU s/order'];
+  const lines = [header];
+  for (const [c, r] of Object.entries(results)) {
+    lines.push([
+      c,
+      String(r.ordersPerSec),
+      String(r.p50Ms),
+      String(r.p99Ms),
+      String(r.serverP50Ms),
+      String(r.baselineOrdersPerSec),
+      r.ratio.toFixed(2),
+      String(r.cpuPerOrderSec),
+    ]);
+  }
+  const widths = header.map((_, i) => Math.max(...lines.map((l) => (l[i] ?? '').length)));
+  console.log('');
+  for (const l of lines) console.log(l.map((cell, i) => cell.padStart(widths[i] ?? 0)).join('  '));
+  console.log('');
+}
+
+try {
+  await main();
+} catch (err) {
+  say(`failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+  await cleanup();
+  process.exit(1);
+}

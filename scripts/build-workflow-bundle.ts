@@ -1,0 +1,16 @@
+/**
+ * `npm run build`: bundles the workflow code ahead of time into
+ * dist/workflow-bundle/ (git-ignored), so a worker starts polling in
+ * seconds instead of bundling for ~12 s. Workers rebuild it themselves
+ * when the workflow code changed since (see src/worker/bundle.ts); this
+ * step only moves that cost to build time (the Dockerfile runs it).
+ */
+import path from 'node:path';
+import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
+
+const started = Date.now();
+const bundle = await ensureWorkflowBundle({ log: (line) => console.log(`[build] ${line}`) });
+console.log(
+  `[build] workflow bundle ${bundle.built ? 'built' : 'up to date'}: ${path.relative(process.cwd(), bundle.path)}` +
+    ` (${((Date.now() - started) / 1000).toFixed(1)} s)`,
+);

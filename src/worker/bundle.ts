@@ -1,0 +1,125 @@
+/**
+ * The pre-built workflow bundle. Bundling workflow code (webpack) takes
+ * about 12 s on a 2-core machine; a worker that bundles at every start is
+ * slow to come back after a crash. Instead the bundle is built once into a
+ * file named after a hash of everything that goes into it, and reused while
+ * that hash still matches the sources:
+ *
+ * - `npm run build` (and the Dockerfile) build it ahead of time;
+ * - a worker without WORKFLOW_BUNDLE_PATH calls `ensureWorkflowBundle`, which
+ *   reuses the file when the hash matches and rebuilds it when a workflow
+ *   file (or a module it imports) changed, so a stale bundle never runs.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { bundleWorkflowCode } from '@temporalio/worker';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const WORKFLOWS_PATH = path.join(ROOT, 'workflows/index.ts');
+/** Git-ignored; the Dockerfile builds into the same place inside the image. */
+export const DEFAULT_BUNDLE_DIR = path.join(ROOT, 'dist/workflow-bundle');
+/** Bump when the way bundles are built changes, so older files are not reused. */
+const BUNDLE_FORMAT = 1;
+
+/**
+ * Files the bundle is built from: the entry and every module it reaches by
+ * relative imports, plus every file in the entry's folder. Type-only imports
+ * are skipped (the bundler erases them), so editing an activity
+ * implementation does not force a rebuild; anything else imported counts.
+ */
+export function workflowSourceFiles(entry: string): string[] {
+  const seen = new Set<string>();
+  const queue = [path.resolve(entry)];
+  const dir = path.dirname(path.resolve(entry));
+  for (const name of fs.readdirSync(dir)) {
+    const file = path.join(dir, name);
+    if (/\.[cm]?[jt]s$/.test(name) && fs.statSync(file).isFile()) queue.push(file);
+  }
+  const specifier =
+    /(?:^|[\n;])\s*(import|export)\s+(type\s+)?(?:[^'";]*?\sfrom\s+)?['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)/g;
+  while (queue.length) {
+    const file = queue.pop() as string;
+    if (seen.has(file)) continue;
+    seen.add(file);
+    const text = fs.readFileSync(file, 'utf8');
+    for (const m of text.matchAll(specifier)) {
+      if (m[2]) continue; // `import type ... from` / `export type ... from`
+      const spec = m[3] ?? m[4];
+      if (!spec?.startsWith('.')) continue;
+      const target = path.resolve(path.dirname(file), spec);
+      if (fs.existsSync(target) && fs.statSync(target).isFile()) queue.push(target);
+    }
+  }
+  return [...seen].sort();
+}
+
+function packageVersion(name: string): string {
+  const require = createRequire(import.meta.url);
+  try {
+    return (require(`${name}/package.json`) as { version: string }).version;
+  } catch {
+    return 'unknown';
+  }
+}
+
+/** Hash of the bundle's inputs: source paths and contents, SDK versions, bundle format. */
+export function workflowBundleHash(entry: string = WORKFLOWS_PATH): string {
+  const hash = createHash('sha256');
+  hash.update(`format ${BUNDLE_FORMAT}\n`);
+  for (const pkg of ['@temporalio/workflow', '@temporalio/worker', '@temporalio/common'])
+    hash.update(`${pkg}@${packageVersion(pkg)}\n`);
+  const base = path.dirname(path.resolve(entry));
+  for (const file of workflowSourceFiles(entry)) {
+    hash.update(`${path.relative(base, file)}\n`);
+    hash.update(fs.readFileSync(file));
+    hash.update('\n');
+  }
+  return hash.digest('hex').slice(0, 16);
+}
+
+export interface EnsuredBundle {
+  path: string;
+  hash: string;
+  /** False when a matching bundle already existed. */
+  built: boolean;
+}
+
+const quietLogger = {
+  log: () => undefined,
+  trace: () => undefined,
+  debug: () => undefined,
+  info: () => undefined,
+  warn: (message: string) => console.warn(message),
+  error: (message: string) => console.error(message),
+};
+
+/**
+ * Returns a bundle matching the current sources, building it if there is
+ * none. Safe for several workers at once: each writes a temporary file and
+ * renames it into place, so a reader never sees half a bundle.
+ */
+export async function ensureWorkflowBundle(
+  opts: { workflowsPath?: string; dir?: string; log?: (line: string) => void } = {},
+): Promise<EnsuredBundle> {
+  const entry = opts.workflowsPath ?? WORKFLOWS_PATH;
+  const dir = opts.dir ?? DEFAULT_BUNDLE_DIR;
+  const hash = workflowBundleHash(entry);
+  const file = path.join(dir, `workflows-${hash}.js`);
+  if (fs.existsSync(file)) return { path: file, hash, built: false };
+
+  opts.log?.(`workflow code changed or never bundled; building ${path.relative(ROOT, file)}`);
+  const { code } = await bundleWorkflowCode({ workflowsPath: entry, logger: quietLogger });
+  fs.mkdirSync(dir, { recursive: true });
+  const tmp = `${file}.${process.pid}.${randomBytes(3).toString('hex')}.tmp`;
+  fs.writeFileSync(tmp, code);
+  fs.renameSync(tmp, file);
+  // Older bundles are dead weight; a concurrent builder's temp file is left alone.
+  for (const name of fs.readdirSync(dir)) {
+    if (/^workflows-[0-9a-f]+\.js$/.test(name) && path.join(dir, name) !== file)
+      fs.rmSync(path.join(dir, name), { force: true });
+  }
+  return { path: file, hash, built: true };
+}

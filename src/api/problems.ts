@@ -148,6 +148,8 @@ const FASTIFY_CODES: Record<string, { kind: ProblemKind; detail: string }> = {
     detail: 'A path parameter is longer than 100 characters.',
   },
   FST_ERR_ASYNC_CONSTRAINT: { kind: 'invalidRequest', detail: 'The request could not be routed.' },
+  // The client went away mid-body (or the request deadline closed its socket): nobody reads the answer.
+  ECONNRESET: { kind: 'invalidRequest', detail: 'The connection closed before the body arrived.' },
 };
 
 interface ValidationIssue {

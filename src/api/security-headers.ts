@@ -39,7 +39,7 @@ export function securityHeaders(
 
 /**
  * Tightens @fastify/swagger-ui's static CSP: no framing, no third-party
- * validator badge, and no `upgrade-insecure-requests` (it would send the
+ * validator badge or fonts, and no `upgrade-insecure-requests` (it would send the
  * page's own scripts to https:// on a plain-HTTP local run; TLS is the
  * deployment's front proxy's job, with HSTS above).
  */
@@ -48,7 +48,8 @@ export function docsCsp(header: string | string[] | number): string {
     .replace("frame-ancestors 'self'", "frame-ancestors 'none'")
     .replace(' validator.swagger.io', '')
     .replace(/font-src 'self' https: data:/, "font-src 'self' data:")
-    .replace(/style-src 'self' https:/, "style-src 'self'")
+    // Swagger UI sets inline styles at run time, which hashes can't cover; styles can't run script.
+    .replace(/style-src [^;]*/, "style-src 'self' 'unsafe-inline'")
     .replace(/\s*upgrade-insecure-requests;?/, '')
     .trim()
     .concat(" form-action 'self';");

@@ -44,13 +44,15 @@ export function securityHeaders(
  * deployment's front proxy's job, with HSTS above).
  */
 export function docsCsp(header: string | string[] | number): string {
-  return String(header)
-    .replace("frame-ancestors 'self'", "frame-ancestors 'none'")
-    .replace(' validator.swagger.io', '')
-    .replace(/font-src 'self' https: data:/, "font-src 'self' data:")
-    // Swagger UI sets inline styles at run time, which hashes can't cover; styles can't run script.
-    .replace(/style-src [^;]*/, "style-src 'self' 'unsafe-inline'")
-    .replace(/\s*upgrade-insecure-requests;?/, '')
-    .trim()
-    .concat(" form-action 'self';");
+  return (
+    String(header)
+      .replace("frame-ancestors 'self'", "frame-ancestors 'none'")
+      .replace(' validator.swagger.io', '')
+      .replace(/font-src 'self' https: data:/, "font-src 'self' data:")
+      // Swagger UI sets inline styles at run time, which hashes can't cover; styles can't run script.
+      .replace(/style-src [^;]*/, "style-src 'self' 'unsafe-inline'")
+      .replace(/\s*upgrade-insecure-requests;?/, '')
+      .trim()
+      .concat(" form-action 'self';")
+  );
 }

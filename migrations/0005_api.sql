@@ -19,10 +19,9 @@ CREATE TABLE api_keys (
 );
 CREATE INDEX api_keys_tenant ON api_keys (tenant_id);
 
--- Demo keys for the seeded tenants, for local use only (documented in docs/API.md).
-INSERT INTO api_keys (key_hash, tenant_id, label) VALUES
-  (encode(sha256('sk_test_acme_local'::bytea), 'hex'), 'acme', 'demo key (local only)'),
-  (encode(sha256('sk_test_globex_local'::bytea), 'hex'), 'globex', 'demo key (local only)');
+-- No keys here: demo keys are published, so they are seeded for local runs
+-- only (src/db/seed.ts). An earlier version of this file inserted them;
+-- 0010_drop_demo_keys.sql removes them from databases it ran on.
 
 CREATE TABLE workflow_outbox (
   workflow_id     text PRIMARY KEY,

@@ -14,6 +14,7 @@
 import { parseArgs } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import { loadConfig } from '../src/config.ts';
+import { DEMO_TENANTS } from '../src/db/seed.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -25,9 +26,10 @@ const { values: args } = parseArgs({
 const config = loadConfig();
 const API = process.env.DEMO_API_URL ?? `http://127.0.0.1:${config.ports.api}`;
 const SANDBOX = config.sandboxUrl;
+// Defaults: the published local demo keys (src/db/seed.ts), seeded by `npm start` on loopback.
 const TENANTS = [
-  { id: 'acme', key: process.env.DEMO_ACME_KEY ?? 'sk_test_acme_local' },
-  { id: 'globex', key: process.env.DEMO_GLOBEX_KEY ?? 'sk_test_globex_local' },
+  { id: 'acme', key: process.env.DEMO_ACME_KEY ?? DEMO_TENANTS[0].key },
+  { id: 'globex', key: process.env.DEMO_GLOBEX_KEY ?? DEMO_TENANTS[1].key },
 ];
 const ORDER_COUNT = positiveInt(args.orders, '--orders');
 const CONCURRENCY = positiveInt(args.concurrency, '--concurrency');
@@ -255,6 +257,18 @@ async function main(): Promise<void> {
       `The stack is not running (${API}, ${SANDBOX}): ${String(err)}\nStart it with \`npm start\` first.`,
     );
     process.exit(2);
+  }
+  // The demo keys come from the seed step (npm start on loopback, or npm run seed), not from migrations.
+  for (const t of TENANTS) {
+    const res = await fetch(`${API}/v1/orders?limit=1`, { headers: { authorization: `Bearer ${t.key}` } });
+    if (res.status === 401) {
+      console.error(
+        `The API does not know the key for tenant ${t.id}. Seed the local demo keys with \`npm run seed\`, ` +
+          `or pass real keys as DEMO_ACME_KEY / DEMO_GLOBEX_KEY (npm run api-key).`,
+      );
+      process.exit(2);
+    }
+    await res.arrayBuffer();
   }
   console.log(
     `onceflow demo ${runId}: ${ORDER_COUNT} orders, ${TENANTS.length} tenants, concurrency ${CONCURRENCY}`,

@@ -33,6 +33,30 @@ export interface Config {
   adminToken: string;
   api: {
     /**
+     * Slow-client bounds of the API's HTTP server (see docs/API.md "Limits"):
+     * headers must arrive within headersTimeoutMs and the whole request
+     * (headers and body) within requestTimeoutMs; an idle socket is closed
+     * after idleTimeoutMs (longer than the 30 s long-poll), an idle keep-alive
+     * connection after keepAliveTimeoutMs.
+     */
+    headersTimeoutMs: number;
+    requestTimeoutMs: number;
+    idleTimeoutMs: number;
+    keepAliveTimeoutMs: number;
+    /** Open connections beyond this are dropped at accept. */
+    maxConnections: number;
+    maxRequestsPerSocket: number;
+    /** Failed API-key attempts per client address per window before 429 (API_AUTH_FAILURE_MAX). */
+    authFailureMax: number;
+    authFailureWindowMs: number;
+    /** How long a verified API key is trusted without a database lookup; also the revocation delay. */
+    apiKeyCacheTtlMs: number;
+    /**
+     * API_TRUST_PROXY: comma-separated addresses/CIDRs of reverse proxies whose
+     * X-Forwarded-For is believed; empty (the default) means the socket address is the client.
+     */
+    trustProxy: string[];
+    /**
      * OUTBOX_RELAY=off: the API commits orders and their start intents but
      * never starts workflows (neither right after commit nor from the relay).
      * Only for crash-recovery tests and demos; the default is on.
@@ -72,6 +96,88 @@ export class ConfigError extends Error {
   override name = 'ConfigError';
 }
 
+/** True for addresses only this machine can reach; everything else is "exposed". */
+export function isLoopbackHost(host: string): boolean {
+  const h = host
+    .trim()
+    .toLowerCase()
+    .replace(/^\[|\]$/g, '');
+  return h === 'localhost' || h === '::1' || /^(::ffff:)?127(\.\d{1,3}){3}$/.test(h);
+}
+
+/**
+ * Local-only credentials. They are published (README, docker-compose.yml),
+ * so they are accepted only while every server binds to loopback: anyone who
+ * can reach an exposed port has read them too.
+ */
+export const PUBLISHED_CREDENTIALS = {
+  adminToken: {
+    env: 'ONCEFLOW_ADMIN_TOKEN',
+    localDefault: 'admin_local_dev_token',
+    published: ['admin_local_dev_token', 'admin_compose_change_me'],
+  },
+  webhookSecret: {
+    env: 'WEBHOOK_SECRET',
+    localDefault: 'whsec_onceflow_local_dev',
+    published: ['whsec_onceflow_local_dev', 'whsec_onceflow_compose_change_me'],
+  },
+} as const;
+
+export type Credential = keyof typeof PUBLISHED_CREDENTIALS;
+
+function refusal(name: Credential, bindHost: string, explicitPublished: boolean): string {
+  const { env } = PUBLISHED_CREDENTIALS[name];
+  return (
+    `${env} ${explicitPublished ? 'is set to a published example value' : 'is not set'} while ` +
+    `BIND_HOST=${bindHost} is not a loopback address; the local default is public, so this process ` +
+    `refuses to use it. Generate a secret with \`openssl rand -hex 32\` and set ${env} ` +
+    `(the same value in every onceflow process).`
+  );
+}
+
+/**
+ * A credential: the configured value, the local default on loopback, or, on
+ * an exposed bind without an explicit value, a property that throws
+ * `ConfigError` when read. So exactly the processes that would use the
+ * default refuse to start (they read it while wiring), and the others (the
+ * worker, the ops CLI) are unaffected.
+ */
+function defineCredential(target: object, name: Credential, env: NodeJS.ProcessEnv, bindHost: string) {
+  const spec = PUBLISHED_CREDENTIALS[name];
+  const raw = env[spec.env];
+  const explicit = raw !== undefined && raw !== '';
+  const exposed = !isLoopbackHost(bindHost);
+  const publishedValue = explicit && (spec.published as readonly string[]).includes(raw);
+  if (exposed && (!explicit || publishedValue)) {
+    const message = refusal(name, bindHost, publishedValue);
+    Object.defineProperty(target, name, {
+      enumerable: false,
+      get() {
+        throw new ConfigError(message);
+      },
+    });
+  } else {
+    Object.defineProperty(target, name, { enumerable: true, value: explicit ? raw : spec.localDefault });
+  }
+}
+
+/**
+ * Reads the credentials a process uses, so a refused default stops it at
+ * start-up with every offending variable named, not at its first request.
+ */
+export function requireCredentials(config: Config, names: Credential[]): void {
+  const problems: string[] = [];
+  for (const name of names) {
+    try {
+      void config[name];
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      problems.push(err.message);
+    }
+  }
+  if (problems.length) throw new ConfigError(problems.join('\n'));
+}
+
 export const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/onceflow';
 
 function positiveInt(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
@@ -98,6 +204,16 @@ function duration(env: NodeJS.ProcessEnv, name: string, fallback: number): numbe
   const n = Number(raw);
   if (!Number.isInteger(n) || n <= 0) {
     throw new ConfigError(`${name} must be a positive number of milliseconds, got ${JSON.stringify(raw)}`);
+  }
+  return n;
+}
+
+function nonNegativeInt(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const n = Number(raw);
+  if (!Number.isSafeInteger(n) || n < 0) {
+    throw new ConfigError(`${name} must be a non-negative integer, got ${JSON.stringify(raw)}`);
   }
   return n;
 }
@@ -129,9 +245,18 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
       `LOG_LEVEL must be one of debug, info, warn, error; got ${JSON.stringify(logLevel)}`,
     );
   }
-  return {
+  const bindHost = env.BIND_HOST || '127.0.0.1';
+  const headersTimeoutMs = duration(env, 'API_HEADERS_TIMEOUT_MS', 10_000);
+  const requestTimeoutMs = duration(env, 'API_REQUEST_TIMEOUT_MS', 30_000);
+  if (requestTimeoutMs < headersTimeoutMs) {
+    // Node refuses a server whose whole-request bound is shorter than its header bound.
+    throw new ConfigError(
+      `API_REQUEST_TIMEOUT_MS (${requestTimeoutMs}) must be at least API_HEADERS_TIMEOUT_MS (${headersTimeoutMs})`,
+    );
+  }
+  const config = {
     databaseUrl: env.DATABASE_URL || DEFAULT_DATABASE_URL,
-    bindHost: env.BIND_HOST || '127.0.0.1',
+    bindHost,
     temporal: {
       address,
       namespace: env.TEMPORAL_NAMESPACE || 'default',
@@ -140,10 +265,22 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
     },
     ports,
     sandboxUrl: env.SANDBOX_URL || `http://127.0.0.1:${ports.sandbox}`,
-    webhookSecret: env.WEBHOOK_SECRET || 'whsec_onceflow_local_dev',
     webhookUrl: env.WEBHOOK_URL || `http://127.0.0.1:${ports.api}/v1/webhooks/payments`,
-    adminToken: env.ONCEFLOW_ADMIN_TOKEN || 'admin_local_dev_token',
     api: {
+      headersTimeoutMs,
+      requestTimeoutMs,
+      // Above the 30 s long-poll (GET /v1/orders/{id}?wait=30), which sends nothing while it waits.
+      idleTimeoutMs: duration(env, 'API_IDLE_TIMEOUT_MS', 65_000),
+      keepAliveTimeoutMs: duration(env, 'API_KEEP_ALIVE_TIMEOUT_MS', 10_000),
+      maxConnections: positiveInt(env, 'API_MAX_CONNECTIONS', 1024),
+      maxRequestsPerSocket: positiveInt(env, 'API_MAX_REQUESTS_PER_SOCKET', 1000),
+      authFailureMax: positiveInt(env, 'API_AUTH_FAILURE_MAX', 20),
+      authFailureWindowMs: duration(env, 'API_AUTH_FAILURE_WINDOW_MS', 60_000),
+      apiKeyCacheTtlMs: nonNegativeInt(env, 'API_KEY_CACHE_TTL_MS', 10_000),
+      trustProxy: (env.API_TRUST_PROXY ?? '')
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean),
       outboxRelay: onOff(env, 'OUTBOX_RELAY', true),
       outboxPollMs: positiveInt(env, 'OUTBOX_POLL_MS', 1000),
       rateLimitMax: positiveInt(env, 'API_RATE_LIMIT_MAX', 1000),
@@ -159,5 +296,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
       windowMs: duration(env, 'RETENTION_WINDOW_MS', 7 * 24 * 60 * 60 * 1000),
       intervalMs: duration(env, 'RETENTION_INTERVAL_MS', 60 * 60 * 1000),
     },
-  };
+  } as Omit<Config, Credential> as Config;
+  defineCredential(config, 'adminToken', env, bindHost);
+  defineCredential(config, 'webhookSecret', env, bindHost);
+  return config;
 }

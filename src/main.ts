@@ -15,8 +15,10 @@ import path from 'node:path';
 import fs from 'node:fs';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { loadConfig } from './config.ts';
+import { isLoopbackHost, loadConfig, requireCredentials } from './config.ts';
+import { createPool } from './db/index.ts';
 import { ensureDatabase, migrate, redactUrl } from './db/migrate.ts';
+import { seedDemoData } from './db/seed.ts';
 import {
   ensureTemporalCli,
   startDevServer,
@@ -133,6 +135,9 @@ process.on('SIGINT', () => void shutdown(0));
 process.on('SIGTERM', () => void shutdown(0));
 
 async function main(): Promise<void> {
+  // 0. Off loopback, the published local credentials are refused: say so before starting anything.
+  requireCredentials(config, ['adminToken', 'webhookSecret']);
+
   // 1. Ports first: fail fast, never hang, if another stack (or anything) holds one.
   const ports: [number, string][] = [
     [config.ports.api, 'API (API_PORT)'],
@@ -151,6 +156,18 @@ async function main(): Promise<void> {
   await ensureDatabase(config.databaseUrl);
   const applied = await migrate(config.databaseUrl, (m) => say(m));
   say(applied.length ? `applied migrations: ${applied.join(', ')}` : 'database schema is up to date');
+  // Demo tenants and their published keys: local runs only (src/db/seed.ts).
+  if (isLoopbackHost(config.bindHost)) {
+    const pool = createPool(config.databaseUrl, { max: 1 });
+    try {
+      const added = await seedDemoData(pool, config.bindHost);
+      if (added.length) say(`seeded demo API keys (local only): ${added.join(', ')}`);
+    } finally {
+      await pool.end();
+    }
+  } else {
+    say(`BIND_HOST=${config.bindHost}: demo API keys are not seeded; create keys with npm run api-key`);
+  }
 
   // 3. Temporal.
   let temporalAddress = config.temporal.address;

@@ -7,19 +7,18 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import rateLimit from '@fastify/rate-limit';
-import {
-  TypeBoxValidatorCompiler,
-  registerAjvFormats,
-  type TypeBoxTypeProvider,
-} from '@fastify/type-provider-typebox';
+import { registerAjvFormats, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Client } from '@temporalio/client';
 import type { Config } from '../config.ts';
 import { withClient, type Pool } from '../db/index.ts';
 import type { Ledger } from '../ledger/index.ts';
-import { authenticate } from './auth.ts';
+import { ApiKeyAuth } from './auth.ts';
 import type { ApiContext } from './context.ts';
 import { OutboxRelay } from './outbox.ts';
-import { PROBLEMS, ProblemError, sendProblem, toProblem } from './problems.ts';
+import { PROBLEMS, ProblemError, frameworkErrorHandler, sendProblem, toProblem } from './problems.ts';
+import { docsCsp, securityHeaders } from './security-headers.ts';
+import { findTenantByKeyHash } from './sql.ts';
+import { strictValidatorCompiler } from './validation.ts';
 import { healthRoutes } from './routes/health.ts';
 import { orderRoutes } from './routes/orders.ts';
 import { webhookRoutes } from './routes/webhooks.ts';
@@ -52,34 +51,63 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
       pollMs: deps.config.api.outboxPollMs,
     });
   const ctx: ApiContext = { ...deps, relay };
+  const limits = deps.config.api;
 
   const app = Fastify({
     logger: false,
     bodyLimit: BODY_LIMIT_BYTES,
+    // Slow clients (docs/API.md "Limits"). Node checks the header and request deadlines every
+    // connectionsCheckingInterval ms (30 s by default), so the interval follows the shorter bound.
+    http: {
+      headersTimeout: limits.headersTimeoutMs,
+      requestTimeout: limits.requestTimeoutMs,
+      connectionsCheckingInterval: Math.max(
+        10,
+        Math.min(1000, Math.floor(Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs) / 2)),
+      ),
+    },
+    requestTimeout: limits.requestTimeoutMs,
+    connectionTimeout: limits.idleTimeoutMs,
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
+    maxRequestsPerSocket: limits.maxRequestsPerSocket,
+    // The client address the failed-login limiter keys on: the socket's, unless a trusted proxy says otherwise.
+    ...(limits.trustProxy.length ? { trustProxy: limits.trustProxy } : {}),
+    // Router errors (bad %-escapes, over-long parameters) become problems instead of Fastify's JSON.
+    frameworkErrors: frameworkErrorHandler,
     // JSON with __proto__ / constructor.prototype keys is refused (400), not merged into objects.
     onProtoPoisoning: 'error',
     onConstructorPoisoning: 'error',
     // Requests the HTTP parser itself rejects (NUL or CR in a header, ...) still get problem+json.
+    // Node's own header/request deadlines (ERR_HTTP_REQUEST_TIMEOUT) arrive here too: 408, then close.
     clientErrorHandler: (err, socket) => {
-      if (!socket.writable) return socket.destroy();
-      const status = (err as { code?: string }).code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
-      const body = JSON.stringify({
-        type: PROBLEMS.invalidRequest.type,
-        title: 'The HTTP request is malformed',
-        status,
-      });
+      // Once a response has started on this socket, another one can't be written: just close it.
+      if (!socket.writable || socket.bytesWritten > 0) return socket.destroy();
+      const code = (err as { code?: string }).code;
+      const [status, reason, body] =
+        code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? [408, 'Request Timeout', PROBLEMS.requestTimeout]
+          : code === 'HPE_HEADER_OVERFLOW'
+            ? [
+                431,
+                'Request Header Fields Too Large',
+                { ...PROBLEMS.invalidRequest, title: 'The HTTP request is malformed', status: 431 },
+              ]
+            : [400, 'Bad Request', { ...PROBLEMS.invalidRequest, title: 'The HTTP request is malformed' }];
+      const json = JSON.stringify(body);
       socket.end(
-        `HTTP/1.1 ${status} ${status === 431 ? 'Request Header Fields Too Large' : 'Bad Request'}\r\n` +
-          `Content-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
-          `Connection: close\r\n\r\n${body}`,
+        `HTTP/1.1 ${status} ${reason}\r\n` +
+          `Content-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(json)}\r\n` +
+          `Connection: close\r\n\r\n${json}`,
       );
     },
   }).withTypeProvider<TypeBoxTypeProvider>();
+  // Connections beyond this are dropped at accept, before they cost a parser or a request.
+  app.server.maxConnections = limits.maxConnections;
 
   // JSON only: without this, Fastify's built-in text/plain parser would turn a wrong media type into a 400.
   app.removeContentTypeParser('text/plain');
-  // Bodies are validated without type coercion ("2" is not a quantity); query strings are converted.
-  app.setValidatorCompiler(TypeBoxValidatorCompiler);
+  // Bodies are validated without type coercion ("2" is not a quantity); query numbers only from their exact spelling.
+  app.setValidatorCompiler(strictValidatorCompiler);
   // Response schemas document the API; bodies are sent as built, so a replay is byte-for-byte the original.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
 
@@ -96,21 +124,32 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
     },
   });
-  await app.register(swaggerUi, { routePrefix: '/docs' });
+  // Every response carries the standard browser hardening headers; /docs gets a CSP that lets Swagger UI run.
+  app.addHook('onSend', securityHeaders);
+  await app.register(swaggerUi, {
+    routePrefix: '/docs',
+    staticCSP: true,
+    transformStaticCSP: docsCsp,
+  });
 
   app.setErrorHandler((err, request, reply) => sendProblem(reply, toProblem(err, request)));
-  app.setNotFoundHandler((request, reply) =>
-    sendProblem(
-      reply,
-      new ProblemError('notFound', `No route for ${request.method} ${request.url.split('?')[0]}.`),
-    ),
+  // The URL is not echoed: it is the client's own input, of any length.
+  app.setNotFoundHandler((_request, reply) =>
+    sendProblem(reply, new ProblemError('notFound', 'No such resource.')),
   );
 
   // Auth runs first (app-level onRequest precedes the rate limiter's route-level hook), so the
-  // limiter can key on the tenant and a 401 is never counted against anyone.
+  // limiter can key on the tenant and a 401 is never counted against a tenant. Failed attempts are
+  // counted per client address by ApiKeyAuth itself (429 past API_AUTH_FAILURE_MAX).
+  const apiKeys = new ApiKeyAuth({
+    failureMax: limits.authFailureMax,
+    failureWindowMs: limits.authFailureWindowMs,
+    cacheTtlMs: limits.apiKeyCacheTtlMs,
+  });
+  const lookup = (keyHash: string) => withClient(deps.pool, (c) => findTenantByKeyHash(c, keyHash));
   app.addHook('onRequest', async (request) => {
     if (request.routeOptions.config.auth) {
-      request.tenantId = await withClient(deps.pool, (c) => authenticate(c, request));
+      request.tenantId = await apiKeys.authenticate(lookup, request);
     }
   });
 

@@ -9,8 +9,9 @@
  * starts their workflows once it is back, and /readyz reports the outage.
  */
 import { Client, Connection } from '@temporalio/client';
-import { loadConfig } from '../config.ts';
+import { loadConfig, requireCredentials } from '../config.ts';
 import { createPool } from '../db/index.ts';
+import { assertNoDemoKeys } from '../db/seed.ts';
 import { PortInUseError } from '../devserver/ports.ts';
 import { Ledger } from '../ledger/index.ts';
 import { errorFields, log, setLogLevel } from '../log.ts';
@@ -24,6 +25,13 @@ import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../pro
 
 const config = loadConfig();
 setLogLevel(config.logLevel);
+// Off loopback, published default credentials stop the API here, with the variable to set.
+try {
+  requireCredentials(config, ['adminToken', 'webhookSecret']);
+} catch (err) {
+  log.error('api refuses to start', errorFields(err));
+  process.exit(1);
+}
 const address = config.temporal.address ?? `127.0.0.1:${config.ports.temporal}`;
 
 const pool = createPool(config.databaseUrl, { max: 20 });
@@ -58,11 +66,13 @@ await app.register(metricsPlugin({ metrics }));
 await app.register(opsRoutes({ operator, adminToken: config.adminToken }));
 
 try {
+  await assertNoDemoKeys(pool, config.bindHost);
   await app.listen({ host: config.bindHost, port: config.ports.api });
 } catch (err) {
   const code = (err as NodeJS.ErrnoException).code;
   const failure =
     code === 'EADDRINUSE' || code === 'EACCES' ? new PortInUseError(config.ports.api, 'API (API_PORT)') : err;
+  // (A ConfigError from assertNoDemoKeys lands here too: logged with its message, exit 1.)
   log.error('api failed to start', errorFields(failure));
   await app.close().catch(() => undefined);
   await connection.close().catch(() => undefined);

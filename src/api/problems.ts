@@ -1,8 +1,10 @@
 /**
- * RFC 9457 problem details. Every error response of the API is
- * `application/problem+json` with one of the documented `type` URIs below
- * (docs/API.md lists them). `detail` is always written by us for the client;
- * internal messages, SQL and stack traces never reach it.
+ * RFC 9457 problem details: the ONE implementation for every HTTP error of
+ * the API process (tenant routes, admin routes, framework and router errors).
+ * Every error response is `application/problem+json` with one of the
+ * documented `type` URIs below (docs/API.md and docs/OPERATIONS.md list
+ * them). `detail` is always written by us for the client; internal messages,
+ * SQL, stack traces and the request's own URL never reach it.
  */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { log, errorFields } from '../log.ts';
@@ -17,6 +19,11 @@ export const PROBLEMS = {
     status: 400,
   },
   unauthorized: { type: `${BASE}unauthorized`, title: 'Missing or invalid API key', status: 401 },
+  adminUnauthorized: {
+    type: `${BASE}admin-unauthorized`,
+    title: 'Missing or invalid admin token',
+    status: 401,
+  },
   invalidSignature: {
     type: `${BASE}invalid-webhook-signature`,
     title: 'The webhook signature is missing, invalid or stale',
@@ -24,6 +31,21 @@ export const PROBLEMS = {
   },
   notFound: { type: `${BASE}not-found`, title: 'Not found', status: 404 },
   methodNotAllowed: { type: `${BASE}method-not-allowed`, title: 'Method not allowed', status: 405 },
+  requestTimeout: {
+    type: `${BASE}request-timeout`,
+    title: 'The request was not received in time',
+    status: 408,
+  },
+  operationState: {
+    type: `${BASE}operation-state`,
+    title: 'The operation or order is not in a state this action applies to',
+    status: 409,
+  },
+  operationInProgress: {
+    type: `${BASE}operation-in-progress`,
+    title: 'A live attempt holds this operation',
+    status: 409,
+  },
   inProgress: {
     type: `${BASE}idempotency-key-in-progress`,
     title: 'A request with this Idempotency-Key is still being processed',
@@ -38,6 +60,11 @@ export const PROBLEMS = {
   keyReused: {
     type: `${BASE}idempotency-key-reused`,
     title: 'This Idempotency-Key was already used with a different request',
+    status: 422,
+  },
+  amountTooLarge: {
+    type: `${BASE}amount-too-large`,
+    title: 'The order total is above what the payment provider accepts',
     status: 422,
   },
   rateLimited: { type: `${BASE}rate-limited`, title: 'Too many requests', status: 429 },
@@ -70,14 +97,14 @@ export class ProblemError extends Error {
     this.statusCode = PROBLEMS[kind].status;
   }
 
-  body(instance?: string): ProblemBody {
+  /** No `instance`: it would echo the client's URL (any bytes, up to the header limit) back to it. */
+  body(): ProblemBody {
     const p = PROBLEMS[this.kind];
     return {
       type: p.type,
       title: p.title,
       status: p.status,
       ...(this.detail ? { detail: this.detail } : {}),
-      ...(instance ? { instance } : {}),
       ...this.extensions,
     };
   }
@@ -85,10 +112,19 @@ export class ProblemError extends Error {
 
 export function sendProblem(reply: FastifyReply, problem: ProblemError): FastifyReply {
   for (const [name, value] of Object.entries(problem.headers)) void reply.header(name, value);
-  return reply
-    .code(problem.statusCode)
-    .type('application/problem+json')
-    .send(problem.body(reply.request.url.split('?')[0]));
+  // Refused before its body arrived (a 401 in onRequest, a bad webhook signature header, a 429): close
+  // the connection, so a client trickling the rest of the body can't keep the socket for its own sake.
+  if (!reply.request.raw.complete) void reply.header('connection', 'close');
+  return reply.code(problem.statusCode).type('application/problem+json').send(problem.body());
+}
+
+/**
+ * Fastify's `frameworkErrors` option: router errors raised before any route
+ * or hook runs (a bad %-escape, an over-long path parameter). Without it
+ * Fastify answers with its own JSON and echoes the URL.
+ */
+export function frameworkErrorHandler(err: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+  void sendProblem(reply, toProblem(err, request));
 }
 
 /** Fastify's own 4xx errors, by code, mapped to our documented problems with our own wording. */
@@ -106,6 +142,14 @@ const FASTIFY_CODES: Record<string, { kind: ProblemKind; detail: string }> = {
   FST_ERR_CTP_INVALID_JSON_BODY: { kind: 'invalidRequest', detail: 'The body is not valid JSON.' },
   FST_ERR_CTP_EMPTY_TYPE: { kind: 'unsupportedMediaType', detail: 'Send Content-Type: application/json.' },
   FST_ERR_CTP_INVALID_TYPE: { kind: 'unsupportedMediaType', detail: 'Send Content-Type: application/json.' },
+  FST_ERR_BAD_URL: { kind: 'invalidRequest', detail: 'The URL contains an invalid %-escape.' },
+  FST_ERR_MAX_PARAM_LENGTH: {
+    kind: 'invalidRequest',
+    detail: 'A path parameter is longer than 100 characters.',
+  },
+  FST_ERR_ASYNC_CONSTRAINT: { kind: 'invalidRequest', detail: 'The request could not be routed.' },
+  // The client went away mid-body (or the request deadline closed its socket): nobody reads the answer.
+  ECONNRESET: { kind: 'invalidRequest', detail: 'The connection closed before the body arrived.' },
 };
 
 interface ValidationIssue {
@@ -113,9 +157,23 @@ interface ValidationIssue {
   message?: string;
 }
 
+/** What `toProblem` needs to know about the routes' own error type (admin routes pass the ops mapping). */
+export interface ToProblemOptions {
+  /** Maps a domain error to a problem, or returns undefined for "not mine". */
+  domain?: (err: unknown) => ProblemError | undefined;
+  /** The 500's detail: what a client may safely do next. */
+  internalDetail?: string;
+}
+
 /** Converts any error into a problem. Unknown errors become a bare 500 and are logged, never echoed. */
-export function toProblem(err: unknown, request: FastifyRequest): ProblemError {
+export function toProblem(
+  err: unknown,
+  request: FastifyRequest,
+  options: ToProblemOptions = {},
+): ProblemError {
   if (err instanceof ProblemError) return err;
+  const domain = options.domain?.(err);
+  if (domain) return domain;
   const e = err as Partial<FastifyError> & { validation?: ValidationIssue[]; validationContext?: string };
   if (Array.isArray(e.validation)) {
     const where = e.validationContext ?? 'body';
@@ -137,6 +195,7 @@ export function toProblem(err: unknown, request: FastifyRequest): ProblemError {
   if (status === 404) return new ProblemError('notFound');
   if (status === 413) return new ProblemError('payloadTooLarge', 'The body must be at most 64 KiB.');
   if (status === 415) return new ProblemError('unsupportedMediaType');
+  if (status === 429) return new ProblemError('rateLimited');
   if (status >= 400 && status < 500) {
     log.warn('client error without a mapped problem', {
       code: e.code,
@@ -153,6 +212,7 @@ export function toProblem(err: unknown, request: FastifyRequest): ProblemError {
   });
   return new ProblemError(
     'internal',
-    'Something went wrong on our side. Retrying with the same Idempotency-Key is safe.',
+    options.internalDetail ??
+      'Something went wrong on our side. Retrying with the same Idempotency-Key is safe.',
   );
 }

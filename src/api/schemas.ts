@@ -19,6 +19,14 @@ export const BODY_LIMIT_BYTES = 64 * 1024;
  */
 export const MAX_QUANTITY = 10_000;
 export const MAX_UNIT_AMOUNT = 1_000_000_000;
+/**
+ * The payment provider's largest charge, in minor units (Stripe's and the
+ * sandbox's 99,999,999, e.g. $999,999.99). An order above it could never be
+ * paid, so the API refuses it with 422 `amount-too-large` instead of
+ * accepting an order that can only end `rejected`. test/api/hostile.test.ts
+ * checks it equals the sandbox's own schema bound.
+ */
+export const MAX_ORDER_TOTAL = 99_999_999;
 
 const Id = (description: string) =>
   Type.String({ minLength: 1, maxLength: 100, pattern: '^[A-Za-z0-9_.:\\-]+$', description });

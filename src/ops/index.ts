@@ -15,5 +15,5 @@ export {
   type AttentionItem,
 } from './operator.ts';
 export { OpsError, isOpsError, type OpsErrorCode } from './errors.ts';
-export { opsRoutes, ADMIN_PROBLEMS, type OpsRoutesOptions } from './routes.ts';
+export { opsRoutes, type OpsRoutesOptions } from './routes.ts';
 export type { AuditEntry, AuditAction, AuditSource, OrderSummary } from './sql.ts';

@@ -2,64 +2,38 @@
  * Admin routes: the operator's recovery path over HTTP, the same actions as
  * the CLI (scripts/ops.ts) through the same Operator service. Authenticated
  * by a separate admin bearer token (ONCEFLOW_ADMIN_TOKEN), never by a tenant
- * API key. Errors are application/problem+json (RFC 9457); the types are
- * listed in docs/OPERATIONS.md.
+ * API key. Errors are application/problem+json (RFC 9457) through the API's
+ * one implementation (src/api/problems.ts); the types are listed in
+ * docs/OPERATIONS.md.
  *
  * Keys contain slashes (`order/acme/ord_1/charge`), so an operation is named
  * by query parameters or body fields, never by a path segment.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import {
-  Type,
-  TypeBoxValidatorCompiler,
-  type FastifyPluginAsyncTypebox,
-} from '@fastify/type-provider-typebox';
-import type { FastifyError, FastifyReply } from 'fastify';
-import { errorFields, log } from '../log.ts';
+import { Type, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { ProblemError, sendProblem, toProblem, type ProblemKind } from '../api/problems.ts';
+import { strictValidatorCompiler } from '../api/validation.ts';
 import { isOpsError, type OpsErrorCode } from './errors.ts';
 import type { Operator } from './operator.ts';
 
-const BASE = 'https://onceflow.dev/problems/';
+/** Each operator error code as one of the API's documented problems (src/api/problems.ts). */
+const OPS_PROBLEMS: Record<OpsErrorCode, ProblemKind> = {
+  invalid_input: 'invalidRequest',
+  not_found: 'notFound',
+  invalid_state: 'operationState',
+  in_progress: 'operationInProgress',
+  unavailable: 'unavailable',
+};
 
-export const ADMIN_PROBLEMS = {
-  unauthorized: { type: `${BASE}admin-unauthorized`, title: 'Missing or invalid admin token', status: 401 },
-  invalid_input: { type: `${BASE}invalid-request`, title: 'The request is not valid', status: 400 },
-  not_found: { type: `${BASE}not-found`, title: 'Not found', status: 404 },
-  invalid_state: {
-    type: `${BASE}operation-state`,
-    title: 'The operation or order is not in a state this action applies to',
-    status: 409,
-  },
-  in_progress: {
-    type: `${BASE}operation-in-progress`,
-    title: 'A live attempt holds this operation',
-    status: 409,
-  },
-  unavailable: { type: `${BASE}unavailable`, title: 'A dependency is unavailable', status: 503 },
-  internal: { type: `${BASE}internal`, title: 'Internal server error', status: 500 },
-} as const;
-
-type AdminProblem = keyof typeof ADMIN_PROBLEMS;
-
-function problem(
-  reply: FastifyReply,
-  kind: AdminProblem,
-  detail?: string,
-  extensions: Record<string, unknown> = {},
-): FastifyReply {
-  const p = ADMIN_PROBLEMS[kind];
-  return reply
-    .code(p.status)
-    .type('application/problem+json')
-    .send({
-      type: p.type,
-      title: p.title,
-      status: p.status,
-      ...(detail ? { detail } : {}),
-      instance: reply.request.url.split('?')[0],
-      ...extensions,
-    });
+function opsProblem(err: unknown): ProblemError | undefined {
+  if (!isOpsError(err)) return undefined;
+  const headers: Record<string, string> =
+    err.retryAfterMs !== undefined ? { 'retry-after': String(Math.ceil(err.retryAfterMs / 1000)) } : {};
+  return new ProblemError(OPS_PROBLEMS[err.code], err.message, {}, headers);
 }
+
+/** The scheme name is case-insensitive (RFC 9110 §11.1), as for tenant API keys. */
+const ADMIN_BEARER = /^Bearer ([\x21-\x7e]{1,512})$/i;
 
 export interface OpsRoutesOptions {
   operator: Operator;
@@ -101,55 +75,36 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
   const { operator } = opts;
 
   return async (app) => {
-    app.setValidatorCompiler(TypeBoxValidatorCompiler);
+    app.setValidatorCompiler(strictValidatorCompiler);
 
-    app.addHook('onRequest', async (request, reply) => {
+    app.addHook('onRequest', async (request) => {
       const header = request.headers.authorization;
-      const m = typeof header === 'string' ? /^Bearer ([\x21-\x7e]{1,512})$/.exec(header) : null;
+      const m = typeof header === 'string' ? ADMIN_BEARER.exec(header) : null;
       if (!m || !timingSafeEqual(digest(m[1]!), expected)) {
-        void reply.header('www-authenticate', 'Bearer realm="onceflow-admin"');
-        return problem(
-          reply,
-          'unauthorized',
+        throw new ProblemError(
+          'adminUnauthorized',
           'Send Authorization: Bearer <admin token> (ONCEFLOW_ADMIN_TOKEN).',
+          {},
+          { 'www-authenticate': 'Bearer realm="onceflow-admin"' },
         );
       }
     });
 
-    app.setErrorHandler((err: FastifyError & { validation?: unknown[] }, request, reply) => {
-      if (isOpsError(err)) {
-        const kind: AdminProblem = err.code satisfies OpsErrorCode;
-        if (err.retryAfterMs !== undefined)
-          void reply.header('retry-after', String(Math.ceil(err.retryAfterMs / 1000)));
-        return problem(reply, kind, err.message);
-      }
-      if (Array.isArray(err.validation)) {
-        const errors = err.validation.slice(0, 20).map((v) => {
-          const issue = v as { instancePath?: string; message?: string };
-          return { pointer: issue.instancePath ?? '', message: issue.message ?? 'is invalid' };
-        });
-        return problem(
-          reply,
-          'invalid_input',
-          `The request ${err.validationContext ?? 'body'} does not match the schema.`,
-          {
-            errors,
-          },
-        );
-      }
-      const status = typeof err.statusCode === 'number' ? err.statusCode : 500;
-      if (status >= 400 && status < 500)
-        return problem(reply, 'invalid_input', 'The request could not be processed.');
-      log.error('admin route failed', { ...errorFields(err), url: request.routeOptions.url });
-      return problem(
+    app.setErrorHandler((err, request, reply) =>
+      sendProblem(
         reply,
-        'internal',
-        'Something went wrong; the audit log shows whether anything was changed.',
-      );
-    });
+        toProblem(err, request, {
+          domain: opsProblem,
+          internalDetail: 'Something went wrong; the audit log shows whether anything was changed.',
+        }),
+      ),
+    );
 
     const security = [{ bearer: [] }];
     const tags = ['admin'];
+    // Not in the public OpenAPI document (/openapi.json, /docs): it is served without authentication,
+    // and the admin surface is documented for operators in docs/OPERATIONS.md instead.
+    const hide = true;
 
     app.get(
       '/admin/operations',
@@ -158,6 +113,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
           summary: 'List operations by state and age',
           tags,
           security,
+          hide,
           querystring: Type.Object({
             state: Type.Optional(State),
             olderThanSeconds: Type.Optional(Type.Number({ minimum: 0, maximum: 315_360_000 })), // 10 years
@@ -189,6 +145,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
           summary: "One operation's whole story: record, provider view, workflow, Temporal UI link, audit",
           tags,
           security,
+          hide,
           querystring: Type.Object({ tenant: Tenant, type: OpType, key: Key }),
         },
       },
@@ -207,6 +164,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
           summary: 'Reconcile one operation now (ask the provider by the downstream key)',
           tags,
           security,
+          hide,
           body: Type.Object(
             { tenant: Tenant, type: OpType, key: Key, actor: Actor, reason: Type.Optional(Reason) },
             { additionalProperties: false },
@@ -237,6 +195,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
             'Resolve an unknown outcome as succeeded or failed (reason required); signals the workflow',
           tags,
           security,
+          hide,
           body: Type.Object(
             {
               tenant: Tenant,
@@ -285,6 +244,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
           summary: 'Re-drive a parked order (reason required); refused (409) unless its workflow is parked',
           tags,
           security,
+          hide,
           params: Type.Object({ tenant: Tenant, id: visible(100, 'Order ID') }),
           body: Type.Object({ actor: Actor, reason: Reason }, { additionalProperties: false }),
         },
@@ -312,6 +272,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
           summary: 'Orders in needs_attention, with their last error',
           tags,
           security,
+          hide,
           querystring: Type.Object({ tenant: Type.Optional(Tenant), limit: Type.Optional(Limit) }),
         },
       },
@@ -331,6 +292,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
           summary: 'The audit log, newest first',
           tags,
           security,
+          hide,
           querystring: Type.Object({
             key: Type.Optional(Key),
             tenant: Type.Optional(Tenant),

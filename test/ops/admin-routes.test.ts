@@ -10,6 +10,7 @@ import { Operator, opsRoutes, type AuditEntry } from '../../src/ops/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { generateApiKey, hashApiKey } from '../../src/api/auth.ts';
 import { insertApiKey } from '../../src/api/sql.ts';
+import { PROBLEMS } from '../../src/api/problems.ts';
 import { uniq } from '../support/env.ts';
 
 const ADMIN_TOKEN = 'admin_test_token_0123456789abcdef';
@@ -232,5 +233,57 @@ describe('admin routes', () => {
     });
     expect(attention.statusCode).toBe(200);
     expect(Array.isArray(attention.json().data)).toBe(true);
+  });
+
+  it('accepts the bearer scheme in any case, as the tenant API does (RFC 9110)', async () => {
+    for (const scheme of ['Bearer', 'bearer', 'BEARER']) {
+      const res = await app.inject({
+        method: 'GET',
+        url: '/admin/attention',
+        headers: { authorization: `${scheme} ${ADMIN_TOKEN}` },
+      });
+      expect(res.statusCode, scheme).toBe(200);
+    }
+  });
+
+  it('refuses query numbers that are not spelled as numbers, instead of coercing them', async () => {
+    for (const q of [
+      'limit=100.5',
+      'limit=true',
+      'limit=1e2',
+      'olderThanSeconds=abc',
+      'olderThanSeconds=true',
+    ]) {
+      const res = await app.inject({ method: 'GET', url: `/admin/operations?${q}`, headers: admin });
+      expect(res.statusCode, q).toBe(400);
+      expect(res.headers['content-type']).toContain('application/problem+json');
+      expect(res.json()).toMatchObject({
+        type: 'https://onceflow.dev/problems/invalid-request',
+        status: 400,
+      });
+    }
+    const ok = await app.inject({
+      method: 'GET',
+      url: '/admin/operations?limit=5&olderThanSeconds=0.5',
+      headers: admin,
+    });
+    expect(ok.statusCode).toBe(200);
+  });
+
+  it("errors come from the API's one problem+json implementation and never echo the URL", async () => {
+    const marker = 'zqxmarker';
+    const res = await app.inject({
+      method: 'GET',
+      url: `/admin/operation?tenant=acme&type=payment.charge&key=${marker}`,
+      headers: admin,
+    });
+    expect(res.statusCode).toBe(404);
+    expect(res.json()).toEqual({
+      type: PROBLEMS.notFound.type,
+      title: PROBLEMS.notFound.title,
+      status: 404,
+      detail: expect.any(String),
+    });
+    expect(res.body).not.toContain('/admin/operation');
   });
 });

@@ -82,3 +82,23 @@ it('serves the admin routes behind the admin token and counts responses in /metr
   expect(res.body).toContain('http_requests_total{route="/v1/orders",method="GET",status="401"} 1');
   expect(res.body).toContain('onceflow_metrics_db_up 1');
 });
+
+it('the public OpenAPI document (served without authentication) does not advertise the admin routes', async () => {
+  for (const url of ['/openapi.json', '/docs/json']) {
+    const res = await app.inject({ method: 'GET', url });
+    expect(res.statusCode, url).toBe(200);
+    const paths = Object.keys(res.json<{ paths: Record<string, unknown> }>().paths);
+    expect(paths).toContain('/v1/orders');
+    expect(paths.filter((p) => p.startsWith('/admin'))).toEqual([]);
+  }
+});
+
+it('unknown admin paths and framework errors are problem+json from the same implementation', async () => {
+  for (const url of ['/admin/nope', '/admin/orders/acme/%ff/redrive']) {
+    const res = await app.inject({ method: 'GET', url, headers: { authorization: `Bearer ${ADMIN}` } });
+    expect(res.statusCode, url).toBeGreaterThanOrEqual(400);
+    expect(res.statusCode, url).toBeLessThan(500);
+    expect(res.headers['content-type'], url).toContain('application/problem+json');
+    expect(res.body, url).not.toContain('/admin/');
+  }
+});

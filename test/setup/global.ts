@@ -9,7 +9,9 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { bundleWorkflowCode } from '@temporalio/worker';
 import { loadConfig } from '../../src/config.ts';
+import { createPool } from '../../src/db/index.ts';
 import { createThrowawayDatabase } from '../../src/db/migrate.ts';
+import { seedDemoData } from '../../src/db/seed.ts';
 import {
   ensureTemporalCli,
   startDevServerOnFreePorts,
@@ -49,6 +51,14 @@ export default async function setup(project: TestProject) {
     }
   };
   try {
+    // --- Demo tenants and keys: the seed step local runs use (migrations don't carry them).
+    const seedPool = createPool(databaseUrl, { max: 1 });
+    try {
+      await seedDemoData(seedPool, '127.0.0.1');
+    } finally {
+      await seedPool.end();
+    }
+
     // --- Temporal: TEMPORAL_ADDRESS if given, otherwise a dev server of our own on free ports.
     let temporalAddress = config.temporal.address;
     let temporalUiUrl = config.temporal.uiUrl;

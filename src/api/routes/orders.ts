@@ -31,6 +31,7 @@ import {
   OrderDetail,
   OrderIdParams,
   OrderList,
+  MAX_ORDER_TOTAL,
   problemResponse,
 } from '../schemas.ts';
 import {
@@ -76,6 +77,14 @@ export function normalizeCreateOrder(body: CreateOrderBody) {
     throw new ProblemError('invalidRequest', 'The order total must be greater than zero.', {
       errors: [{ location: 'body', pointer: '/items', message: 'total must be > 0' }],
     });
+  }
+  if (amount > MAX_ORDER_TOTAL) {
+    // The provider would refuse the charge, so the order could only ever end `rejected`: say so now.
+    throw new ProblemError(
+      'amountTooLarge',
+      `The order total ${amount} is above the payment provider's limit of ${MAX_ORDER_TOTAL} minor units per charge.`,
+      { limit: MAX_ORDER_TOTAL, amount },
+    );
   }
   return {
     customer: { id: body.customer.id, email: body.customer.email },
@@ -160,7 +169,9 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
             'The first request with this key is still in progress; retry after Retry-After',
           ),
           413: problemResponse('Body larger than 64 KiB'),
-          422: problemResponse('The key was used with a different request'),
+          422: problemResponse(
+            "The key was used with a different request (idempotency-key-reused), or the total is above the provider's limit (amount-too-large)",
+          ),
           429: problemResponse('Rate limited (nothing stored)'),
         },
       },

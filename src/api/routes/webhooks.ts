@@ -81,6 +81,8 @@ const OUTCOMES: Record<string, PaymentEvent['outcome']> = {
 
 export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app, { ctx }) => {
   const { pool, temporal, config } = ctx;
+  // Read while wiring: off loopback, a default secret stops the API at start-up, not at its first webhook.
+  const secret = config.webhookSecret;
 
   // Keep the exact bytes: the signature covers them, not a re-serialised object.
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
@@ -89,6 +91,20 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
     '/v1/webhooks/payments',
     {
       config: { rateLimit: false },
+      // A missing or malformed signature header is refused before the body is read (and the connection
+      // closed), so an unsigned sender can't hold a socket by trickling a body. A well-formed header is
+      // checked against the body once it has arrived (within API_REQUEST_TIMEOUT_MS).
+      onRequest: async (request) => {
+        try {
+          verifyWebhook(secret, '', request.headers[SIGNATURE_HEADER.toLowerCase()]);
+        } catch (err) {
+          if (err instanceof WebhookSignatureError && err.reason === 'malformed') {
+            log.warn('webhook rejected', { reason: err.reason });
+            throw new ProblemError('invalidSignature', 'The webhook signature is missing or does not match.');
+          }
+          // bad_signature / stale_timestamp against an empty body says nothing yet: verified below.
+        }
+      },
       schema: {
         summary: 'Payment provider webhook (signed)',
         description: `Verified with the ${SIGNATURE_HEADER} header (t=<unix>,v1=<hex HMAC-SHA256>). Events are processed once per (provider, event id, consumer).`,
@@ -114,7 +130,7 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
         throw new ProblemError('invalidRequest', 'The webhook body must be a JSON event.');
       }
       try {
-        verifyWebhook(config.webhookSecret, raw, request.headers[SIGNATURE_HEADER.toLowerCase()]);
+        verifyWebhook(secret, raw, request.headers[SIGNATURE_HEADER.toLowerCase()]);
       } catch (err) {
         if (err instanceof WebhookSignatureError) {
           log.warn('webhook rejected', { reason: err.reason });

@@ -6,7 +6,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { withClient, type Pool } from '../../src/db/index.ts';
 import { Ledger, LedgerError, MAX_TIMER_MS } from '../../src/ledger/index.ts';
-import { beginWithLockTimeout } from '../../src/ledger/sql.ts';
 import { testPool, uniq } from '../support/env.ts';
 
 let pool: Pool;
@@ -48,7 +47,12 @@ describe('ledger options', () => {
   it('a statement failing between BEGIN and the rollback path leaves no aborted transaction in the pool', async () => {
     // What localWaitMs above 2^31-1 used to do: `begin; ...; set local lock_timeout = <too big>`
     // fails after BEGIN, before the ledger's try/rollback.
-    await expect(withClient(pool, (c) => beginWithLockTimeout(c, MAX_TIMER_MS + 1))).rejects.toThrow();
+    await expect(
+      withClient(pool, async (c) => {
+        await c.query('begin');
+        await c.query(`set local lock_timeout = ${MAX_TIMER_MS + 1}`);
+      }),
+    ).rejects.toThrow();
     const ledger = new Ledger(pool);
     const scope = { tenantId: 'acme', operationType: 'test.options', key: uniq('k') };
     const run = await ledger.runLocal(scope, { schemaVersion: 1, value: { n: 1 } }, async (tx) => {

@@ -40,6 +40,7 @@ const stack = new ChaosStack({
   runId,
   sharedDatabaseUrl: config.databaseUrl,
   toolsDir: config.toolsDir,
+  sharedPostgres: options.sharedPostgres,
   log,
 });
 const abort = new AbortController();

@@ -22,7 +22,9 @@ export type ViolationKind =
   | 'not_accepted'
   | 'stuck_order'
   | 'unexpected_outcome'
-  | 'process_exited';
+  | 'process_exited'
+  /** The harness could not bring a killed component back (e.g. a worker that never polled again). */
+  | 'restart_failed';
 
 export interface Violation {
   kind: ViolationKind;

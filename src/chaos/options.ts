@@ -27,11 +27,13 @@ export interface ChaosOptions {
   json: boolean;
   /** Keep the run's folder (logs) and database instead of deleting them. */
   keep: boolean;
+  /** Use a throwaway database on DATABASE_URL's server even where a private cluster could run. */
+  sharedPostgres: boolean;
   seed: number;
   help: boolean;
 }
 
-export const DEFAULTS: Omit<ChaosOptions, 'scenarios' | 'json' | 'keep' | 'help'> = {
+export const DEFAULTS: Omit<ChaosOptions, 'scenarios' | 'json' | 'keep' | 'sharedPostgres' | 'help'> = {
   orders: 30,
   concurrency: 6,
   outageSeconds: 120,
@@ -61,6 +63,9 @@ options:
   --seed N              seed for the fault schedule and order mix (default ${DEFAULTS.seed})
   --json                print the result as JSON instead of a table
   --keep                keep the run folder (logs) and the database/cluster
+  --shared-postgres     a throwaway database on DATABASE_URL's server instead of a
+                        private cluster (pg-restart is then skipped: a shared
+                        server is never restarted)
   -h, --help            this text
 `;
 
@@ -93,6 +98,7 @@ export function parseChaosArgs(argv: readonly string[]): ChaosOptions {
         seed: { type: 'string' },
         json: { type: 'boolean', default: false },
         keep: { type: 'boolean', default: false },
+        'shared-postgres': { type: 'boolean', default: false },
         help: { type: 'boolean', short: 'h', default: false },
       },
     });
@@ -122,6 +128,7 @@ export function parseChaosArgs(argv: readonly string[]): ChaosOptions {
     scenarios,
     json: v.json,
     keep: v.keep,
+    sharedPostgres: v['shared-postgres'],
     help: v.help,
   };
 }

@@ -134,17 +134,24 @@ export async function openChaosDatabase(opts: {
   runDir: string;
   sharedUrl: string;
   runId: string;
+  /** Skip the private cluster (the caller asked for the shared server). */
+  shared?: boolean;
   log: (line: string) => void;
 }): Promise<ChaosDatabase> {
   const databaseName = `onceflow_chaos_${opts.runId}`;
   let cluster: PrivateCluster | undefined;
   let whyShared: string | undefined;
-  try {
-    cluster = await startPrivateCluster(opts.runDir);
-    opts.log(`private Postgres cluster on 127.0.0.1:${cluster.port} (${cluster.dir})`);
-  } catch (err) {
-    whyShared = `no private Postgres cluster (${err instanceof Error ? err.message.split('\n')[0] : String(err)})`;
-    opts.log(`${whyShared}; using a throwaway database on the shared server`);
+  if (opts.shared) {
+    whyShared = '--shared-postgres';
+    opts.log('--shared-postgres: using a throwaway database on the shared server');
+  } else {
+    try {
+      cluster = await startPrivateCluster(opts.runDir);
+      opts.log(`private Postgres cluster on 127.0.0.1:${cluster.port} (${cluster.dir})`);
+    } catch (err) {
+      whyShared = `no private Postgres cluster (${err instanceof Error ? err.message.split('\n')[0] : String(err)})`;
+      opts.log(`${whyShared}; using a throwaway database on the shared server`);
+    }
   }
   const baseUrl = cluster ? cluster.adminUrl : opts.sharedUrl;
   let db: Awaited<ReturnType<typeof createThrowawayDatabase>>;

@@ -106,13 +106,21 @@ export class Supervised {
     }
   }
 
-  /** A short hint from the log: the line that best explains a crash. */
+  /** A short hint from the log: the line that best explains a crash (for Node, the error under the throw site). */
   private explainExit(): string {
-    const lines = this.currentLog().split('\n').filter(Boolean);
-    const telling =
-      lines.find((l) => /Unhandled 'error' event|uncaught|unhandled/i.test(l)) ??
-      [...lines].reverse().find((l) => /error|Error|57P01|ECONNREFUSED/.test(l));
-    return telling ? ` (log: ${telling.trim().slice(0, 200)})` : '';
+    const lines = this.currentLog()
+      .split('\n')
+      .map((l) => l.trim())
+      .filter(Boolean);
+    const at = lines.findIndex((l) => /Unhandled 'error' event|uncaught|unhandled/i.test(l));
+    let hint: string | undefined;
+    if (at >= 0) {
+      const cause = lines.slice(at + 1, at + 6).find((l) => /^\w*(error|Error)\b.*:/.test(l));
+      hint = cause ? `Unhandled 'error' event: ${cause}` : lines[at];
+    } else {
+      hint = [...lines].reverse().find((l) => /error|Error|57P01|ECONNREFUSED/.test(l));
+    }
+    return hint ? ` (log: ${hint.slice(0, 200)})` : '';
   }
 
   takeUnexpectedExits(): string[] {

@@ -90,11 +90,13 @@ export async function runScenario(
   });
   const ctx: FaultContext = { stack, options, rng, signal, log: (l) => log(`${name}: ${l}`) };
   let note: string;
+  let faultError: string | undefined;
   try {
     const outcome = await scenario.run(ctx);
     note = 'note' in outcome ? outcome.note : outcome.skipped;
   } catch (err) {
-    note = `fault step failed: ${err instanceof Error ? err.message : String(err)}`;
+    faultError = err instanceof Error ? err.message : String(err);
+    note = `fault step failed: ${faultError}`;
     log(`${name}: ${note}`);
   } finally {
     clearedAt = Date.now();
@@ -107,6 +109,9 @@ export async function runScenario(
 
   const verdict = await judge(stack, submissions, customerPrefix(tag, name));
   verdict.violations.unshift(...earlier.map((v) => ({ ...v, detail: `${v.detail} (before this scenario)` })));
+  if (faultError !== undefined) {
+    verdict.violations.push({ kind: 'restart_failed', subject: name, detail: faultError });
+  }
   const status = verdict.violations.length === 0 ? 'PASS' : 'FAIL';
   const seconds = Math.round((Date.now() - started) / 1000);
   log(`${name}: ${status} in ${seconds} s (${verdict.violations.length} violations)`);

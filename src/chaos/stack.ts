@@ -27,6 +27,7 @@ export interface StackOptions {
   runId: string;
   sharedDatabaseUrl: string;
   toolsDir: string;
+  sharedPostgres: boolean;
   log: (line: string) => void;
 }
 
@@ -127,6 +128,7 @@ export class ChaosStack {
       runDir,
       sharedUrl: this.opts.sharedDatabaseUrl,
       runId: this.opts.runId,
+      shared: this.opts.sharedPostgres,
       log,
     });
     log(`database ${this.db.databaseName} migrated`);

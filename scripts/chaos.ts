@@ -50,7 +50,7 @@ let cleaning: Promise<void> | undefined;
 function cleanup(keepLogs: boolean): Promise<void> {
   cleaning ??= (async () => {
     abort.abort();
-    await stack.stop();
+    await stack.stop(options.keep);
     // The bulky state (Postgres data, Temporal's SQLite) always goes; logs stay for a failed run.
     if (options.keep || keepLogs) {
       for (const f of [

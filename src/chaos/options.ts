@@ -25,7 +25,7 @@ export interface ChaosOptions {
   settleSeconds: number;
   scenarios: ScenarioName[];
   json: boolean;
-  /** Keep the run's folder (logs) and database instead of deleting them. */
+  /** Keep the run's folder (logs, Temporal's SQLite, the stopped private cluster's data); a shared-server database is still dropped. */
   keep: boolean;
   /** Use a throwaway database on DATABASE_URL's server even where a private cluster could run. */
   sharedPostgres: boolean;
@@ -62,7 +62,8 @@ options:
                         ${SCENARIOS.join(', ')}
   --seed N              seed for the fault schedule and order mix (default ${DEFAULTS.seed})
   --json                print the result as JSON instead of a table
-  --keep                keep the run folder (logs) and the database/cluster
+  --keep                keep the run folder (logs, Temporal's SQLite, the stopped
+                        private cluster's data); a shared-server database is dropped
   --shared-postgres     a throwaway database on DATABASE_URL's server instead of a
                         private cluster (pg-restart is then skipped: a shared
                         server is never restarted)

@@ -23,7 +23,8 @@ export interface ChaosDatabase {
   cluster: PrivateCluster | undefined;
   /** Why there is no private cluster (printed when the restart scenario is skipped). */
   whyShared: string | undefined;
-  close(): Promise<void>;
+  /** Stops the private cluster (its data folder too unless `keepFiles`) or drops the shared-server database. */
+  close(keepFiles?: boolean): Promise<void>;
 }
 
 function findInitdb(): string | undefined {
@@ -169,10 +170,10 @@ export async function openChaosDatabase(opts: {
     databaseName,
     cluster,
     whyShared,
-    async close() {
+    async close(keepFiles = false) {
       if (cluster) {
         await cluster.proc.stop(15_000);
-        fs.rmSync(cluster.dir, { recursive: true, force: true });
+        if (!keepFiles) fs.rmSync(cluster.dir, { recursive: true, force: true });
       } else {
         await db.drop();
       }

@@ -210,10 +210,10 @@ export class ChaosStack {
     return Connection.connect({ address: this.temporal.address, connectTimeout: 5_000 });
   }
 
-  async stop(): Promise<void> {
+  async stop(keepFiles = false): Promise<void> {
     await Promise.allSettled(this.services.map((s) => s.stop()));
     await this.temporal?.stop().catch(() => undefined);
-    await this.db?.close().catch(() => undefined);
+    await this.db?.close(keepFiles).catch(() => undefined);
   }
 
   /** Synchronous last resort on a second Ctrl-C or an exit: kill everything now. */

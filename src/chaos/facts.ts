@@ -29,11 +29,23 @@ export async function readOrders(
     workflow_id: string;
     status: string;
     last_error: string | null;
-  }>('select id, workflow_id, status, last_error from orders where id = any($1::text[])', [orderIds]);
+    age: number;
+  }>(
+    `select id, workflow_id, status, last_error,
+            extract(epoch from updated_at - created_at)::float8 as age
+       from orders where id = any($1::text[])`,
+    [orderIds],
+  );
   return new Map(
     rows.map((r) => [
       r.id,
-      { orderId: r.id, workflowId: r.workflow_id, status: r.status, lastError: r.last_error },
+      {
+        orderId: r.id,
+        workflowId: r.workflow_id,
+        status: r.status,
+        lastError: r.last_error,
+        ageAtLastUpdate: Math.round(r.age),
+      },
     ]),
   );
 }

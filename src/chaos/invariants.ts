@@ -47,6 +47,8 @@ export interface OrderFact {
   workflowId: string;
   status: string;
   lastError: string | null;
+  /** Seconds from the order's creation to its row's last update (for a settled order: how long it took). */
+  ageAtLastUpdate?: number;
 }
 
 export interface MoneyEffect {
@@ -98,6 +100,8 @@ export function settlementOf(order: OrderFact | undefined): Settlement {
 
 export interface Verdict {
   violations: Violation[];
+  /** The slowest settled order, creation to settlement, in seconds (null when none settled). */
+  slowestSeconds: number | null;
   counts: {
     submitted: number;
     accepted: number;
@@ -221,6 +225,7 @@ export function checkScenario(submissions: readonly Submission[], facts: Facts):
   }
 
   const scope = new Set(accepted.keys());
+  let slowestSeconds: number | null = null;
   const moneyByOrder = groupBy(facts.charges, (c) => c.orderId);
   const receiptsByOrder = groupBy(facts.messages, (m) => m.orderId);
 
@@ -248,6 +253,9 @@ export function checkScenario(submissions: readonly Submission[], facts: Facts):
 
     const settlement = settlementOf(order);
     counts[settlement]++;
+    if (settlement !== 'stuck' && order.ageAtLastUpdate !== undefined) {
+      slowestSeconds = Math.max(slowestSeconds ?? 0, order.ageAtLastUpdate);
+    }
     const charges = moneyByOrder.get(orderId) ?? [];
     const succeededCharges = charges.filter((c) => c.status === 'succeeded');
     const receipts = receiptsByOrder.get(orderId) ?? [];
@@ -300,5 +308,5 @@ export function checkScenario(submissions: readonly Submission[], facts: Facts):
       violations.push({ kind: 'process_exited', subject: p.name, detail: `exited on its own: ${exit}` });
     }
   }
-  return { violations, counts };
+  return { violations, counts, slowestSeconds };
 }

@@ -26,6 +26,8 @@ export interface ScenarioResult {
   };
   /** Seconds from the fault clearing until every accepted order was settled; null if they never all did. */
   settledAfterSeconds: number | null;
+  /** The slowest settled order, from its creation to its settlement. */
+  slowestOrderSeconds: number | null;
   seconds: number;
   violations: Violation[];
   load?: LoadStats;
@@ -66,6 +68,7 @@ export async function runScenario(
       note: why,
       counts: emptyCounts(),
       settledAfterSeconds: null,
+      slowestOrderSeconds: null,
       seconds: 0,
       violations: [],
     };
@@ -121,6 +124,7 @@ export async function runScenario(
     note,
     counts: verdict.counts,
     settledAfterSeconds,
+    slowestOrderSeconds: verdict.slowestSeconds,
     seconds,
     violations: verdict.violations,
     load: stats,

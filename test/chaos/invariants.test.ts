@@ -60,6 +60,11 @@ describe('chaos invariant checker', () => {
     const verdict = checkScenario(submissions, facts);
     expect(verdict.violations).toEqual([]);
     expect(verdict.counts).toMatchObject({ accepted: 2, completed: 1, rejected: 1, attention: 0, stuck: 0 });
+    expect(verdict.slowestSeconds).toBeNull();
+
+    facts.orders.set('o1', { ...order('o1', 'completed'), ageAtLastUpdate: 7 });
+    facts.orders.set('o2', { ...order('o2', 'rejected', 'card_declined'), ageAtLastUpdate: 3 });
+    expect(checkScenario(submissions, facts).slowestSeconds).toBe(7);
   });
 
   it('flags a double charge: two charges under one key, or two keys charged for one order', () => {

@@ -24,7 +24,9 @@ export type ViolationKind =
   | 'unexpected_outcome'
   | 'process_exited'
   /** The harness could not bring a killed component back (e.g. a worker that never polled again). */
-  | 'restart_failed';
+  | 'restart_failed'
+  /** The facts could not be read (a component still down at check time). */
+  | 'check_failed';
 
 export interface Violation {
   kind: ViolationKind;

@@ -37,7 +37,9 @@ export function formatTable(results: readonly ScenarioResult[], settleSeconds: n
       `${count(v, 'double_charge')}/${count(v, 'double_receipt')}`,
       String(count(v, 'lost_order')),
       String(count(v, 'process_exited')),
-      String(count(v, 'duplicate_order', 'not_accepted', 'unexpected_outcome', 'restart_failed')),
+      String(
+        count(v, 'duplicate_order', 'not_accepted', 'unexpected_outcome', 'restart_failed', 'check_failed'),
+      ),
       String(r.seconds),
     ];
   });

@@ -3,7 +3,7 @@
  * has cleared, wait (at most the settle bound) for every accepted order to
  * settle; then gather the facts and judge them (invariants.ts).
  */
-import { checkScenario, settlementOf, type Submission, type Violation } from './invariants.ts';
+import { checkScenario, settlementOf, type Submission, type Verdict, type Violation } from './invariants.ts';
 import { readMoney, readOrders, readOrdersForCustomers, readOutbox, readWorkflows, withDb } from './facts.ts';
 import { customerPrefix, runLoad, seededRandom, sleep, type LoadStats } from './load.ts';
 import type { ChaosOptions } from './options.ts';
@@ -110,7 +110,18 @@ export async function runScenario(
   const deadline = clearedAt + options.settleSeconds * 1000;
   const settledAfterSeconds = await waitForSettlement(stack, submissions, clearedAt, deadline, signal);
 
-  const verdict = await judge(stack, submissions, customerPrefix(tag, name));
+  let verdict: Verdict;
+  try {
+    verdict = await judge(stack, submissions, customerPrefix(tag, name));
+  } catch (err) {
+    // Facts that can't be read prove nothing either way: the scenario fails, and the run goes on.
+    const detail = `could not read the facts: ${err instanceof Error ? err.message : String(err)}`;
+    verdict = {
+      violations: [{ kind: 'check_failed', subject: name, detail }],
+      counts: { ...emptyCounts(), submitted: submissions.length },
+      slowestSeconds: null,
+    };
+  }
   verdict.violations.unshift(...earlier.map((v) => ({ ...v, detail: `${v.detail} (before this scenario)` })));
   if (faultError !== undefined) {
     verdict.violations.push({ kind: 'restart_failed', subject: name, detail: faultError });

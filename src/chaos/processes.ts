@@ -112,11 +112,16 @@ export class Supervised {
       .split('\n')
       .map((l) => l.trim())
       .filter(Boolean);
-    const at = lines.findIndex((l) => /Unhandled 'error' event|uncaught|unhandled/i.test(l));
+    // Node's own crash report (not our JSON 'unhandled error' log of a failed request); the last one is this exit's.
+    const crash = /Unhandled 'error' event|triggerUncaughtException|UnhandledPromiseRejection/;
+    let at = -1;
+    lines.forEach((l, i) => {
+      if (crash.test(l)) at = i;
+    });
     let hint: string | undefined;
     if (at >= 0) {
       const cause = lines.slice(at + 1, at + 6).find((l) => /^\w*(error|Error)\b.*:/.test(l));
-      hint = cause ? `Unhandled 'error' event: ${cause}` : lines[at];
+      hint = cause ? `${lines[at]!.replace(/^.*\/\/\s*/, '')}: ${cause}` : lines[at];
     } else {
       hint = [...lines].reverse().find((l) => /error|Error|57P01|ECONNREFUSED/.test(l));
     }

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# `npm run chaos`: the fault matrix (scripts/chaos.ts) on a throwaway stack.
+# Dependencies and the Temporal CLI are found (or built) the same way as for `npm start`.
+source "$(dirname "$0")/lib.sh"
+ensure_node_modules
+unset TEMPORAL_ADDRESS # the run always starts (and kills) a Temporal dev server of its own
+ensure_temporal_cli
+exec node --import tsx scripts/chaos.ts "$@"

@@ -1,0 +1,123 @@
+/**
+ * Reads what the system says after a fault: order rows, outbox rows, the
+ * workflows Temporal knows, and the sandbox provider's own store of charges
+ * and messages (ground truth for money moved). Each read opens a fresh
+ * connection, since the server may have been restarted since the last one.
+ */
+import pg from 'pg';
+import type { Connection } from '@temporalio/client';
+import { Client } from '@temporalio/client';
+import type { MoneyEffect, OrderFact } from './invariants.ts';
+
+export async function withDb<T>(url: string, cb: (c: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5_000 });
+  client.on('error', () => undefined); // a terminated backend must not crash the harness
+  await client.connect();
+  try {
+    return await cb(client);
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+export async function readOrders(
+  db: pg.Client,
+  orderIds: readonly string[],
+): Promise<Map<string, OrderFact>> {
+  const { rows } = await db.query<{
+    id: string;
+    workflow_id: string;
+    status: string;
+    last_error: string | null;
+    age: number;
+  }>(
+    `select id, workflow_id, status, last_error,
+            extract(epoch from updated_at - created_at)::float8 as age
+       from orders where id = any($1::text[])`,
+    [orderIds],
+  );
+  return new Map(
+    rows.map((r) => [
+      r.id,
+      {
+        orderId: r.id,
+        workflowId: r.workflow_id,
+        status: r.status,
+        lastError: r.last_error,
+        ageAtLastUpdate: Math.round(r.age),
+      },
+    ]),
+  );
+}
+
+export async function readOrdersForCustomers(db: pg.Client, customerPrefix: string): Promise<string[]> {
+  const { rows } = await db.query<{ id: string }>(
+    `select id from orders where starts_with(customer_id, $1)`,
+    [customerPrefix],
+  );
+  return rows.map((r) => r.id);
+}
+
+export async function readOutbox(db: pg.Client, workflowIds: readonly string[]): Promise<Set<string>> {
+  const { rows } = await db.query<{ workflow_id: string }>(
+    'select workflow_id from workflow_outbox where workflow_id = any($1::text[])',
+    [workflowIds],
+  );
+  return new Set(rows.map((r) => r.workflow_id));
+}
+
+/** The sandbox's own tables: every charge and message that really happened. */
+export async function readMoney(db: pg.Client): Promise<{ charges: MoneyEffect[]; messages: MoneyEffect[] }> {
+  const charges = await db.query<{ idempotency_key: string; order_id: string | null; status: string }>(
+    `select idempotency_key, metadata ->> 'order_id' as order_id, status from sandbox.charges`,
+  );
+  const messages = await db.query<{ idempotency_key: string; order_id: string | null }>(
+    `select idempotency_key, metadata ->> 'order_id' as order_id from sandbox.messages`,
+  );
+  return {
+    charges: charges.rows.map((r) => ({
+      idempotencyKey: r.idempotency_key,
+      orderId: r.order_id,
+      status: r.status,
+    })),
+    messages: messages.rows.map((r) => ({
+      idempotencyKey: r.idempotency_key,
+      orderId: r.order_id,
+      status: 'sent',
+    })),
+  };
+}
+
+/** Workflow ids Temporal has an execution for (any status). */
+export async function readWorkflows(
+  connection: Connection,
+  workflowIds: readonly string[],
+): Promise<Set<string>> {
+  const client = new Client({ connection, namespace: 'default' });
+  const found = new Set<string>();
+  const queue = [...workflowIds];
+  const worker = async () => {
+    for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
+      try {
+        await client.workflow.getHandle(id).describe();
+        found.add(id);
+      } catch {
+        /* not found (or unreachable: reported as missing) */
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: 8 }, worker));
+  return found;
+}
+
+/** Postgres backends of our own database (by name): what pg_terminate_backend hits. */
+export async function terminateOwnBackends(adminUrl: string, databaseName: string): Promise<number> {
+  return withDb(adminUrl, async (db) => {
+    const { rows } = await db.query<{ n: string }>(
+      `select count(*) filter (where pg_terminate_backend(pid)) as n
+         from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()`,
+      [databaseName],
+    );
+    return Number(rows[0]?.n ?? 0);
+  });
+}

@@ -1,0 +1,314 @@
+/**
+ * The chaos harness's verdict: pure functions over facts gathered after a
+ * fault, so the rules can be tested on crafted data without a stack.
+ *
+ * Terminology:
+ * - submission: one logical order a harness client wanted to place, with its
+ *   own Idempotency-Key; the client retries it with that key until a 202 (or
+ *   it gives up). `orderIds` are the distinct order ids its 202s carried.
+ * - facts: what the system says afterwards: order rows, outbox rows, which
+ *   workflows Temporal knows, and the sandbox provider's OWN store of charges
+ *   and messages (the ground truth of money moved and receipts sent).
+ * - settled: an order is settled when it is terminal (completed, rejected) or
+ *   parked in needs_attention with a reason an operator can act on. Anything
+ *   else after the settle bound is stuck.
+ */
+
+export type ViolationKind =
+  | 'double_charge'
+  | 'double_receipt'
+  | 'duplicate_order'
+  | 'lost_order'
+  | 'not_accepted'
+  | 'stuck_order'
+  | 'unexpected_outcome'
+  | 'process_exited'
+  /** The harness could not bring a killed component back (e.g. a worker that never polled again). */
+  | 'restart_failed'
+  /** The facts could not be read (a component still down at check time). */
+  | 'check_failed';
+
+export interface Violation {
+  kind: ViolationKind;
+  /** Order id, idempotency key or process name. */
+  subject: string;
+  detail: string;
+}
+
+export interface Submission {
+  clientKey: string;
+  paymentMethod: string;
+  /** Distinct order ids returned by 202 responses for this key (more than one is a duplicate order). */
+  orderIds: string[];
+  /** Set when the client stopped retrying without a 202. */
+  gaveUp?: string;
+}
+
+export interface OrderFact {
+  orderId: string;
+  workflowId: string;
+  status: string;
+  lastError: string | null;
+  /** Seconds from the order's creation to its row's last update (for a settled order: how long it took). */
+  ageAtLastUpdate?: number;
+}
+
+export interface MoneyEffect {
+  idempotencyKey: string;
+  orderId: string | null;
+  /** Charges: succeeded | failed. Messages: sent. */
+  status: string;
+}
+
+export interface ProcessFact {
+  name: string;
+  /** True if the process is running now. */
+  alive: boolean;
+  /** Exits the harness did not cause (kill -9 by the harness is expected and not listed). */
+  unexpectedExits: string[];
+}
+
+export interface Facts {
+  /** Order rows by order id (only this scenario's orders need to be present). */
+  orders: ReadonlyMap<string, OrderFact>;
+  /** Workflow ids that have an outbox row. */
+  outbox: ReadonlySet<string>;
+  /** Workflow ids Temporal knows (any state). */
+  workflows: ReadonlySet<string>;
+  /** Every charge in the sandbox's store (all scenarios: a double charge is a double charge). */
+  charges: readonly MoneyEffect[];
+  /** Every message (receipt) in the sandbox's store. */
+  messages: readonly MoneyEffect[];
+  /** Order ids created in the database for this scenario's customers, whether or not a client saw a 202. */
+  ordersForScenario: readonly string[];
+  processes: readonly ProcessFact[];
+}
+
+/** Payment methods the sandbox declines; every other one the harness uses succeeds. */
+export const DECLINING_METHODS: ReadonlySet<string> = new Set([
+  'pm_card_chargeDeclined',
+  'pm_card_chargeDeclinedInsufficientFunds',
+]);
+
+export type Settlement = 'completed' | 'rejected' | 'attention' | 'stuck';
+
+export function settlementOf(order: OrderFact | undefined): Settlement {
+  if (!order) return 'stuck';
+  if (order.status === 'completed') return 'completed';
+  if (order.status === 'rejected') return 'rejected';
+  if (order.status === 'needs_attention' && (order.lastError ?? '').trim() !== '') return 'attention';
+  return 'stuck';
+}
+
+export interface Verdict {
+  violations: Violation[];
+  /** The slowest settled order, creation to settlement, in seconds (null when none settled). */
+  slowestSeconds: number | null;
+  counts: {
+    submitted: number;
+    accepted: number;
+    completed: number;
+    rejected: number;
+    attention: number;
+    stuck: number;
+  };
+}
+
+function groupBy<T>(items: readonly T[], key: (t: T) => string | null): Map<string, T[]> {
+  const out = new Map<string, T[]>();
+  for (const item of items) {
+    const k = key(item);
+    if (k === null) continue;
+    const list = out.get(k);
+    if (list) list.push(item);
+    else out.set(k, [item]);
+  }
+  return out;
+}
+
+/**
+ * Money invariants over the whole provider store: at most one charge per
+ * downstream key, at most one succeeded charge per order, at most one receipt
+ * per key and per order. `scope` limits the report to these order ids
+ * (undefined: all), so each scenario reports the orders it placed.
+ */
+export function checkMoney(
+  charges: readonly MoneyEffect[],
+  messages: readonly MoneyEffect[],
+  scope?: ReadonlySet<string>,
+): Violation[] {
+  const inScope = (orderId: string | null) => scope === undefined || (orderId !== null && scope.has(orderId));
+  const violations: Violation[] = [];
+  for (const [key, list] of groupBy(charges, (c) => c.idempotencyKey)) {
+    if (list.length > 1 && list.some((c) => inScope(c.orderId))) {
+      violations.push({
+        kind: 'double_charge',
+        subject: key,
+        detail: `${list.length} charges under one idempotency key`,
+      });
+    }
+  }
+  const succeeded = charges.filter((c) => c.status === 'succeeded');
+  for (const [orderId, list] of groupBy(succeeded, (c) => c.orderId)) {
+    const keys = new Set(list.map((c) => c.idempotencyKey));
+    // Several charges under one key are already reported above; this catches a second key for one order.
+    if (keys.size > 1 && inScope(orderId)) {
+      violations.push({
+        kind: 'double_charge',
+        subject: orderId,
+        detail: `${list.length} succeeded charges under ${keys.size} keys`,
+      });
+    }
+  }
+  for (const [key, list] of groupBy(messages, (m) => m.idempotencyKey)) {
+    if (list.length > 1 && list.some((m) => inScope(m.orderId))) {
+      violations.push({
+        kind: 'double_receipt',
+        subject: key,
+        detail: `${list.length} receipts under one idempotency key`,
+      });
+    }
+  }
+  for (const [orderId, list] of groupBy(messages, (m) => m.orderId)) {
+    const keys = new Set(list.map((m) => m.idempotencyKey));
+    if (keys.size > 1 && inScope(orderId)) {
+      violations.push({
+        kind: 'double_receipt',
+        subject: orderId,
+        detail: `${list.length} receipts under ${keys.size} keys`,
+      });
+    }
+  }
+  return violations;
+}
+
+/** The full verdict for one scenario's submissions. */
+export function checkScenario(submissions: readonly Submission[], facts: Facts): Verdict {
+  const violations: Violation[] = [];
+  const counts = {
+    submitted: submissions.length,
+    accepted: 0,
+    completed: 0,
+    rejected: 0,
+    attention: 0,
+    stuck: 0,
+  };
+  const accepted = new Map<string, Submission>();
+
+  for (const s of submissions) {
+    if (s.orderIds.length === 0) {
+      violations.push({
+        kind: 'not_accepted',
+        subject: s.clientKey,
+        detail: `the client never got a 202: ${s.gaveUp ?? 'no answer'}`,
+      });
+      continue;
+    }
+    if (s.orderIds.length > 1) {
+      violations.push({
+        kind: 'duplicate_order',
+        subject: s.clientKey,
+        detail: `one Idempotency-Key got ${s.orderIds.length} different orders: ${s.orderIds.join(', ')}`,
+      });
+    }
+    for (const id of s.orderIds) accepted.set(id, s);
+  }
+  counts.accepted = accepted.size;
+
+  // An order committed for this scenario that no 202 ever named is a second order for one intent.
+  const acceptedCount = submissions.filter((s) => s.orderIds.length > 0).length;
+  if (facts.ordersForScenario.length > submissions.length) {
+    const unseen = facts.ordersForScenario.filter((id) => !accepted.has(id));
+    violations.push({
+      kind: 'duplicate_order',
+      subject: unseen.slice(0, 3).join(', '),
+      detail: `${facts.ordersForScenario.length} orders in the database for ${submissions.length} client intents (${acceptedCount} accepted)`,
+    });
+  }
+
+  const scope = new Set(accepted.keys());
+  let slowestSeconds: number | null = null;
+  const moneyByOrder = groupBy(facts.charges, (c) => c.orderId);
+  const receiptsByOrder = groupBy(facts.messages, (m) => m.orderId);
+
+  for (const [orderId, submission] of accepted) {
+    const order = facts.orders.get(orderId);
+    if (!order) {
+      violations.push({
+        kind: 'lost_order',
+        subject: orderId,
+        detail: 'a 202 was returned but there is no order row',
+      });
+      counts.stuck++;
+      continue;
+    }
+    const missing: string[] = [];
+    if (!facts.outbox.has(order.workflowId)) missing.push('outbox row');
+    if (!facts.workflows.has(order.workflowId)) missing.push('workflow');
+    if (missing.length) {
+      violations.push({
+        kind: 'lost_order',
+        subject: orderId,
+        detail: `no ${missing.join(' and no ')} (status ${order.status})`,
+      });
+    }
+
+    const settlement = settlementOf(order);
+    counts[settlement]++;
+    if (settlement !== 'stuck' && order.ageAtLastUpdate !== undefined) {
+      slowestSeconds = Math.max(slowestSeconds ?? 0, order.ageAtLastUpdate);
+    }
+    const charges = moneyByOrder.get(orderId) ?? [];
+    const succeededCharges = charges.filter((c) => c.status === 'succeeded');
+    const receipts = receiptsByOrder.get(orderId) ?? [];
+    const declines = DECLINING_METHODS.has(submission.paymentMethod);
+    if (settlement === 'stuck') {
+      violations.push({
+        kind: 'stuck_order',
+        subject: orderId,
+        detail:
+          order.status === 'needs_attention'
+            ? 'needs_attention without a reason'
+            : `still ${order.status} after the settle bound, not listed in needs_attention` +
+              (order.lastError ? ` (last error: ${order.lastError.slice(0, 120)})` : ''),
+      });
+    } else if (settlement === 'completed') {
+      if (succeededCharges.length !== 1 || receipts.length !== 1) {
+        violations.push({
+          kind: 'unexpected_outcome',
+          subject: orderId,
+          detail: `completed with ${succeededCharges.length} succeeded charges and ${receipts.length} receipts (expected 1 and 1)`,
+        });
+      } else if (declines) {
+        violations.push({
+          kind: 'unexpected_outcome',
+          subject: orderId,
+          detail: `completed although ${submission.paymentMethod} declines`,
+        });
+      }
+    } else if (settlement === 'rejected') {
+      if (succeededCharges.length > 0) {
+        violations.push({
+          kind: 'unexpected_outcome',
+          subject: orderId,
+          detail: 'rejected although the customer was charged',
+        });
+      } else if (!declines) {
+        violations.push({
+          kind: 'unexpected_outcome',
+          subject: orderId,
+          detail: `rejected although ${submission.paymentMethod} succeeds (last error: ${order.lastError ?? 'none'})`,
+        });
+      }
+    }
+  }
+
+  violations.push(...checkMoney(facts.charges, facts.messages, scope));
+
+  for (const p of facts.processes) {
+    for (const exit of p.unexpectedExits) {
+      violations.push({ kind: 'process_exited', subject: p.name, detail: `exited on its own: ${exit}` });
+    }
+  }
+  return { violations, counts, slowestSeconds };
+}

@@ -1,0 +1,135 @@
+/** Command-line flags of `npm run chaos`, parsed without side effects (tested on their own). */
+import { parseArgs } from 'node:util';
+
+export const SCENARIOS = [
+  'worker-kill',
+  'api-kill',
+  'pg-terminate',
+  'pg-restart',
+  'temporal-kill',
+  'provider-outage',
+  'provider-faults',
+] as const;
+export type ScenarioName = (typeof SCENARIOS)[number];
+
+export interface ChaosOptions {
+  /** Orders placed per scenario. */
+  orders: number;
+  /** Concurrent HTTP clients. */
+  concurrency: number;
+  /** How long the provider is down in provider-outage. */
+  outageSeconds: number;
+  /** How long the looping faults (worker kills, connection kills, rolling provider faults) last. */
+  faultSeconds: number;
+  /** The bound: after the fault clears, every order must be settled within this. */
+  settleSeconds: number;
+  scenarios: ScenarioName[];
+  json: boolean;
+  /** Keep the run's folder (logs, Temporal's SQLite, the stopped private cluster's data); a shared-server database is still dropped. */
+  keep: boolean;
+  /** Use a throwaway database on DATABASE_URL's server even where a private cluster could run. */
+  sharedPostgres: boolean;
+  seed: number;
+  help: boolean;
+}
+
+export const DEFAULTS: Omit<ChaosOptions, 'scenarios' | 'json' | 'keep' | 'sharedPostgres' | 'help'> = {
+  orders: 30,
+  concurrency: 6,
+  outageSeconds: 120,
+  faultSeconds: 40,
+  settleSeconds: 120,
+  seed: 1,
+};
+
+export const USAGE = `usage: npm run chaos -- [options]
+
+Starts a throwaway onceflow stack (own Temporal dev server, own Postgres cluster
+or database, sandbox provider, two workers, API) on free ports, drives orders
+through the HTTP API while injecting one fault per scenario, and checks after
+each: no double charge or receipt, no lost order, every order settled
+(completed, rejected, or needs_attention with a reason) within the settle
+bound, and no onceflow process exited on its own. Exit 0 when every scenario
+passes, 1 on any violation, 2 on bad usage.
+
+options:
+  --orders N            orders per scenario (default ${DEFAULTS.orders})
+  --concurrency N       concurrent HTTP clients (default ${DEFAULTS.concurrency})
+  --outage-seconds S    provider outage length (default ${DEFAULTS.outageSeconds})
+  --fault-seconds S     length of the looping faults (default ${DEFAULTS.faultSeconds})
+  --settle-seconds S    bound for every order to settle after the fault clears (default ${DEFAULTS.settleSeconds})
+  --scenarios A,B       subset, in this order (default: all):
+                        ${SCENARIOS.join(', ')}
+  --seed N              seed for the fault schedule and order mix (default ${DEFAULTS.seed})
+  --json                print the result as JSON instead of a table
+  --keep                keep the run folder (logs, Temporal's SQLite, the stopped
+                        private cluster's data); a shared-server database is dropped
+  --shared-postgres     a throwaway database on DATABASE_URL's server instead of a
+                        private cluster (pg-restart is then skipped: a shared
+                        server is never restarted)
+  -h, --help            this text
+`;
+
+export class UsageError extends Error {
+  override name = 'UsageError';
+}
+
+function positive(name: string, raw: string | undefined, fallback: number, min = 1): number {
+  if (raw === undefined) return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min)
+    throw new UsageError(`--${name} must be an integer >= ${min}, got ${JSON.stringify(raw)}`);
+  return n;
+}
+
+export function parseChaosArgs(argv: readonly string[]): ChaosOptions {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: [...argv],
+      allowPositionals: false,
+      strict: true,
+      options: {
+        orders: { type: 'string' },
+        concurrency: { type: 'string' },
+        'outage-seconds': { type: 'string' },
+        'fault-seconds': { type: 'string' },
+        'settle-seconds': { type: 'string' },
+        scenarios: { type: 'string' },
+        seed: { type: 'string' },
+        json: { type: 'boolean', default: false },
+        keep: { type: 'boolean', default: false },
+        'shared-postgres': { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    });
+  } catch (err) {
+    throw new UsageError(err instanceof Error ? err.message : String(err));
+  }
+  const v = parsed.values;
+  let scenarios: ScenarioName[] = [...SCENARIOS];
+  if (v.scenarios !== undefined) {
+    const names = v.scenarios
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
+    const unknown = names.filter((n) => !(SCENARIOS as readonly string[]).includes(n));
+    if (unknown.length || names.length === 0) {
+      throw new UsageError(`unknown scenario(s): ${unknown.join(', ') || '(none given)'}`);
+    }
+    scenarios = names as ScenarioName[];
+  }
+  return {
+    orders: positive('orders', v.orders, DEFAULTS.orders),
+    concurrency: positive('concurrency', v.concurrency, DEFAULTS.concurrency),
+    outageSeconds: positive('outage-seconds', v['outage-seconds'], DEFAULTS.outageSeconds),
+    faultSeconds: positive('fault-seconds', v['fault-seconds'], DEFAULTS.faultSeconds),
+    settleSeconds: positive('settle-seconds', v['settle-seconds'], DEFAULTS.settleSeconds),
+    seed: positive('seed', v.seed, DEFAULTS.seed, 0),
+    scenarios,
+    json: v.json,
+    keep: v.keep,
+    sharedPostgres: v['shared-postgres'],
+    help: v.help,
+  };
+}

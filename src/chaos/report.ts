@@ -1,0 +1,84 @@
+/** The chaos run's table (and its JSON form). */
+import type { Violation, ViolationKind } from './invariants.ts';
+import type { ScenarioResult } from './run.ts';
+
+const count = (vs: readonly Violation[], ...kinds: ViolationKind[]) =>
+  vs.filter((v) => kinds.includes(v.kind)).length;
+
+export function formatTable(results: readonly ScenarioResult[], settleSeconds: number): string {
+  const header = [
+    'scenario',
+    'result',
+    'accepted',
+    'completed',
+    'rejected',
+    'attention',
+    'stuck',
+    `settled<=${settleSeconds}s`,
+    'slowest order',
+    'double charge/receipt',
+    'lost',
+    'proc exits',
+    'other',
+    'secs',
+  ];
+  const rows = results.map((r) => {
+    const v = r.violations;
+    return [
+      r.scenario,
+      r.status,
+      r.status === 'SKIP' ? '-' : `${r.counts.accepted}/${r.counts.submitted}`,
+      String(r.counts.completed),
+      String(r.counts.rejected),
+      String(r.counts.attention),
+      String(r.counts.stuck),
+      r.status === 'SKIP' ? '-' : r.settledAfterSeconds === null ? 'NO' : `yes (${r.settledAfterSeconds}s)`,
+      r.slowestOrderSeconds === null ? '-' : `${r.slowestOrderSeconds}s`,
+      `${count(v, 'double_charge')}/${count(v, 'double_receipt')}`,
+      String(count(v, 'lost_order')),
+      String(count(v, 'process_exited')),
+      String(
+        count(v, 'duplicate_order', 'not_accepted', 'unexpected_outcome', 'restart_failed', 'check_failed'),
+      ),
+      String(r.seconds),
+    ];
+  });
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => c.padEnd(widths[i]!))
+      .join('  ')
+      .trimEnd();
+  const out = [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)];
+
+  out.push('', 'faults:');
+  for (const r of results) out.push(`  ${r.scenario.padEnd(16)} ${r.fault} -> ${r.note}`);
+
+  const failing = results.filter((r) => r.violations.length > 0);
+  if (failing.length) {
+    out.push('', 'violations (first 8 per kind and scenario):');
+    for (const r of failing) {
+      const byKind = new Map<string, Violation[]>();
+      for (const v of r.violations) byKind.set(v.kind, [...(byKind.get(v.kind) ?? []), v]);
+      for (const [kind, list] of byKind) {
+        out.push(
+          `  ${r.scenario} ${kind} x${list.length}${kind === 'stuck_order' ? ` (${stuckSummary(list)})` : ''}`,
+        );
+        for (const v of list.slice(0, 8)) out.push(`    ${v.subject}: ${v.detail}`);
+      }
+    }
+  }
+  return out.join('\n');
+}
+
+/** Short summary of what kept orders from settling (status histogram), for the log. */
+export function stuckSummary(violations: readonly Violation[]): string {
+  const byStatus = new Map<string, number>();
+  for (const v of violations) {
+    if (v.kind !== 'stuck_order') continue;
+    const m = /still (\w+)/.exec(v.detail);
+    const k = m ? m[1]! : v.detail;
+    byStatus.set(k, (byStatus.get(k) ?? 0) + 1);
+  }
+  return [...byStatus].map(([k, n]) => `${k} x${n}`).join(', ');
+}

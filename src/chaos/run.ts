@@ -1,0 +1,217 @@
+/**
+ * One scenario: orders through the API while its fault runs; once the fault
+ * has cleared, wait (at most the settle bound) for every accepted order to
+ * settle; then gather the facts and judge them (invariants.ts).
+ */
+import { checkScenario, settlementOf, type Submission, type Verdict, type Violation } from './invariants.ts';
+import { readMoney, readOrders, readOrdersForCustomers, readOutbox, readWorkflows, withDb } from './facts.ts';
+import { customerPrefix, runLoad, seededRandom, sleep, type LoadStats } from './load.ts';
+import type { ChaosOptions } from './options.ts';
+import { httpOk, waitUntil } from './processes.ts';
+import { clearSandboxFaults, SCENARIO_TABLE, type FaultContext } from './scenarios.ts';
+import { TENANT_API_KEY, type ChaosStack } from './stack.ts';
+
+export interface ScenarioResult {
+  scenario: string;
+  fault: string;
+  status: 'PASS' | 'FAIL' | 'SKIP';
+  note: string;
+  counts: {
+    submitted: number;
+    accepted: number;
+    completed: number;
+    rejected: number;
+    attention: number;
+    stuck: number;
+  };
+  /** Seconds from the fault clearing until every accepted order was settled; null if they never all did. */
+  settledAfterSeconds: number | null;
+  /** The slowest settled order, from its creation to its settlement. */
+  slowestOrderSeconds: number | null;
+  seconds: number;
+  violations: Violation[];
+  load?: LoadStats;
+}
+
+const emptyCounts = () => ({ submitted: 0, accepted: 0, completed: 0, rejected: 0, attention: 0, stuck: 0 });
+
+/** Before a scenario: everything up and answering, so one scenario's fault never leaks into the next. */
+async function ensureHealthy(stack: ChaosStack): Promise<void> {
+  if (stack.db.cluster && !stack.db.cluster.proc.alive) await stack.db.cluster.proc.start();
+  if (!stack.temporal.alive) await stack.temporal.start();
+  for (const s of stack.services) if (!s.alive) await s.start();
+  await waitUntil('sandbox', () => httpOk(`${stack.sandboxUrl}/healthz`), 60_000);
+  await waitUntil('api', () => httpOk(`${stack.apiUrl}/healthz`), 60_000);
+}
+
+export async function runScenario(
+  stack: ChaosStack,
+  name: keyof typeof SCENARIO_TABLE,
+  options: ChaosOptions,
+  tag: string,
+  signal: AbortSignal,
+  log: (line: string) => void,
+): Promise<ScenarioResult> {
+  const scenario = SCENARIO_TABLE[name];
+  const started = Date.now();
+  const base = { scenario: name, fault: scenario.fault(options) };
+  await ensureHealthy(stack);
+  // Exits that happened between scenarios belong to nobody's fault; count them here.
+  const earlier = collectExits(stack);
+
+  if (name === 'pg-restart' && !stack.db.cluster) {
+    const why = stack.db.whyShared ?? 'no private Postgres cluster';
+    log(`${name}: SKIPPED (${why}; the shared server is never restarted)`);
+    return {
+      ...base,
+      status: 'SKIP',
+      note: why,
+      counts: emptyCounts(),
+      settledAfterSeconds: null,
+      slowestOrderSeconds: null,
+      seconds: 0,
+      violations: [],
+    };
+  }
+
+  const rng = seededRandom(options.seed * 1000 + Object.keys(SCENARIO_TABLE).indexOf(name));
+  let clearedAt: number | undefined;
+  const giveUpAt = () =>
+    clearedAt === undefined ? Number.POSITIVE_INFINITY : clearedAt + options.settleSeconds * 1000;
+  log(`${name}: ${base.fault}; ${options.orders} orders`);
+  const load = runLoad({
+    apiUrl: stack.apiUrl,
+    apiKey: TENANT_API_KEY,
+    scenario: name,
+    tag,
+    orders: options.orders,
+    concurrency: options.concurrency,
+    spreadMs: Math.min(20_000, Math.max(5_000, scenario.activeMs(options) - 5_000)),
+    giveUpAt,
+    rng,
+    signal,
+  });
+  const ctx: FaultContext = { stack, options, rng, signal, log: (l) => log(`${name}: ${l}`) };
+  let note: string;
+  let faultError: string | undefined;
+  try {
+    const outcome = await scenario.run(ctx);
+    note = 'note' in outcome ? outcome.note : outcome.skipped;
+  } catch (err) {
+    faultError = err instanceof Error ? err.message : String(err);
+    note = `fault step failed: ${faultError}`;
+    log(`${name}: ${note}`);
+  } finally {
+    clearedAt = Date.now();
+    await clearSandboxFaults(stack.sandboxUrl).catch(() => undefined);
+  }
+  log(`${name}: fault cleared (${note}); waiting up to ${options.settleSeconds} s for every order to settle`);
+  const { submissions, stats } = await load;
+  const deadline = clearedAt + options.settleSeconds * 1000;
+  const settledAfterSeconds = await waitForSettlement(stack, submissions, clearedAt, deadline, signal);
+
+  let verdict: Verdict;
+  try {
+    verdict = await judge(stack, submissions, customerPrefix(tag, name));
+  } catch (err) {
+    // Facts that can't be read prove nothing either way: the scenario fails, and the run goes on.
+    const detail = `could not read the facts: ${err instanceof Error ? err.message : String(err)}`;
+    verdict = {
+      violations: [{ kind: 'check_failed', subject: name, detail }],
+      counts: { ...emptyCounts(), submitted: submissions.length },
+      slowestSeconds: null,
+    };
+  }
+  verdict.violations.unshift(...earlier.map((v) => ({ ...v, detail: `${v.detail} (before this scenario)` })));
+  if (faultError !== undefined) {
+    verdict.violations.push({ kind: 'restart_failed', subject: name, detail: faultError });
+  }
+  const status = verdict.violations.length === 0 ? 'PASS' : 'FAIL';
+  const seconds = Math.round((Date.now() - started) / 1000);
+  log(`${name}: ${status} in ${seconds} s (${verdict.violations.length} violations)`);
+  return {
+    ...base,
+    status,
+    note,
+    counts: verdict.counts,
+    settledAfterSeconds,
+    slowestOrderSeconds: verdict.slowestSeconds,
+    seconds,
+    violations: verdict.violations,
+    load: stats,
+  };
+}
+
+/** Polls until every accepted order is settled, or the deadline passes. Returns seconds after `clearedAt`, or null. */
+async function waitForSettlement(
+  stack: ChaosStack,
+  submissions: readonly Submission[],
+  clearedAt: number,
+  deadline: number,
+  signal: AbortSignal,
+): Promise<number | null> {
+  const ids = submissions.flatMap((s) => s.orderIds);
+  for (;;) {
+    try {
+      const orders = await withDb(stack.db.url, (db) => readOrders(db, ids));
+      if (ids.every((id) => settlementOf(orders.get(id)) !== 'stuck')) {
+        return Math.max(0, Math.round((Date.now() - clearedAt) / 1000));
+      }
+    } catch {
+      /* the database may still be coming back */
+    }
+    if (Date.now() > deadline || signal.aborted) return null;
+    await sleep(2_000, signal);
+  }
+}
+
+async function judge(stack: ChaosStack, submissions: readonly Submission[], prefix: string) {
+  const ids = submissions.flatMap((s) => s.orderIds);
+  const facts = await withDb(stack.db.url, async (db) => {
+    const orders = await readOrders(db, ids);
+    const workflowIds = [...orders.values()].map((o) => o.workflowId);
+    return {
+      orders,
+      workflowIds,
+      outbox: await readOutbox(db, workflowIds),
+      ordersForScenario: await readOrdersForCustomers(db, prefix),
+      ...(await readMoney(db)),
+    };
+  });
+  const connection = await stack.temporalConnection();
+  let workflows: Set<string>;
+  try {
+    workflows = await readWorkflows(connection, facts.workflowIds);
+  } finally {
+    await connection.close();
+  }
+  const processes = stack.services.map((s) => ({
+    name: s.name,
+    alive: s.alive,
+    unexpectedExits: s.takeUnexpectedExits(),
+  }));
+  processes.push({
+    name: 'temporal',
+    alive: stack.temporal.alive,
+    unexpectedExits: stack.temporal.takeUnexpectedExits(),
+  });
+  if (stack.db.cluster) {
+    const pgProc = stack.db.cluster.proc;
+    processes.push({ name: 'postgres', alive: pgProc.alive, unexpectedExits: pgProc.takeUnexpectedExits() });
+  }
+  return checkScenario(submissions, { ...facts, workflows, processes });
+}
+
+function collectExits(stack: ChaosStack): Violation[] {
+  const procs: { name: string; takeUnexpectedExits(): string[] }[] = [
+    ...stack.services,
+    { name: 'temporal', takeUnexpectedExits: () => stack.temporal.takeUnexpectedExits() },
+  ];
+  return procs.flatMap((p) =>
+    p.takeUnexpectedExits().map((exit) => ({
+      kind: 'process_exited' as const,
+      subject: p.name,
+      detail: `exited on its own: ${exit}`,
+    })),
+  );
+}

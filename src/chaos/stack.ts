@@ -1,0 +1,234 @@
+/**
+ * The stack under test, as separate processes on free ports, configured the
+ * way src/main.ts configures a real deployment (environment variables read by
+ * `loadConfig` in each process): a Temporal dev server of its own (headless,
+ * its own SQLite file), the sandbox provider, TWO workers on one task queue,
+ * and the API. Only the database differs: a throwaway one (see postgres.ts).
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { bundleWorkflowCode } from '@temporalio/worker';
+import { Connection } from '@temporalio/client';
+import { freePort } from '../devserver/ports.ts';
+import { ensureTemporalCli, startDevServer, type DevServer } from '../devserver/temporal.ts';
+import { WORKFLOWS_PATH } from '../worker/worker.ts';
+import { openChaosDatabase, type ChaosDatabase } from './postgres.ts';
+import { httpOk, Supervised, waitUntil } from './processes.ts';
+
+export const TASK_QUEUE = 'onceflow-chaos';
+export const ADMIN_TOKEN = 'chaos_admin_token_0123456789';
+/** Seeded by migration 0005 for local use: the harness places orders as tenant `acme`. */
+export const TENANT_API_KEY = 'sk_test_acme_local';
+export const TENANT = 'acme';
+
+export interface StackOptions {
+  root: string;
+  runDir: string;
+  runId: string;
+  sharedDatabaseUrl: string;
+  toolsDir: string;
+  sharedPostgres: boolean;
+  log: (line: string) => void;
+}
+
+const READY_MS = 90_000;
+
+/** The Temporal dev server, restartable on the same port and the same SQLite file. */
+export class TemporalServer {
+  server: DevServer | undefined;
+  private unexpected: string[] = [];
+  private expecting = false;
+
+  constructor(
+    readonly cli: string,
+    readonly port: number,
+    readonly dbFile: string,
+    readonly logFile: string,
+  ) {}
+
+  get address(): string {
+    return `127.0.0.1:${this.port}`;
+  }
+
+  async start(): Promise<void> {
+    this.expecting = false;
+    this.server = await startDevServer({
+      cli: this.cli,
+      port: this.port,
+      dbFile: this.dbFile,
+      logFile: this.logFile,
+      readyTimeoutMs: READY_MS,
+      log: () => undefined,
+    });
+    this.server.process.once('exit', (code, signal) => {
+      if (!this.expecting) this.unexpected.push(signal ? `signal ${signal}` : `exit code ${code}`);
+    });
+  }
+
+  async kill9(): Promise<void> {
+    const child = this.server?.process;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    this.expecting = true;
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill('SIGKILL');
+    await exited;
+  }
+
+  get alive(): boolean {
+    const child = this.server?.process;
+    return !!child && child.exitCode === null && child.signalCode === null;
+  }
+
+  takeUnexpectedExits(): string[] {
+    const out = this.unexpected;
+    this.unexpected = [];
+    return out;
+  }
+
+  async stop(): Promise<void> {
+    this.expecting = true;
+    await this.server?.stop();
+  }
+
+  killNow(): void {
+    this.expecting = true;
+    if (this.alive) this.server?.process.kill('SIGKILL');
+  }
+}
+
+export class ChaosStack {
+  db!: ChaosDatabase;
+  temporal!: TemporalServer;
+  sandbox!: Supervised;
+  workers: Supervised[] = [];
+  api!: Supervised;
+  apiPort = 0;
+  sandboxPort = 0;
+
+  constructor(readonly opts: StackOptions) {}
+
+  get apiUrl(): string {
+    return `http://127.0.0.1:${this.apiPort}`;
+  }
+
+  get sandboxUrl(): string {
+    return `http://127.0.0.1:${this.sandboxPort}`;
+  }
+
+  /** Every onceflow process (not Postgres, not Temporal). */
+  get services(): Supervised[] {
+    return [this.sandbox, ...this.workers, this.api].filter(Boolean);
+  }
+
+  async start(): Promise<void> {
+    const { root, runDir, log } = this.opts;
+    const cli = await ensureTemporalCli({ toolsDir: this.opts.toolsDir, log });
+
+    this.db = await openChaosDatabase({
+      runDir,
+      sharedUrl: this.opts.sharedDatabaseUrl,
+      runId: this.opts.runId,
+      shared: this.opts.sharedPostgres,
+      log,
+    });
+    log(`database ${this.db.databaseName} migrated`);
+
+    this.temporal = new TemporalServer(
+      cli,
+      await freePort(),
+      path.join(runDir, 'temporal.sqlite'),
+      path.join(runDir, 'temporal.log'),
+    );
+    await this.temporal.start();
+    log(`Temporal dev server on ${this.temporal.address}`);
+
+    // One bundle for every worker start: a restarted worker polls within seconds (as a deployment with a pre-built bundle).
+    const bundlePath = path.join(runDir, 'workflow-bundle.js');
+    const { code } = await bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: quietLogger });
+    fs.writeFileSync(bundlePath, code);
+
+    this.apiPort = await freePort();
+    this.sandboxPort = await freePort();
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      DATABASE_URL: this.db.url,
+      TEMPORAL_ADDRESS: this.temporal.address,
+      TEMPORAL_NAMESPACE: 'default',
+      TEMPORAL_TASK_QUEUE: TASK_QUEUE,
+      API_PORT: String(this.apiPort),
+      SANDBOX_PORT: String(this.sandboxPort),
+      SANDBOX_URL: this.sandboxUrl,
+      WEBHOOK_URL: `${this.apiUrl}/v1/webhooks/payments`,
+      WEBHOOK_SECRET: 'whsec_chaos',
+      ONCEFLOW_ADMIN_TOKEN: ADMIN_TOKEN,
+      ONCEFLOW_DATA_DIR: runDir,
+      WORKFLOW_BUNDLE_PATH: bundlePath,
+      BIND_HOST: '127.0.0.1',
+      LOG_LEVEL: 'info',
+    };
+    const node = (
+      name: string,
+      entry: string,
+      extra: NodeJS.ProcessEnv,
+      ready: (p: Supervised) => Promise<void>,
+    ) =>
+      new Supervised({
+        name,
+        command: process.execPath,
+        args: ['--import', 'tsx', path.join(root, entry)],
+        env: { ...env, ...extra },
+        cwd: root,
+        logFile: path.join(runDir, `${name}.log`),
+        ready,
+      });
+
+    this.sandbox = node('sandbox', 'src/sandbox/main.ts', {}, (p) =>
+      waitUntil('sandbox', () => httpOk(`${this.sandboxUrl}/healthz`), READY_MS, p),
+    );
+    await this.sandbox.start();
+    for (const name of ['worker-1', 'worker-2']) {
+      const metricsPort = await freePort();
+      const sdkPort = await freePort();
+      const worker = node(
+        name,
+        'src/worker/main.ts',
+        { WORKER_METRICS_PORT: String(metricsPort), WORKER_SDK_METRICS_PORT: String(sdkPort) },
+        (p) => waitUntil(name, async () => p.currentLog().includes('"msg":"worker started"'), READY_MS, p),
+      );
+      this.workers.push(worker);
+    }
+    await Promise.all(this.workers.map((w) => w.start()));
+    this.api = node('api', 'src/api/main.ts', {}, (p) =>
+      waitUntil('api', () => httpOk(`${this.apiUrl}/healthz`), READY_MS, p),
+    );
+    await this.api.start();
+    log(`sandbox ${this.sandboxUrl}, API ${this.apiUrl}, 2 workers on task queue ${TASK_QUEUE}`);
+  }
+
+  /** A fresh Temporal connection (the server may have been restarted since the last one). */
+  async temporalConnection(): Promise<Connection> {
+    return Connection.connect({ address: this.temporal.address, connectTimeout: 5_000 });
+  }
+
+  async stop(keepFiles = false): Promise<void> {
+    await Promise.allSettled(this.services.map((s) => s.stop()));
+    await this.temporal?.stop().catch(() => undefined);
+    await this.db?.close(keepFiles).catch(() => undefined);
+  }
+
+  /** Synchronous last resort on a second Ctrl-C or an exit: kill everything now. */
+  killNow(): void {
+    for (const s of this.services) s.killNow();
+    this.temporal?.killNow();
+    this.db?.cluster?.proc.killNow();
+  }
+}
+
+const quietLogger = {
+  log: () => undefined,
+  trace: () => undefined,
+  debug: () => undefined,
+  info: () => undefined,
+  warn: (message: string) => console.warn(message),
+  error: (message: string) => console.error(message),
+};

@@ -56,19 +56,16 @@ function errorJson(code: string, message: string, extra: Record<string, unknown>
 }
 
 /**
- * Parses argv (process.argv by default) and runs `main`. Never returns on a
- * usage error. `main` gets the parsed program and an output that honours --json.
+ * Parses argv (process.argv by default); on a usage error prints it with the
+ * usage and exits 2, on --help exits 0. Returns the output to write through.
  */
-export async function runCli(
-  program: Command,
-  main: (program: Command, out: CliOutput) => Promise<void>,
-  argv: string[] = process.argv,
-): Promise<void> {
+export function parseCli(program: Command, argv: string[] = process.argv): CliOutput {
   const json = wantsJson(program, argv.slice(2));
-  const out = output(json);
+  // Help arrives in pieces (text, then any addHelpText); under --json it is sent as one object.
+  let helpText = '';
   program.exitOverride();
   program.configureOutput({
-    writeOut: (s) => process.stdout.write(json ? `${JSON.stringify({ usage: s.trimEnd() })}\n` : s),
+    writeOut: (s) => (json ? (helpText += s) : process.stdout.write(s)),
     // Errors are written below, once, with the usage.
     writeErr: () => undefined,
     outputError: () => undefined,
@@ -77,7 +74,10 @@ export async function runCli(
     program.parse(argv);
   } catch (err) {
     if (!(err instanceof CommanderError)) throw err;
-    if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version') process.exit(0);
+    if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version') {
+      if (json) process.stdout.write(`${JSON.stringify({ usage: helpText.trim() })}\n`);
+      process.exit(0);
+    }
     const message = err.message.replace(/^error: /, '');
     const usage = program.helpInformation().trimEnd();
     process.stderr.write(
@@ -85,14 +85,29 @@ export async function runCli(
     );
     process.exit(EXIT_USAGE);
   }
+  return output(json);
+}
+
+/** Runs a script's body: a thrown error is printed (as JSON under --json) and exits 1. */
+export async function runMain(out: CliOutput, main: () => Promise<void>): Promise<void> {
   try {
-    await main(program, out);
+    await main();
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
     const code = (err as { code?: unknown }).code;
     process.stderr.write(
-      json ? errorJson(typeof code === 'string' ? code : 'failed', message) : `${message}\n`,
+      out.json ? errorJson(typeof code === 'string' ? code : 'failed', message) : `${message}\n`,
     );
     process.exitCode = 1;
   }
+}
+
+/** parseCli, then runMain. */
+export async function runCli(
+  program: Command,
+  main: (program: Command, out: CliOutput) => Promise<void>,
+  argv: string[] = process.argv,
+): Promise<void> {
+  const out = parseCli(program, argv);
+  await runMain(out, () => main(program, out));
 }

@@ -1,58 +1,56 @@
-// `npm run api-key -- <tenant> [--create-tenant] [--name "Tenant name"] [--label "what it is for"]`
+// `npm run api-key -- <tenant> [--create-tenant] [--name "Tenant name"] [--label "what it is for"] [--live] [--json]`
 // Adds an API key for a tenant and prints it ONCE: only its SHA-256 is stored.
-import { parseArgs } from 'node:util';
+import { InvalidArgumentError } from 'commander';
 import { loadConfig } from '../src/config.ts';
 import { createPool, withTransaction } from '../src/db/index.ts';
 import { generateApiKey, hashApiKey } from '../src/api/auth.ts';
 import { insertApiKey, insertTenant, tenantExists } from '../src/api/sql.ts';
+import { createCommand, runCli } from './lib/cli.ts';
 
-const usage =
-  'usage: npm run api-key -- <tenant-id> [--create-tenant] [--name "Tenant name"] [--label "purpose"] [--live]';
+const TENANT_RULE = '1-63 characters of a-z, 0-9, "_" or "-", starting with a letter or digit';
 
-const { values, positionals } = parseArgs({
-  allowPositionals: true,
-  options: {
-    'create-tenant': { type: 'boolean', default: false },
-    name: { type: 'string' },
-    label: { type: 'string', default: '' },
-    live: { type: 'boolean', default: false },
-    help: { type: 'boolean', short: 'h', default: false },
-  },
-});
-
-const tenantId = positionals[0];
-if (values.help || !tenantId || positionals.length > 1) {
-  console.error(usage);
-  process.exit(values.help ? 0 : 2);
-}
-if (!/^[a-z0-9][a-z0-9_-]{0,62}$/.test(tenantId)) {
-  console.error('tenant id must be 1-63 characters of a-z, 0-9, "_" or "-", starting with a letter or digit');
-  process.exit(2);
+function tenantIdArg(raw: string): string {
+  if (!/^[a-z0-9][a-z0-9_-]{0,62}$/.test(raw)) throw new InvalidArgumentError(`must be ${TENANT_RULE}`);
+  return raw;
 }
 
-const config = loadConfig();
-const pool = createPool(config.databaseUrl, { max: 1 });
-try {
-  const key = generateApiKey(values.live ? 'live' : 'test');
-  const created = await withTransaction(pool, async (tx) => {
-    let createdTenant = false;
-    if (!(await tenantExists(tx, tenantId))) {
-      if (!values['create-tenant']) {
-        throw new Error(
-          `tenant ${JSON.stringify(tenantId)} does not exist; pass --create-tenant to create it`,
-        );
+const program = createCommand(
+  'api-key',
+  'Add an API key for a tenant and print it once (only its SHA-256 is stored).',
+  { json: true },
+)
+  .argument('<tenant-id>', TENANT_RULE, tenantIdArg)
+  .option('--create-tenant', 'create the tenant if it does not exist')
+  .option('--name <name>', "the new tenant's display name (default: the tenant id)")
+  .option('--label <label>', 'what the key is for', '')
+  .option('--live', 'make a sk_live_ key instead of sk_test_')
+  .addHelpText('after', '\nRun as: npm run api-key -- <tenant-id> [options]');
+
+await runCli(program, async (cmd, out) => {
+  const tenantId = cmd.processedArgs[0] as string;
+  const opts = cmd.opts<{ createTenant?: boolean; name?: string; label: string; live?: boolean }>();
+  const config = loadConfig();
+  const pool = createPool(config.databaseUrl, { max: 1 });
+  try {
+    const key = generateApiKey(opts.live ? 'live' : 'test');
+    const created = await withTransaction(pool, async (tx) => {
+      let createdTenant = false;
+      if (!(await tenantExists(tx, tenantId))) {
+        if (!opts.createTenant) {
+          throw Object.assign(
+            new Error(`tenant ${JSON.stringify(tenantId)} does not exist; pass --create-tenant to create it`),
+            { code: 'tenant_not_found' },
+          );
+        }
+        createdTenant = await insertTenant(tx, { id: tenantId, name: opts.name ?? tenantId });
       }
-      createdTenant = await insertTenant(tx, { id: tenantId, name: values.name ?? tenantId });
-    }
-    await insertApiKey(tx, { keyHash: hashApiKey(key), tenantId, label: values.label ?? '' });
-    return createdTenant;
-  });
-  if (created) console.error(`Created tenant ${tenantId}.`);
-  console.error(`New API key for tenant ${tenantId} (shown once; only its hash is stored):`);
-  console.log(key);
-} catch (err) {
-  console.error(err instanceof Error ? err.message : String(err));
-  process.exitCode = 1;
-} finally {
-  await pool.end();
-}
+      await insertApiKey(tx, { keyHash: hashApiKey(key), tenantId, label: opts.label });
+      return createdTenant;
+    });
+    if (created) out.info(`Created tenant ${tenantId}.`, { tenantId, createdTenant: true });
+    if (!out.json) out.info(`New API key for tenant ${tenantId} (shown once; only its hash is stored):`);
+    out.result({ tenantId, key, createdTenant: created, live: Boolean(opts.live) }, key);
+  } finally {
+    await pool.end();
+  }
+});

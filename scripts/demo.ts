@@ -10,19 +10,37 @@
  * same key, reuses a few keys with a different body, turns on every kind of
  * sandbox fault, and includes some declined cards. Exit code 1 if any
  * invariant breaks.
+ *
+ * It talks to the API through the typed client (src/client), as a caller
+ * should: each planned order is one intent with one key, and the client's
+ * own retries (lost responses, 5xx, 409, 429) reuse it.
  */
-import { parseArgs } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import { loadConfig } from '../src/config.ts';
 import { DEMO_TENANTS } from '../src/db/seed.ts';
+import {
+  ProblemError,
+  WaitTimeoutError,
+  createOnceflowClient,
+  type CreateOrderBody,
+  type CreateOrderResult,
+  type CreatedOrder,
+  type OnceflowClient,
+  type OrderDetail,
+} from '../src/client/index.ts';
+import { createCommand, parseCli, positiveInt } from './lib/cli.ts';
 
-const { values: args } = parseArgs({
-  options: {
-    orders: { type: 'string', default: '200' },
-    concurrency: { type: 'string', default: '8' },
-    'timeout-seconds': { type: 'string', default: '900' },
-  },
-});
+const program = createCommand(
+  'demo',
+  'Drive the running stack (`npm start`) with ~200 flaky clients and check the invariants. ' +
+    'Exit 1 if one breaks, 2 if the stack is not running.',
+)
+  .option('--orders <n>', 'orders to submit', positiveInt, 200)
+  .option('--concurrency <n>', 'orders submitted at once', positiveInt, 8)
+  .option('--timeout-seconds <n>', 'how long to wait for every order to settle', positiveInt, 900)
+  .addHelpText('after', '\nRun as: npm run demo -- [options]. DEMO_API_URL overrides the API address.');
+parseCli(program);
+const args = program.opts<{ orders: number; concurrency: number; timeoutSeconds: number }>();
 const config = loadConfig();
 const API = process.env.DEMO_API_URL ?? `http://127.0.0.1:${config.ports.api}`;
 const SANDBOX = config.sandboxUrl;
@@ -31,44 +49,23 @@ const TENANTS = [
   { id: 'acme', key: process.env.DEMO_ACME_KEY ?? DEMO_TENANTS[0].key },
   { id: 'globex', key: process.env.DEMO_GLOBEX_KEY ?? DEMO_TENANTS[1].key },
 ];
-const ORDER_COUNT = positiveInt(args.orders, '--orders');
-const CONCURRENCY = positiveInt(args.concurrency, '--concurrency');
-const TIMEOUT_MS = positiveInt(args['timeout-seconds'], '--timeout-seconds') * 1000;
+const ORDER_COUNT = args.orders;
+const CONCURRENCY = args.concurrency;
+const TIMEOUT_MS = args.timeoutSeconds * 1000;
 const TERMINAL = new Set(['completed', 'rejected', 'needs_attention']);
 const runId = randomBytes(4).toString('hex');
-
-function positiveInt(raw: string | undefined, name: string): number {
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n <= 0) {
-    console.error(`${name} must be a positive integer, got ${JSON.stringify(raw)}`);
-    process.exit(2);
-  }
-  return n;
-}
 
 interface Planned {
   index: number;
   tenant: (typeof TENANTS)[number];
   key: string;
-  body: Record<string, unknown>;
+  body: CreateOrderBody;
   retry: 'none' | 'concurrent' | 'after';
   conflict: boolean;
   declined: boolean;
 }
 
-interface Step {
-  name: string;
-  state: string;
-  attempts: number;
-}
-
-interface OrderView {
-  id: string;
-  status: string;
-  workflowId: string;
-  chargeId: string | null;
-  steps?: Step[];
-}
+type OrderView = OrderDetail;
 
 const counts = {
   requests: 0,
@@ -77,23 +74,36 @@ const counts = {
   unexpected: [] as string[],
 };
 
-async function post(
-  p: Planned,
-  body = p.body,
-): Promise<{ status: number; json: Record<string, unknown>; replayed: boolean }> {
-  counts.requests++;
-  const res = await fetch(`${API}/v1/orders`, {
-    method: 'POST',
-    headers: {
-      authorization: `Bearer ${p.tenant.key}`,
-      'content-type': 'application/json',
-      'idempotency-key': p.key,
-    },
-    body: JSON.stringify(body),
-  });
-  const json = (await res.json().catch(() => ({}))) as Record<string, unknown>;
-  return { status: res.status, json, replayed: res.headers.get('idempotent-replayed') === 'true' };
+/** One typed client per tenant (src/client): retries with the same key, backoff, Retry-After. */
+const clients = new Map<string, OnceflowClient>();
+function clientFor(tenant: Planned['tenant']): OnceflowClient {
+  let c = clients.get(tenant.id);
+  if (!c) {
+    c = createOnceflowClient({
+      baseUrl: API,
+      apiKey: tenant.key,
+      onAttempt: (a) => {
+        if (a.method === 'POST') counts.requests++;
+      },
+    });
+    clients.set(tenant.id, c);
+  }
+  return c;
 }
+
+type Posted = { ok: true; result: CreateOrderResult } | { ok: false; error: unknown };
+
+/** One intent's call: the planned key (born in plan()) is the key every attempt of it carries. */
+async function post(p: Planned, body = p.body): Promise<Posted> {
+  try {
+    return { ok: true, result: await clientFor(p.tenant).createOrder(body, { idempotencyKey: p.key }) };
+  } catch (error) {
+    return { ok: false, error };
+  }
+}
+
+const describe = (r: Posted) =>
+  r.ok ? `202 ${r.result.order.id}` : r.error instanceof Error ? r.error.message : String(r.error);
 
 function plan(): Planned[] {
   const planned: Planned[] = [];
@@ -201,49 +211,47 @@ async function setFaults(): Promise<void> {
   console.log(`faults on: ${faults.map(([e, k, c]) => `${e} ${k} x${c}`).join(', ')}`);
 }
 
-async function submit(p: Planned, created: Map<number, OrderView>): Promise<void> {
+async function submit(p: Planned, created: Map<number, CreatedOrder>): Promise<void> {
   const first = post(p);
   const concurrentRetry = p.retry === 'concurrent' ? post(p) : undefined;
   const original = await first;
-  if (original.status !== 202) {
-    counts.unexpected.push(
-      `order ${p.index}: POST answered ${original.status} ${JSON.stringify(original.json)}`,
-    );
+  if (!original.ok) {
+    counts.unexpected.push(`order ${p.index}: POST failed: ${describe(original)}`);
     return;
   }
-  created.set(p.index, original.json as unknown as OrderView);
+  created.set(p.index, original.result.order);
 
   const retries = [concurrentRetry, p.retry === 'after' ? post(p) : undefined].filter(Boolean);
   for (const retry of retries) {
     const r = await retry!;
-    // A replay (same order, flagged) or 409 "still processing" both absorb the duplicate.
-    if ((r.status === 202 && r.json.id === original.json.id) || r.status === 409) {
-      if (r.status === 202 && !r.replayed && !original.replayed) {
+    // The client retries a 409 "still processing" itself, so a duplicate ends as the replay.
+    if (r.ok && r.result.order.id === original.result.order.id) {
+      if (!r.result.replayed && !original.result.replayed) {
         counts.unexpected.push(
           `order ${p.index}: a retry created a second response without the replay header`,
         );
       }
       counts.duplicatesAbsorbed++;
     } else {
-      counts.unexpected.push(`order ${p.index}: retry answered ${r.status}`);
+      counts.unexpected.push(`order ${p.index}: retry answered ${describe(r)}`);
     }
   }
   if (p.conflict) {
     const other = { ...p.body, paymentMethod: p.declined ? 'pm_card_visa' : 'pm_card_mastercard' };
     const r = await post(p, other);
-    if (r.status === 422) counts.conflictsRejected++;
-    else counts.unexpected.push(`order ${p.index}: a conflicting reuse answered ${r.status}, expected 422`);
+    if (!r.ok && r.error instanceof ProblemError && r.error.status === 422) counts.conflictsRejected++;
+    else
+      counts.unexpected.push(`order ${p.index}: a conflicting reuse answered ${describe(r)}, expected 422`);
   }
 }
 
-async function settle(p: Planned, order: OrderView, deadline: number): Promise<OrderView> {
-  for (;;) {
-    const res = await fetch(`${API}/v1/orders/${order.id}?wait=20`, {
-      headers: { authorization: `Bearer ${p.tenant.key}` },
-    });
-    if (!res.ok) throw new Error(`GET order ${order.id}: HTTP ${res.status}`);
-    const view = (await res.json()) as OrderView;
-    if (TERMINAL.has(view.status) || Date.now() > deadline) return view;
+async function settle(p: Planned, order: CreatedOrder, deadline: number): Promise<OrderView> {
+  try {
+    return await clientFor(p.tenant).waitForOrder(order.id, { timeoutMs: deadline - Date.now() });
+  } catch (err) {
+    // Out of time: report the last view; the "every order terminal" check then fails.
+    if (err instanceof WaitTimeoutError) return err.order as OrderView;
+    throw err;
   }
 }
 
@@ -277,7 +285,7 @@ async function main(): Promise<void> {
 
   const before = await ledgerCounters();
   const planned = plan();
-  const created = new Map<number, OrderView>();
+  const created = new Map<number, CreatedOrder>();
   let submitted = 0;
   try {
     await pool(planned, CONCURRENCY, async (p) => {

@@ -1,0 +1,129 @@
+/**
+ * Every script (but the ops CLI and the chaos script, tested with their own
+ * code) behaves like a CLI, run as a child process the way npm runs it:
+ * --help exits 0 with usage, an unknown flag prints usage and exits 2, and
+ * under --json every line on stdout and stderr is JSON, errors included.
+ */
+import { describe, expect, it } from 'vitest';
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { databaseUrl, uniq } from '../support/env.ts';
+
+const root = path.resolve(import.meta.dirname, '../..');
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+function run(script: string, args: string[], env: Record<string, string> = {}): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      ['--import', 'tsx', `scripts/${script}`, ...args],
+      // Unreachable services by default: nothing here may touch a real database by accident.
+      {
+        cwd: root,
+        env: { ...process.env, DATABASE_URL: 'postgres://postgres@127.0.0.1:1/none', ...env },
+        timeout: 60_000,
+      },
+      (err, stdout, stderr) => {
+        const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
+        resolve({ code, stdout, stderr });
+      },
+    );
+  });
+}
+
+const lines = (text: string) => text.split('\n').filter((l) => l.trim() !== '');
+const allJson = (text: string) => lines(text).map((l) => JSON.parse(l) as Record<string, unknown>);
+
+const scripts = [
+  { file: 'demo.ts', json: false },
+  { file: 'api-key.ts', json: true },
+  { file: 'migrate.ts', json: true },
+  { file: 'ensure-temporal.ts', json: true },
+  { file: 'client-generate.ts', json: true },
+];
+
+describe.each(scripts)('scripts/$file', ({ file }) => {
+  it('answers --help with usage on stdout and exit 0', async () => {
+    const r = await run(file, ['--help']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^Usage: /);
+    expect(r.stdout).toContain('--help');
+    expect(r.stderr).toBe('');
+  });
+
+  it('refuses an unknown flag with usage on stderr and exit 2', async () => {
+    const r = await run(file, ['--no-such-flag']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain("unknown option '--no-such-flag'");
+    expect(r.stderr).toContain('Usage: ');
+    expect(r.stdout).toBe('');
+  });
+});
+
+describe.each(scripts.filter((s) => s.json))('scripts/$file --json', ({ file }) => {
+  it('under --json, help and usage errors are JSON', async () => {
+    const help = await run(file, ['--help', '--json']);
+    expect(help.code).toBe(0);
+    expect(allJson(help.stdout)).toEqual([{ usage: expect.stringMatching(/^Usage: /) }]);
+
+    const bad = await run(file, ['--json', '--no-such-flag']);
+    expect(bad.code).toBe(2);
+    expect(bad.stdout).toBe('');
+    expect(allJson(bad.stderr)).toEqual([
+      {
+        error: expect.objectContaining({ code: 'usage', message: expect.stringContaining('--no-such-flag') }),
+      },
+    ]);
+  });
+});
+
+describe('--json outputs', () => {
+  it('a failure (Postgres unreachable) is one JSON error line and exit 1', async () => {
+    for (const [file, args] of [
+      ['migrate.ts', ['--json']],
+      ['api-key.ts', ['acme', '--json']],
+    ] as const) {
+      const r = await run(file, [...args]);
+      expect(r.code, `${file}: ${r.stderr}`).toBe(1);
+      expect(r.stdout).toBe('');
+      const errs = allJson(r.stderr);
+      expect(errs).toHaveLength(1);
+      expect(errs[0]).toMatchObject({ error: { message: expect.stringContaining('127.0.0.1:1') } });
+    }
+  });
+
+  it('api-key prints the key as a JSON result, notes as JSON lines', async () => {
+    const tenant = uniq('cli').toLowerCase();
+    const r = await run('api-key.ts', [tenant, '--create-tenant', '--json'], { DATABASE_URL: databaseUrl() });
+    expect(r.code, r.stderr).toBe(0);
+    const [result, ...rest] = allJson(r.stdout);
+    expect(rest).toEqual([]);
+    expect(result).toMatchObject({
+      tenantId: tenant,
+      createdTenant: true,
+      key: expect.stringMatching(/^sk_test_/),
+    });
+    expect(allJson(r.stderr)).toEqual([expect.objectContaining({ tenantId: tenant, createdTenant: true })]);
+
+    const text = await run('api-key.ts', [tenant], { DATABASE_URL: databaseUrl() });
+    expect(text.code, text.stderr).toBe(0);
+    expect(lines(text.stdout)).toEqual([expect.stringMatching(/^sk_test_[\w-]+$/)]);
+  });
+
+  it('api-key refuses a bad tenant id as a usage error (exit 2)', async () => {
+    const r = await run('api-key.ts', ['Not Valid!']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('tenant-id');
+  });
+
+  it('demo refuses a non-positive number as a usage error (exit 2)', async () => {
+    const r = await run('demo.ts', ['--orders', '0']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('must be a positive integer');
+  });
+});

@@ -10,7 +10,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
 import { freePort } from '../devserver/ports.ts';
+import { createPool } from '../db/index.ts';
 import { createThrowawayDatabase } from '../db/migrate.ts';
+import { seedDemoData } from '../db/seed.ts';
 import { Supervised, waitUntil } from './processes.ts';
 
 export interface ChaosDatabase {
@@ -161,6 +163,13 @@ export async function openChaosDatabase(opts: {
   } catch (err) {
     await cluster?.proc.stop(10_000);
     throw err;
+  }
+  // The harness places orders with the local demo key: seed it, as `npm start` does on loopback.
+  const seedPool = createPool(db.url, { max: 1 });
+  try {
+    await seedDemoData(seedPool, '127.0.0.1');
+  } finally {
+    await seedPool.end();
   }
   const adminUrl = new URL(db.url);
   adminUrl.pathname = '/postgres';

@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { bundleWorkflowCode } from '@temporalio/worker';
 import { Connection } from '@temporalio/client';
+import { DEMO_TENANTS } from '../db/seed.ts';
 import { freePort } from '../devserver/ports.ts';
 import { ensureTemporalCli, startDevServer, type DevServer } from '../devserver/temporal.ts';
 import { WORKFLOWS_PATH } from '../worker/worker.ts';
@@ -17,8 +18,8 @@ import { httpOk, Supervised, waitUntil } from './processes.ts';
 
 export const TASK_QUEUE = 'onceflow-chaos';
 export const ADMIN_TOKEN = 'chaos_admin_token_0123456789';
-/** Seeded by migration 0005 for local use: the harness places orders as tenant `acme`. */
-export const TENANT_API_KEY = 'sk_test_acme_local';
+/** The local demo key (src/db/seed.ts), seeded into the harness's database: orders are placed as tenant `acme`. */
+export const TENANT_API_KEY = DEMO_TENANTS[0].key;
 export const TENANT = 'acme';
 
 export interface StackOptions {

@@ -177,9 +177,7 @@ describe('PromQL in the dashboard and the alert rules', () => {
       for (const { where, expr } of allExpressions()) {
         for (const name of metricNames(expr)) used.set(name, [...(used.get(name) ?? []), where]);
       }
-      const missing = [...used.keys()].filter(
-        (n) => !exported.has(n) && !SYNTHETIC.includes(n),
-      );
+      const missing = [...used.keys()].filter((n) => !exported.has(n) && !SYNTHETIC.includes(n));
       expect(missing, JSON.stringify(missing.map((n) => [n, used.get(n)]))).toEqual([]);
     });
   });

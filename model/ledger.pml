@@ -12,8 +12,12 @@
  *   -DMUT_NO_RECONCILE   takeover performs without reconciling first
  *   -DMUT_PENDING_AS_NF  a lookup answering pending is treated as not_found
  *   -DMUT_NEW_KEY        a re-drive charges under a new key (sanity: P4 can fail)
- * Exploration flag (not a mutant): -DRECON_UNGATED: reconcileCharge answers
- * performAgain on not_found even outside the key window (see MODEL.md).
+ *   -DRECON_UNGATED      reconcileCharge answers performAgain on not_found even
+ *                        outside the key window (liveness: finding F3)
+ *   -DAS_SPECIFIED       PROTOCOL.md exactly, without fix F1 (double charge)
+ *   -DNO_P5              turns P5 off, to show a mutant's effect on P1
+ * Other knobs: MAX_FAULTS, CHARGE_MAX, RECON_MAX, MAX_REDRIVES; -DLIVENESS
+ * adds the LTL property (pan -a -f).
  */
 
 #ifndef MAX_FAULTS

@@ -88,7 +88,7 @@ run() {
       local live=()
       [ "$mode" = liveness ] && live=(-DLIVENESS)
       echo "[model] the trail's last steps (replay: spin $* ${live[*]} -t -p model/ledger.pml after a pan run):"
-      (cd "$dir" && spin "$@" "${live[@]}" -t -p ledger.pml | tail -40) || true
+      (cd "$dir" && spin "$@" "${live[@]}" -t -p ledger.pml | grep -E '^ *[0-9]+:' | tail -40) || true
       fi
   else
     local violated

@@ -119,7 +119,7 @@ launch() {
 }
 # The real model (PROTOCOL.md + fix F1, see docs/MODEL.md). Liveness with one
 # fault by default (about 4 M states visited); MODEL_LIVENESS_FAULTS=2 checks it
-# with two (about 10 M).
+# with two (about 29 M visited, 0 errors).
 launch safety pass safety -O2
 launch liveness pass liveness -O2 -DMAX_FAULTS="${MODEL_LIVENESS_FAULTS:-1}"
 # The protocol exactly as PROTOCOL.md specifies it (without fix F1) charges twice.

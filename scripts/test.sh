@@ -10,5 +10,6 @@ echo "[test] lint"
 npm run --silent lint
 echo "[test] typecheck"
 npm run --silent typecheck
+echo "[test] model check (SPIN, docs/MODEL.md)" && npm run --silent model:check
 echo "[test] vitest"
 exec npx vitest run "$@"

@@ -405,7 +405,8 @@ export class Ledger {
   /**
    * Fenced: releases a claim whose effect certainly did not happen (deletes
    * the record), so the next attempt starts fresh under the same downstream
-   * key. Returns false if the caller no longer owns it.
+   * key. Returns false if the caller no longer owns it, or if the claim is a
+   * takeover (an earlier owner may still act under the key: reconcile it).
    */
   async release(scope: Scope, ownerToken: string): Promise<boolean> {
     validateScope(scope);
@@ -628,11 +629,11 @@ export class Ledger {
         ownerToken,
       });
     } catch (err) {
-      // Safe on a takeover too: we only perform there after the provider
-      // said it never saw the key, so with this request refused or never
-      // sent, nothing happened under the key at all.
-      if (isDefiniteFailure(err)) {
-        await this.release(scope, ownerToken);
+      // A first claim whose request was refused or never sent is released:
+      // nothing happened under the key. After a takeover an earlier owner
+      // may still send, so the record stays and is reconciled instead
+      // (release refuses it; docs/MODEL.md F1).
+      if (isDefiniteFailure(err) && (await this.release(scope, ownerToken))) {
         this.#emit('fail', scope, 'released');
         throw err;
       }

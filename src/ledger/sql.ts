@@ -346,10 +346,16 @@ export async function markOwnedUnknown(
  * new owner's claim.
  */
 export async function deleteOwnedClaim(db: Queryable, scope: Scope, ownerToken: string): Promise<boolean> {
+  // attempts = 1: only a first claim may be deleted. After a takeover an
+  // earlier owner may still send under the key (a paused attempt whose lease
+  // ran out); deleting the record would let a later claim start fresh without
+  // reconciling, and once the provider's key window passes, charge twice
+  // (found by the SPIN model, docs/MODEL.md F1). Such a claim is marked
+  // unknown instead.
   const { rowCount } = await db.query(
     `delete from operations
       where tenant_id = $1 and operation_type = $2 and key = $3 and owner_token = $4
-        and state in ('in_progress', 'unknown')`,
+        and state in ('in_progress', 'unknown') and attempts = 1`,
     [...pk(scope), ownerToken],
   );
   return rowCount === 1;

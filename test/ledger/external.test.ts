@@ -227,6 +227,43 @@ describe('runExternal', () => {
     expect([...keys, ...p.calls.keys]).toEqual([downstreamKey(scope), downstreamKey(scope)]);
   });
 
+  it('after a takeover, a request that was never sent keeps the record (unknown), never deletes it', async () => {
+    // The SPIN model's trail F1 (docs/MODEL.md): an earlier owner whose lease ran out may
+    // still send under the key. Deleting the record would let a later claim start fresh
+    // without reconciling and, past the provider's key window, charge twice.
+    const ledger = new Ledger(pool);
+    const scope = scopeFor('ext-takeover-not-sent');
+    const paused = await ledger.claim(scope, input, { leaseMs: 300 });
+    if (paused.kind !== 'claimed') throw new Error('expected a claim');
+    await untilLeaseExpired(pool, scope);
+    const refused = Object.assign(new Error('connection refused'), { definite: true });
+    let performs = 0;
+    await expect(
+      ledger.runExternal(scope, input, {
+        perform: async () => {
+          performs++;
+          throw refused;
+        },
+        reconcile: async () => ({ state: 'not_found' }),
+      }),
+    ).rejects.toMatchObject({ code: 'outcome_unknown' });
+    expect(performs).toBe(1);
+    expect(await ledger.get(scope)).toMatchObject({ state: 'unknown', attempts: 2 });
+    // The paused owner's request lands after all; the next attempt reconciles and finds it.
+    await pool.query(`insert into ${provider} (downstream_key, charge_id) values ($1, $2)`, [
+      downstreamKey(scope),
+      'ch_paused',
+    ]);
+    const p = fakeProvider('ch_second');
+    expect(await ledger.runExternal<Charge>(scope, input, p.handlers)).toMatchObject({
+      state: 'succeeded',
+      result: { chargeId: 'ch_paused' },
+      reconciled: true,
+    });
+    expect(p.calls.perform).toBe(0);
+    expect(await providerEffects(downstreamKey(scope))).toEqual(['ch_paused']);
+  });
+
   it('an indefinite failure marks unknown; later calls reconcile first and never perform blindly', async () => {
     const log = eventLog();
     const ledger = new Ledger(pool, { hooks: log });

@@ -5,14 +5,12 @@
  * its own SQLite file), the sandbox provider, TWO workers on one task queue,
  * and the API. Only the database differs: a throwaway one (see postgres.ts).
  */
-import fs from 'node:fs';
 import path from 'node:path';
-import { bundleWorkflowCode } from '@temporalio/worker';
 import { Connection } from '@temporalio/client';
 import { DEMO_TENANTS } from '../db/seed.ts';
 import { freePort } from '../devserver/ports.ts';
 import { ensureTemporalCli, startDevServer, type DevServer } from '../devserver/temporal.ts';
-import { WORKFLOWS_PATH } from '../worker/worker.ts';
+import { ensureWorkflowBundle } from '../worker/bundle.ts';
 import { openChaosDatabase, type ChaosDatabase } from './postgres.ts';
 import { httpOk, Supervised, waitUntil } from './processes.ts';
 
@@ -144,9 +142,7 @@ export class ChaosStack {
     log(`Temporal dev server on ${this.temporal.address}`);
 
     // One bundle for every worker start: a restarted worker polls within seconds (as a deployment with a pre-built bundle).
-    const bundlePath = path.join(runDir, 'workflow-bundle.js');
-    const { code } = await bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: quietLogger });
-    fs.writeFileSync(bundlePath, code);
+    const { path: bundlePath } = await ensureWorkflowBundle({ log });
 
     this.apiPort = await freePort();
     this.sandboxPort = await freePort();
@@ -224,12 +220,3 @@ export class ChaosStack {
     this.db?.cluster?.proc.killNow();
   }
 }
-
-const quietLogger = {
-  log: () => undefined,
-  trace: () => undefined,
-  debug: () => undefined,
-  info: () => undefined,
-  warn: (message: string) => console.warn(message),
-  error: (message: string) => console.error(message),
-};

@@ -7,7 +7,6 @@ import type { TestProject } from 'vitest/node';
 import fs from 'node:fs';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { bundleWorkflowCode } from '@temporalio/worker';
 import { loadConfig } from '../../src/config.ts';
 import { createPool } from '../../src/db/index.ts';
 import { createThrowawayDatabase } from '../../src/db/migrate.ts';
@@ -18,7 +17,7 @@ import {
   waitForTemporal,
   type DevServer,
 } from '../../src/devserver/temporal.ts';
-import { WORKFLOWS_PATH } from '../../src/worker/worker.ts';
+import { ensureWorkflowBundle } from '../../src/worker/bundle.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -76,10 +75,9 @@ export default async function setup(project: TestProject) {
       temporalUiUrl = server.uiUrl ?? temporalUiUrl;
     }
 
-    // --- Workflow bundle: built once per run instead of once per worker.
-    const workflowBundlePath = path.join(dataDir, 'workflow-bundle.js');
-    const { code } = await bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: quietLogger });
-    fs.writeFileSync(workflowBundlePath, code);
+    // --- Workflow bundle: the one `npm start` uses, keyed by a hash of the workflow code
+    // (built here only when that code changed), instead of once per worker.
+    const { path: workflowBundlePath } = await ensureWorkflowBundle();
 
     project.provide('databaseUrl', databaseUrl);
     project.provide('temporalAddress', temporalAddress);
@@ -93,12 +91,3 @@ export default async function setup(project: TestProject) {
   }
   return teardown;
 }
-
-const quietLogger = {
-  log: () => undefined,
-  trace: () => undefined,
-  debug: () => undefined,
-  info: () => undefined,
-  warn: (message: string) => console.warn(message),
-  error: (message: string) => console.error(message),
-};

@@ -41,6 +41,7 @@ import { Client, Connection } from '@temporalio/client';
 import { loadConfig } from '../src/config.ts';
 import { createThrowawayDatabase } from '../src/db/migrate.ts';
 import { createPool } from '../src/db/index.ts';
+import { DEMO_TENANTS, seedDemoData } from '../src/db/seed.ts';
 import { freePort } from '../src/devserver/ports.ts';
 import {
   ensureTemporalCli,
@@ -71,7 +72,7 @@ const LEVELS = String(args.concurrency)
 const TIMEOUT_MS = positiveInt(args['timeout-seconds'], '--timeout-seconds', 7200) * 1000;
 const PER_CLIENT_AT_LOW_LEVELS = 25;
 const HISTORY_SAMPLES = 5;
-const API_KEY = 'sk_test_acme_local'; // seeded by migrations/0005_api.sql for local use
+const API_KEY = DEMO_TENANTS[0].key; // the local demo key, seeded into the throwaway database below
 const root = path.resolve(import.meta.dirname, '..');
 const runId = `${process.pid}_${randomBytes(3).toString('hex')}`;
 const started = Date.now();
@@ -246,7 +247,13 @@ async function main(): Promise<void> {
   const dbName = `onceflow_bench_e2e_${runId}`;
   const database = await createThrowawayDatabase(config.databaseUrl, dbName);
   dropDatabase = database.drop;
-  say(`database ${dbName} created and migrated`);
+  const seedPool = createPool(database.url, { max: 1 });
+  try {
+    await seedDemoData(seedPool, '127.0.0.1');
+  } finally {
+    await seedPool.end();
+  }
+  say(`database ${dbName} created, migrated and seeded`);
 
   const cli = await ensureTemporalCli({ toolsDir: config.toolsDir, log: say });
   devServer = await startDevServerOnFreePorts({

@@ -36,6 +36,8 @@ async function spawnWorker(): Promise<ChildProcess> {
       SANDBOX_URL: stack.sandbox.url,
       WORKFLOW_BUNDLE_PATH: workflowBundlePath(),
       WORKER_METRICS_PORT: String(await freePort()),
+      // Its own free port: the default (metrics port + 1) may be taken by another process.
+      WORKER_SDK_METRICS_PORT: String(await freePort()),
       LEDGER_LEASE_MS: '6000',
       PROVIDER_TIMEOUT_MS: '8000',
       LOG_LEVEL: 'info',

@@ -3,24 +3,15 @@
  * still renders the tenant API, and the browser reports no CSP violation.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { chromium, type Browser } from 'playwright-core';
-import { chromiumPath } from '../support/chromium.ts';
+import type { Browser } from 'playwright-core';
+import { launchChromium } from '../support/chromium.ts';
 import { startApi, type TestApi } from './support.ts';
 
 let api: TestApi;
 let browser: Browser;
 beforeAll(async () => {
   api = await startApi();
-  browser = await chromium.launch({
-    executablePath: chromiumPath(),
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--no-first-run',
-    ],
-  });
+  browser = await launchChromium();
 });
 afterAll(async () => {
   await browser?.close();

@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import { chromium, type Browser } from 'playwright-core';
 
 /** Debian's Chromium; `npm test` installs it when missing. CHROMIUM_PATH overrides. */
 export function chromiumPath(): string {
@@ -13,4 +14,19 @@ export function chromiumPath(): string {
     );
   }
   return found;
+}
+
+/** Headless Debian Chromium with no background networking (this machine reaches no outside host). */
+export function launchChromium(): Promise<Browser> {
+  return chromium.launch({
+    executablePath: chromiumPath(),
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--no-first-run',
+    ],
+  });
 }

@@ -9,10 +9,10 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import fs from 'node:fs';
 import path from 'node:path';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { stepKeys } from '../../src/orders/model.ts';
-import { chromiumPath } from '../support/chromium.ts';
+import { launchChromium } from '../support/chromium.ts';
 
 const artifacts = path.resolve(import.meta.dirname, '../../test-results');
 let stack: OrderStack;
@@ -20,17 +20,7 @@ let browser: Browser;
 
 beforeAll(async () => {
   stack = await startOrderStack();
-  browser = await chromium.launch({
-    executablePath: chromiumPath(),
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--no-first-run',
-    ],
-  });
+  browser = await launchChromium();
   fs.mkdirSync(artifacts, { recursive: true });
 });
 afterAll(async () => {

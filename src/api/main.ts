@@ -16,12 +16,10 @@ import { PortInUseError } from '../devserver/ports.ts';
 import { Ledger } from '../ledger/index.ts';
 import { errorFields, log, setLogLevel } from '../log.ts';
 import { connectionSettings } from '../temporal/connection.ts';
-import { buildApiApp } from './app.ts';
 import { OutboxRelay } from './outbox.ts';
-import { createMetrics, metricsPlugin } from '../metrics/index.ts';
-import { Operator, opsRoutes } from '../ops/index.ts';
+import { buildApiServer } from './server.ts';
+import { createMetrics } from '../metrics/index.ts';
 import { listParkedWorkflows } from '../orders/attention.ts';
-import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../providers/sandbox.ts';
 
 const config = loadConfig();
 setLogLevel(config.logLevel);
@@ -51,19 +49,7 @@ const relay = new OutboxRelay({
   enabled: config.api.outboxRelay,
   pollMs: config.api.outboxPollMs,
 });
-const providerOptions = { baseUrl: config.sandboxUrl, timeoutMs: config.providerTimeoutMs };
-const operator = new Operator({
-  pool,
-  ledger,
-  temporal,
-  payments: createSandboxPaymentProvider(providerOptions),
-  email: createSandboxEmailProvider(providerOptions),
-  temporalUi: { url: config.temporal.uiUrl, namespace: config.temporal.namespace },
-  source: 'api',
-});
-const app = await buildApiApp({ pool, ledger, temporal, config, relay });
-await app.register(metricsPlugin({ metrics }));
-await app.register(opsRoutes({ operator, adminToken: config.adminToken }));
+const app = await buildApiServer({ pool, ledger, temporal, config, relay, metrics });
 
 try {
   await assertNoDemoKeys(pool, config.bindHost);

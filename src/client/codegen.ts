@@ -12,18 +12,16 @@ import path from 'node:path';
 import openapiTS, { astToString, type OpenAPI3 } from 'openapi-typescript';
 import { format, resolveConfig } from 'prettier';
 import { Client, Connection } from '@temporalio/client';
-import { buildApiApp } from '../api/app.ts';
+import { buildApiServer } from '../api/server.ts';
 import { loadConfig } from '../config.ts';
 import { createPool } from '../db/index.ts';
 import { Ledger } from '../ledger/index.ts';
-import { Operator, opsRoutes } from '../ops/index.ts';
-import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../providers/sandbox.ts';
 
 export const CLIENT_DIR = import.meta.dirname;
 export const OPENAPI_PATH = path.join(CLIENT_DIR, 'openapi.json');
 export const SCHEMA_PATH = path.join(CLIENT_DIR, 'schema.d.ts');
 
-/** The document GET /openapi.json serves, with the same routes src/api/main.ts registers. */
+/** The document GET /openapi.json serves: the same server src/api/main.ts runs (buildApiServer). */
 export async function liveOpenApiDocument(): Promise<Record<string, unknown>> {
   // Defaults only: the document must not depend on whoever runs the generator.
   const config = loadConfig({});
@@ -32,18 +30,7 @@ export async function liveOpenApiDocument(): Promise<Record<string, unknown>> {
   const temporal = new Client({ connection, namespace: config.temporal.namespace });
   const ledger = new Ledger(pool);
   try {
-    const app = await buildApiApp({ pool, ledger, temporal, config });
-    const providerOptions = { baseUrl: config.sandboxUrl, timeoutMs: config.providerTimeoutMs };
-    const operator = new Operator({
-      pool,
-      ledger,
-      temporal,
-      payments: createSandboxPaymentProvider(providerOptions),
-      email: createSandboxEmailProvider(providerOptions),
-      temporalUi: { url: config.temporal.uiUrl, namespace: config.temporal.namespace },
-      source: 'api',
-    });
-    await app.register(opsRoutes({ operator, adminToken: config.adminToken }));
+    const app = await buildApiServer({ pool, ledger, temporal, config });
     await app.ready();
     const res = await app.inject({ method: 'GET', url: '/openapi.json' });
     if (res.statusCode !== 200) throw new Error(`GET /openapi.json answered ${res.statusCode}`);

@@ -1,16 +1,14 @@
 /**
  * The admin routes and the metrics plugin registered inside the real API app
- * (buildApiApp), as src/api/main.ts wires them: admin routes answer only to
+ * (buildApiServer, which src/api/main.ts serves): admin routes answer only to
  * the admin token, tenant routes keep their own auth, /metrics counts the
  * API's responses by route pattern.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
-import { buildApiApp } from '../../src/api/app.ts';
+import { buildApiServer } from '../../src/api/server.ts';
 import { Ledger } from '../../src/ledger/index.ts';
-import { createMetrics, metricsPlugin, type Metrics } from '../../src/metrics/index.ts';
-import { Operator, opsRoutes } from '../../src/ops/index.ts';
-import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
+import { createMetrics, type Metrics } from '../../src/metrics/index.ts';
 import { loadConfig } from '../../src/config.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { databaseUrl, temporalAddress, temporalClient, testPool, uniq } from '../support/env.ts';
@@ -34,19 +32,7 @@ beforeAll(async () => {
   const ledger = new Ledger(pool, { hooks: metrics.ledgerHooks });
   const tc = await temporalClient();
   closeClient = tc.close;
-  const providers = { baseUrl: config.sandboxUrl, timeoutMs: config.providerTimeoutMs };
-  const operator = new Operator({
-    pool,
-    ledger,
-    temporal: tc.client,
-    payments: createSandboxPaymentProvider(providers),
-    email: createSandboxEmailProvider(providers),
-    temporalUi: { url: config.temporal.uiUrl, namespace: config.temporal.namespace },
-    source: 'api',
-  });
-  app = await buildApiApp({ pool, ledger, temporal: tc.client, config });
-  await app.register(metricsPlugin({ metrics }));
-  await app.register(opsRoutes({ operator, adminToken: config.adminToken }));
+  app = await buildApiServer({ pool, ledger, temporal: tc.client, config, metrics });
   await app.ready();
 });
 afterAll(async () => {

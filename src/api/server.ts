@@ -1,0 +1,45 @@
+/**
+ * The API as it runs: the tenant app (buildApiApp), its /metrics, and the
+ * operator's admin routes, wired once. src/api/main.ts serves it, the client
+ * generator reads its OpenAPI document, and the wiring test drives it, so
+ * all three see the same routes.
+ */
+import type { Client } from '@temporalio/client';
+import type { FastifyInstance } from 'fastify';
+import type { Config } from '../config.ts';
+import type { Pool } from '../db/index.ts';
+import type { Ledger } from '../ledger/index.ts';
+import { metricsPlugin, type Metrics } from '../metrics/index.ts';
+import { Operator, opsRoutes } from '../ops/index.ts';
+import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../providers/sandbox.ts';
+import { buildApiApp } from './app.ts';
+import type { OutboxRelay } from './outbox.ts';
+
+export interface ApiServerDeps {
+  pool: Pool;
+  ledger: Ledger;
+  temporal: Client;
+  config: Config;
+  /** Defaults to an unstarted relay built from `config` (see buildApiApp). */
+  relay?: OutboxRelay;
+  /** When given, GET /metrics serves it and every response is counted. */
+  metrics?: Metrics;
+}
+
+export async function buildApiServer(deps: ApiServerDeps): Promise<FastifyInstance> {
+  const { pool, ledger, temporal, config } = deps;
+  const providerOptions = { baseUrl: config.sandboxUrl, timeoutMs: config.providerTimeoutMs };
+  const operator = new Operator({
+    pool,
+    ledger,
+    temporal,
+    payments: createSandboxPaymentProvider(providerOptions),
+    email: createSandboxEmailProvider(providerOptions),
+    temporalUi: { url: config.temporal.uiUrl, namespace: config.temporal.namespace },
+    source: 'api',
+  });
+  const app = await buildApiApp({ pool, ledger, temporal, config, relay: deps.relay });
+  if (deps.metrics) await app.register(metricsPlugin({ metrics: deps.metrics }));
+  await app.register(opsRoutes({ operator, adminToken: config.adminToken }));
+  return app;
+}

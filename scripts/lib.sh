@@ -18,16 +18,24 @@ ensure_temporal_cli() {
   node --import tsx scripts/ensure-temporal.ts >/dev/null
 }
 
+# Installs a Debian package when running as root with apt-get. Non-zero when
+# it can't (not root, no apt-get) or the install failed; callers run it under
+# `if`, where `set -e` does not apply, so the status is returned explicitly.
+apt_install_as_root() {
+  local pkg="$1" why="$2"
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    return 1
+  fi
+  echo "[setup] installing Debian's $pkg $why..."
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null
+}
+
 ensure_chromium() {
   # The Temporal UI browser check drives Debian's Chromium (no browser download at run time).
   if [ -n "${CHROMIUM_PATH:-}" ] || command -v chromium >/dev/null 2>&1; then
     return 0
   fi
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "[setup] installing Debian's chromium for the Temporal UI browser check..."
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-  else
+  if ! apt_install_as_root chromium "for the Temporal UI browser check"; then
     echo "[setup] warning: no chromium found; the Temporal UI browser check will fail." >&2
     echo "[setup] install it (apt-get install chromium) or set CHROMIUM_PATH." >&2
   fi

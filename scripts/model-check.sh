@@ -13,11 +13,7 @@ ensure_spin() {
   if command -v spin >/dev/null 2>&1; then
     return 0
   fi
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "[model] installing Debian's spin..."
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq spin >/dev/null
-  else
+  if ! apt_install_as_root spin "for the model check"; then
     echo "[model] error: spin is not installed (apt-get install spin, or brew install spin)" >&2
     exit 1
   fi

@@ -4,48 +4,17 @@
  * installed once (the test process already has one).
  */
 import { afterAll, expect, it } from 'vitest';
-import { spawn, type ChildProcess } from 'node:child_process';
-import path from 'node:path';
-import { freePort } from '../../src/devserver/ports.ts';
-import { temporalAddress, uniq, workflowBundlePath } from '../support/env.ts';
+import { startWorkerMetricsFixture, type WorkerMetricsFixture } from './fixtures/start-worker-metrics.ts';
 
-const root = path.resolve(import.meta.dirname, '../..');
-let child: ChildProcess | undefined;
+let worker: WorkerMetricsFixture | undefined;
 
 afterAll(async () => {
-  if (child && child.exitCode === null) {
-    const exited = new Promise((r) => child!.once('exit', r));
-    child.kill('SIGTERM');
-    await exited;
-  }
+  await worker?.stop();
 });
 
 it('serves onceflow and temporal_ worker metrics from one endpoint', async () => {
-  const sdkPort = await freePort();
-  child = spawn(
-    process.execPath,
-    [
-      '--import',
-      'tsx',
-      'test/metrics/fixtures/worker-metrics.ts',
-      temporalAddress(),
-      workflowBundlePath(),
-      String(sdkPort),
-      uniq('metrics'),
-    ],
-    { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] },
-  );
-  let stderr = '';
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    child!.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const line = out.split('\n').find((l) => l.startsWith('{'));
-      if (line) resolve((JSON.parse(line) as { url: string }).url);
-    });
-    child!.once('exit', (code) => reject(new Error(`fixture exited with ${code}: ${stderr}`)));
-  });
+  worker = await startWorkerMetricsFixture('metrics');
+  const { url, sdkPort } = worker;
 
   // The SDK's exporter fills in once the worker polls; allow it a few seconds.
   const deadline = Date.now() + 20_000;

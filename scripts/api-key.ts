@@ -4,7 +4,7 @@ import { InvalidArgumentError } from 'commander';
 import { loadConfig } from '../src/config.ts';
 import { createPool, withTransaction } from '../src/db/index.ts';
 import { generateApiKey, hashApiKey } from '../src/api/auth.ts';
-import { insertApiKey, insertTenant, tenantExists } from '../src/api/sql.ts';
+import { insertApiKey, insertTenant, tenantExists } from '../src/tenants/sql.ts';
 import { createCommand, runCli } from './lib/cli.ts';
 
 const TENANT_RULE = '1-63 characters of a-z, 0-9, "_" or "-", starting with a letter or digit';

@@ -17,7 +17,7 @@ import type { ApiContext } from './context.ts';
 import { OutboxRelay } from './outbox.ts';
 import { PROBLEMS, ProblemError, frameworkErrorHandler, sendProblem, toProblem } from './problems.ts';
 import { docsCsp, securityHeaders } from './security-headers.ts';
-import { findTenantByKeyHash } from './sql.ts';
+import { findTenantByKeyHash } from '../tenants/sql.ts';
 import { strictValidatorCompiler } from './validation.ts';
 import { healthRoutes } from './routes/health.ts';
 import { orderRoutes } from './routes/orders.ts';

@@ -30,7 +30,7 @@ import {
   markOutboxFailed,
   markOutboxStarted,
   type OutboxRow,
-} from './sql.ts';
+} from '../outbox/sql.ts';
 
 export const ORDER_WORKFLOW_TYPE = 'orderWorkflow';
 

@@ -1,12 +1,16 @@
 /**
  * Reads what the system says after a fault: order rows, outbox rows, the
  * workflows Temporal knows, and the sandbox provider's own store of charges
- * and messages (ground truth for money moved). Each read opens a fresh
+ * and messages (ground truth for money moved), through each table's SQL
+ * module. Each read opens a fresh
  * connection, since the server may have been restarted since the last one.
  */
 import pg from 'pg';
 import type { Connection } from '@temporalio/client';
 import { Client } from '@temporalio/client';
+import { selectOrderIdsByCustomerPrefix, selectOrderOutcomes } from '../orders/sql.ts';
+import { selectOutboxWorkflowIds } from '../outbox/sql.ts';
+import { selectAllChargeEffects, selectAllMessageEffects } from '../sandbox/sql.ts';
 import type { MoneyEffect, OrderFact } from './invariants.ts';
 
 export async function withDb<T>(url: string, cb: (c: pg.Client) => Promise<T>): Promise<T> {
@@ -24,18 +28,7 @@ export async function readOrders(
   db: pg.Client,
   orderIds: readonly string[],
 ): Promise<Map<string, OrderFact>> {
-  const { rows } = await db.query<{
-    id: string;
-    workflow_id: string;
-    status: string;
-    last_error: string | null;
-    age: number;
-  }>(
-    `select id, workflow_id, status, last_error,
-            extract(epoch from updated_at - created_at)::float8 as age
-       from orders where id = any($1::text[])`,
-    [orderIds],
-  );
+  const rows = await selectOrderOutcomes(db, orderIds);
   return new Map(
     rows.map((r) => [
       r.id,
@@ -51,36 +44,24 @@ export async function readOrders(
 }
 
 export async function readOrdersForCustomers(db: pg.Client, customerPrefix: string): Promise<string[]> {
-  const { rows } = await db.query<{ id: string }>(
-    `select id from orders where starts_with(customer_id, $1)`,
-    [customerPrefix],
-  );
-  return rows.map((r) => r.id);
+  return selectOrderIdsByCustomerPrefix(db, customerPrefix);
 }
 
 export async function readOutbox(db: pg.Client, workflowIds: readonly string[]): Promise<Set<string>> {
-  const { rows } = await db.query<{ workflow_id: string }>(
-    'select workflow_id from workflow_outbox where workflow_id = any($1::text[])',
-    [workflowIds],
-  );
-  return new Set(rows.map((r) => r.workflow_id));
+  return new Set(await selectOutboxWorkflowIds(db, workflowIds));
 }
 
 /** The sandbox's own tables: every charge and message that really happened. */
 export async function readMoney(db: pg.Client): Promise<{ charges: MoneyEffect[]; messages: MoneyEffect[] }> {
-  const charges = await db.query<{ idempotency_key: string; order_id: string | null; status: string }>(
-    `select idempotency_key, metadata ->> 'order_id' as order_id, status from sandbox.charges`,
-  );
-  const messages = await db.query<{ idempotency_key: string; order_id: string | null }>(
-    `select idempotency_key, metadata ->> 'order_id' as order_id from sandbox.messages`,
-  );
+  const charges = await selectAllChargeEffects(db);
+  const messages = await selectAllMessageEffects(db);
   return {
-    charges: charges.rows.map((r) => ({
+    charges: charges.map((r) => ({
       idempotencyKey: r.idempotency_key,
       orderId: r.order_id,
       status: r.status,
     })),
-    messages: messages.rows.map((r) => ({
+    messages: messages.map((r) => ({
       idempotencyKey: r.idempotency_key,
       orderId: r.order_id,
       status: 'sent',

@@ -159,3 +159,8 @@ export async function withTransaction<T>(
     await new Promise((r) => setTimeout(r, 10 * 2 ** attempt + Math.random() * 20));
   }
 }
+
+/** The readiness probe's round trip: proves a connection can run a statement. */
+export async function ping(db: Queryable): Promise<void> {
+  await db.query('select 1');
+}

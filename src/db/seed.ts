@@ -9,7 +9,7 @@
  * setup seeds its throwaway database.
  */
 import { hashApiKey } from '../api/auth.ts';
-import { findActiveKeyHashes, insertApiKeyIfAbsent, insertTenant } from '../api/sql.ts';
+import { findActiveKeyHashes, insertApiKeyIfAbsent, insertTenant } from '../tenants/sql.ts';
 import { ConfigError, isLoopbackHost } from '../config.ts';
 import type { Queryable } from './index.ts';
 

@@ -17,14 +17,9 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { withTransaction, type Pool } from '../db/index.ts';
 import type { LedgerEvent, LedgerHooks } from '../ledger/index.ts';
 import { errorFields, log } from '../log.ts';
-import {
-  countUnrecordedParked,
-  selectBacklog,
-  selectOutboxBacklog,
-  setLocalStatementTimeout,
-  type BacklogSnapshot,
-  type OutboxBacklog,
-} from './sql.ts';
+import { countUnrecordedParked } from '../orders/sql.ts';
+import { selectOutboxBacklog, type OutboxBacklog } from '../outbox/sql.ts';
+import { selectBacklog, setLocalStatementTimeout, type BacklogSnapshot } from './sql.ts';
 
 export interface MetricsOptions {
   /** Defaults to a fresh registry (not prom-client's global one), so tests and processes never share state. */

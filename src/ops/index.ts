@@ -16,4 +16,5 @@ export {
 } from './operator.ts';
 export { OpsError, isOpsError, type OpsErrorCode } from './errors.ts';
 export { opsRoutes, type OpsRoutesOptions } from './routes.ts';
-export type { AuditEntry, AuditAction, AuditSource, OrderSummary } from './sql.ts';
+export type { AuditEntry, AuditAction, AuditSource } from '../audit/sql.ts';
+export type { OrderSummary } from './operator.ts';

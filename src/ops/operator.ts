@@ -29,7 +29,7 @@ import {
   type ReconcileOutcome,
   type Scope,
 } from '../ledger/index.ts';
-import { ORDER_REASONS, OPERATION_TYPES, orderWorkflowId } from '../orders/model.ts';
+import { ORDER_REASONS, OPERATION_TYPES, orderWorkflowId, type OrderStatus } from '../orders/model.ts';
 import { listParkedWorkflows, type ParkedWorkflow } from '../orders/attention.ts';
 import type { Charge, EmailProvider, Message, PaymentProvider } from '../providers/types.ts';
 import { chargeReconciler, settledCharge } from '../steps/payment.ts';
@@ -40,18 +40,51 @@ import {
   redriveUpdate,
   type RedriveAccepted,
 } from '../../workflows/definitions.ts';
-import { OpsError } from './errors.ts';
+import { insertAudit, selectAudit, type AuditEntry, type AuditSource } from '../audit/sql.ts';
 import {
-  insertAudit,
-  selectAudit,
   selectOrderByWorkflowId,
   selectOrderForUpdate,
   selectOrdersByWorkflowIds,
   selectOrdersInStatus,
-  type AuditEntry,
-  type AuditSource,
-  type OrderSummary,
-} from './sql.ts';
+  type OrderRow,
+} from '../orders/sql.ts';
+import { OpsError } from './errors.ts';
+
+/** An order as the operator's tools show it (camelCase; the row's columns the operator needs). */
+export interface OrderSummary {
+  tenantId: string;
+  orderId: string;
+  workflowId: string;
+  status: OrderStatus;
+  statusSeq: number;
+  amount: number;
+  currency: string;
+  chargeId: string | null;
+  receiptId: string | null;
+  lastError: string | null;
+  /** Machine-readable reason of a rejected / needs_attention order (ORDER_REASONS). */
+  reason: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+function orderSummary(row: OrderRow): OrderSummary {
+  return {
+    tenantId: row.tenant_id,
+    orderId: row.id,
+    workflowId: row.workflow_id,
+    status: row.status,
+    statusSeq: row.status_seq,
+    amount: Number(row.amount),
+    currency: row.currency,
+    chargeId: row.charge_id,
+    receiptId: row.receipt_id,
+    lastError: row.last_error,
+    reason: row.reason,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+  };
+}
 
 export interface OperatorDeps {
   pool: Pool;
@@ -268,7 +301,12 @@ export class Operator {
     const workflowId = workflowIdForKey(scope);
     const [provider, order, audit] = await Promise.all([
       this.#providerView(scope.operationType, dk),
-      workflowId ? withClient(this.#deps.pool, (c) => selectOrderByWorkflowId(c, workflowId)) : null,
+      workflowId
+        ? withClient(this.#deps.pool, async (c) => {
+            const row = await selectOrderByWorkflowId(c, workflowId);
+            return row ? orderSummary(row) : null;
+          })
+        : null,
       withClient(this.#deps.pool, (c) =>
         selectAudit(c, { tenantId: scope.tenantId, operationKey: scope.key, limit: 50 }),
       ),
@@ -460,8 +498,9 @@ export class Operator {
     return withTransaction(
       this.#deps.pool,
       async (tx) => {
-        const order = await selectOrderForUpdate(tx, tenantId, orderId);
-        if (!order) throw new OpsError('not_found', `no order ${orderId} for tenant ${tenantId}`);
+        const row = await selectOrderForUpdate(tx, tenantId, orderId);
+        if (!row) throw new OpsError('not_found', `no order ${orderId} for tenant ${tenantId}`);
+        const order = orderSummary(row);
         const audit = await insertAudit(tx, {
           actor,
           source: opts.source ?? this.#deps.source ?? 'cli',
@@ -505,7 +544,9 @@ export class Operator {
     const limit = clampLimit(opts.limit);
     const tenant = opts.tenantId ? { tenantId: opts.tenantId } : {};
     const [orders, parked] = await Promise.all([
-      withClient(this.#deps.pool, (c) => selectOrdersInStatus(c, 'needs_attention', { ...tenant, limit })),
+      withClient(this.#deps.pool, async (c) =>
+        (await selectOrdersInStatus(c, 'needs_attention', { ...tenant, limit })).map(orderSummary),
+      ),
       this.#temporal(() => listParkedWorkflows(this.#deps.temporal, { ...tenant, limit })).then(
         (list): { list: ParkedWorkflow[]; error?: string } => ({ list }),
         (err: unknown) => ({ list: [], error: message(err) }),
@@ -519,11 +560,13 @@ export class Operator {
     const listed = new Set(orders.map((o) => o.workflowId));
     const extra = parked.list.filter((p) => !listed.has(p.workflowId));
     if (extra.length > 0) {
-      const rows = await withClient(this.#deps.pool, (c) =>
-        selectOrdersByWorkflowIds(
-          c,
-          extra.map((p) => p.workflowId),
-        ),
+      const rows = await withClient(this.#deps.pool, async (c) =>
+        (
+          await selectOrdersByWorkflowIds(
+            c,
+            extra.map((p) => p.workflowId),
+          )
+        ).map(orderSummary),
       );
       const byId = new Map(rows.map((r) => [r.workflowId, r]));
       for (const p of extra) {

@@ -1,6 +1,82 @@
-/** SQL for the orders table. One function per statement, client first. */
+/**
+ * SQL for the `orders` table, and the only module that queries it. One
+ * function per statement, client first so it can join a caller's
+ * transaction; parameterised only; explicit `returning`.
+ *
+ * Writers: the API inserts an order in `accepted` (in the same transaction as
+ * its ledger claim and its outbox row); after that only
+ * `applyOrderTransition` moves it, through the state machine in model.ts.
+ * Readers: the API, the operator (src/ops), the metrics and the chaos
+ * harness. Cross-table aggregates (src/metrics/sql.ts) are the one exception.
+ */
 import type { Queryable } from '../db/index.ts';
-import { TRANSITIONS, type OrderStatus } from './model.ts';
+import { TRANSITIONS, type OrderItem, type OrderStatus } from './model.ts';
+
+/** One row of `orders`, as every select here returns it. */
+export interface OrderRow {
+  tenant_id: string;
+  id: string;
+  workflow_id: string;
+  status: OrderStatus;
+  /** Bumped by every applied transition. */
+  status_seq: number;
+  amount: string; // bigint arrives as a string
+  currency: string;
+  customer_id: string;
+  customer_email: string;
+  items: OrderItem[];
+  payment_method: string;
+  charge_id: string | null;
+  receipt_id: string | null;
+  last_error: string | null;
+  /** Machine-readable reason of a rejected / needs_attention order (ORDER_REASONS). */
+  reason: string | null;
+  created_at: Date;
+  updated_at: Date;
+  /** Microseconds since the epoch: the exact sort key for cursors (a JS Date keeps only ms). */
+  created_us: string;
+}
+
+const ORDER_COLUMNS = `tenant_id, id, workflow_id, status, status_seq, amount, currency, customer_id,
+  customer_email, items, payment_method, charge_id, receipt_id, last_error, reason, created_at, updated_at,
+  (extract(epoch from created_at) * 1000000)::bigint::text as created_us`;
+
+// --- writes -----------------------------------------------------------------
+
+/** The API only ever inserts orders in 'accepted'; the workflow's activities move them on. */
+export async function insertAcceptedOrder(
+  db: Queryable,
+  o: {
+    tenantId: string;
+    orderId: string;
+    workflowId: string;
+    amount: number;
+    currency: string;
+    customerId: string;
+    customerEmail: string;
+    items: OrderItem[];
+    paymentMethod: string;
+  },
+): Promise<OrderRow> {
+  const { rows } = await db.query<OrderRow>(
+    `insert into orders (tenant_id, id, workflow_id, status, amount, currency, customer_id, customer_email,
+                         items, payment_method)
+     values ($1, $2, $3, 'accepted', $4, $5, $6, $7, $8, $9)
+     returning ${ORDER_COLUMNS}`,
+    [
+      o.tenantId,
+      o.orderId,
+      o.workflowId,
+      o.amount,
+      o.currency,
+      o.customerId,
+      o.customerEmail,
+      JSON.stringify(o.items),
+      o.paymentMethod,
+    ],
+  );
+  return rows[0]!;
+}
 
 /** Statuses from which `to` may be entered. */
 function sourcesOf(to: OrderStatus): OrderStatus[] {
@@ -48,10 +124,153 @@ export async function applyOrderTransition(
     [t.tenantId, t.orderId, t.to, t.chargeId, t.receiptId, t.lastError, sourcesOf(t.to), t.reason ?? null],
   );
   if (updated.rows[0]) return { kind: 'applied', status: updated.rows[0].status };
-  const current = await db.query<{ status: OrderStatus }>(
-    `select status from orders where tenant_id = $1 and id = $2`,
-    [t.tenantId, t.orderId],
+  const status = await getOrderStatus(db, t.tenantId, t.orderId);
+  return status ? { kind: 'unchanged', status } : { kind: 'not_found' };
+}
+
+// --- one order --------------------------------------------------------------
+
+export async function getOrder(db: Queryable, tenantId: string, orderId: string): Promise<OrderRow | null> {
+  const { rows } = await db.query<OrderRow>(
+    `select ${ORDER_COLUMNS} from orders where tenant_id = $1 and id = $2`,
+    [tenantId, orderId],
   );
-  const row = current.rows[0];
-  return row ? { kind: 'unchanged', status: row.status } : { kind: 'not_found' };
+  return rows[0] ?? null;
+}
+
+export async function getOrderStatus(
+  db: Queryable,
+  tenantId: string,
+  orderId: string,
+): Promise<OrderStatus | null> {
+  const { rows } = await db.query<{ status: OrderStatus }>(
+    `select status from orders where tenant_id = $1 and id = $2`,
+    [tenantId, orderId],
+  );
+  return rows[0]?.status ?? null;
+}
+
+export async function selectOrderByWorkflowId(db: Queryable, workflowId: string): Promise<OrderRow | null> {
+  const { rows } = await db.query<OrderRow>(`select ${ORDER_COLUMNS} from orders where workflow_id = $1`, [
+    workflowId,
+  ]);
+  return rows[0] ?? null;
+}
+
+/**
+ * FOR UPDATE: a re-drive checks the status, audits, then signals. Holding the
+ * row lock until commit keeps two operators from re-driving the same order
+ * at once and the workflow from moving the status in between unnoticed.
+ */
+export async function selectOrderForUpdate(
+  db: Queryable,
+  tenantId: string,
+  orderId: string,
+): Promise<OrderRow | null> {
+  const { rows } = await db.query<OrderRow>(
+    `select ${ORDER_COLUMNS} from orders where tenant_id = $1 and id = $2 for update`,
+    [tenantId, orderId],
+  );
+  return rows[0] ?? null;
+}
+
+// --- lists ------------------------------------------------------------------
+
+/** Newest first; `before` is the (created_us, id) of the last row of the previous page. */
+export async function listOrders(
+  db: Queryable,
+  q: { tenantId: string; status?: OrderStatus; before?: { createdUs: string; id: string }; limit: number },
+): Promise<OrderRow[]> {
+  const { rows } = await db.query<OrderRow>(
+    `select ${ORDER_COLUMNS} from orders
+      where tenant_id = $1
+        and ($2::text is null or status = $2)
+        and ($3::bigint is null
+             or (created_at, id) < ('epoch'::timestamptz + $3::bigint * interval '1 microsecond', $4::text))
+      order by created_at desc, id desc
+      limit $5`,
+    [q.tenantId, q.status ?? null, q.before?.createdUs ?? null, q.before?.id ?? null, q.limit],
+  );
+  return rows;
+}
+
+/** Orders in one status across tenants (or one tenant), oldest update first (index orders_status). */
+export async function selectOrdersInStatus(
+  db: Queryable,
+  status: OrderStatus,
+  opts: { tenantId?: string; limit: number },
+): Promise<OrderRow[]> {
+  const { rows } = await db.query<OrderRow>(
+    `select ${ORDER_COLUMNS} from orders
+      where status = $1 and ($2::text is null or tenant_id = $2)
+      order by updated_at, tenant_id, id
+      limit $3`,
+    [status, opts.tenantId ?? null, opts.limit],
+  );
+  return rows;
+}
+
+/** The orders of these workflows (unique index on workflow_id); missing rows are simply absent. */
+export async function selectOrdersByWorkflowIds(
+  db: Queryable,
+  workflowIds: readonly string[],
+): Promise<OrderRow[]> {
+  if (workflowIds.length === 0) return [];
+  const { rows } = await db.query<OrderRow>(
+    `select ${ORDER_COLUMNS} from orders where workflow_id = any($1::text[])`,
+    [workflowIds],
+  );
+  return rows;
+}
+
+/**
+ * Of these parked workflows (Temporal visibility says they wait for a human),
+ * how many have no order row in needs_attention: their status write failed,
+ * so the orders table alone would not count them. Served by the unique index
+ * on orders.workflow_id.
+ */
+export async function countUnrecordedParked(db: Queryable, workflowIds: readonly string[]): Promise<number> {
+  if (workflowIds.length === 0) return 0;
+  const { rows } = await db.query<{ n: number }>(
+    `select count(*)::int as n
+       from unnest($1::text[]) as parked(workflow_id)
+      where not exists (select 1 from orders o
+                         where o.workflow_id = parked.workflow_id and o.status = 'needs_attention')`,
+    [workflowIds],
+  );
+  return rows[0]?.n ?? 0;
+}
+
+// --- the chaos harness's reads ----------------------------------------------
+
+/** Where these orders ended up, and how long after creation they last moved (seconds). */
+export async function selectOrderOutcomes(
+  db: Queryable,
+  orderIds: readonly string[],
+): Promise<{ id: string; workflow_id: string; status: string; last_error: string | null; age: number }[]> {
+  const { rows } = await db.query<{
+    id: string;
+    workflow_id: string;
+    status: string;
+    last_error: string | null;
+    age: number;
+  }>(
+    `select id, workflow_id, status, last_error,
+            extract(epoch from updated_at - created_at)::float8 as age
+       from orders where id = any($1::text[])`,
+    [orderIds],
+  );
+  return rows;
+}
+
+/** IDs of the orders of every customer whose ID starts with this prefix (a chaos scenario's customers). */
+export async function selectOrderIdsByCustomerPrefix(
+  db: Queryable,
+  customerPrefix: string,
+): Promise<string[]> {
+  const { rows } = await db.query<{ id: string }>(
+    `select id from orders where starts_with(customer_id, $1)`,
+    [customerPrefix],
+  );
+  return rows.map((r) => r.id);
 }

@@ -54,7 +54,7 @@ import {
   resetAccount,
   updateWebhookConfig,
   type FaultRow,
-} from './store.ts';
+} from './sql.ts';
 
 export const KEY_RETENTION_MS = 24 * 60 * 60 * 1000;
 

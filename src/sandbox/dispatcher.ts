@@ -17,7 +17,7 @@ import {
   markEventDelivered,
   recordRedelivery,
   type WebhookEventRow,
-} from './store.ts';
+} from './sql.ts';
 
 export interface DispatcherOptions {
   /** Idle poll interval. New events also wake the loop at once (`poke`). */

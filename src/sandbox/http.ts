@@ -23,7 +23,7 @@ import {
   type FaultKind,
   type Scope,
   type StoredResponse,
-} from './store.ts';
+} from './sql.ts';
 
 export interface SandboxContext {
   pool: Pool;

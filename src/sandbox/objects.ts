@@ -1,6 +1,6 @@
 /** API shapes: database rows -> the JSON objects the sandbox returns (Stripe-like, snake_case). */
 import { createHash, randomBytes } from 'node:crypto';
-import type { ChargeRow, MessageRow, WebhookEventRow } from './store.ts';
+import type { ChargeRow, MessageRow, WebhookEventRow } from './sql.ts';
 
 export const unixSeconds = (d: Date): number => Math.floor(d.getTime() / 1000);
 

@@ -16,7 +16,7 @@ import {
   type EmailProvider,
   type PaymentProvider,
 } from '../../src/providers/types.ts';
-import { insertAcceptedOrder } from '../../src/api/sql.ts';
+import { insertAcceptedOrder } from '../../src/orders/sql.ts';
 import { orderWorkflowId, stepKeys } from '../../src/orders/model.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { testPool, uniq } from '../support/env.ts';

@@ -5,7 +5,7 @@ import type { Client } from '@temporalio/client';
 import { buildApiApp, type ApiDeps } from '../../src/api/app.ts';
 import { hashApiKey } from '../../src/api/auth.ts';
 import { OutboxRelay } from '../../src/api/outbox.ts';
-import { insertApiKey, insertTenant } from '../../src/api/sql.ts';
+import { insertApiKey, insertTenant } from '../../src/tenants/sql.ts';
 import { loadConfig, type Config } from '../../src/config.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { freePort } from '../../src/devserver/ports.ts';

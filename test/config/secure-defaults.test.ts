@@ -11,7 +11,7 @@ import { ConfigError, isLoopbackHost, loadConfig, requireCredentials } from '../
 import { withTransaction } from '../../src/db/index.ts';
 import { DEMO_TENANTS, assertNoDemoKeys, seedDemoData } from '../../src/db/seed.ts';
 import { hashApiKey } from '../../src/api/auth.ts';
-import { findActiveKeyHashes } from '../../src/api/sql.ts';
+import { findActiveKeyHashes } from '../../src/tenants/sql.ts';
 import { freePort } from '../../src/devserver/ports.ts';
 import { databaseUrl, temporalAddress, testPool, uniq } from '../support/env.ts';
 

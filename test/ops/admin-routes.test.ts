@@ -9,7 +9,7 @@ import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { Operator, opsRoutes, type AuditEntry } from '../../src/ops/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { generateApiKey, hashApiKey } from '../../src/api/auth.ts';
-import { insertApiKey } from '../../src/api/sql.ts';
+import { insertApiKey } from '../../src/tenants/sql.ts';
 import { PROBLEMS } from '../../src/api/problems.ts';
 import { uniq } from '../support/env.ts';
 

@@ -9,7 +9,7 @@ import { redriveSignal, statusQuery, type OrderState } from '../../workflows/def
 import { stepKeys } from '../../src/orders/model.ts';
 import { listParkedWorkflows } from '../../src/orders/attention.ts';
 import { createMetrics } from '../../src/metrics/index.ts';
-import { countUnrecordedParked } from '../../src/metrics/sql.ts';
+import { countUnrecordedParked } from '../../src/orders/sql.ts';
 import { Operator, type AttentionItem } from '../../src/ops/operator.ts';
 import { isOpsError } from '../../src/ops/errors.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';

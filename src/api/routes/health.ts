@@ -1,11 +1,10 @@
 /** Liveness and readiness. Neither needs auth nor counts against a rate limit. */
 import type { FastifyPluginAsync } from 'fastify';
-import { withClient } from '../../db/index.ts';
+import { ping, withClient } from '../../db/index.ts';
 import { errorFields, log } from '../../log.ts';
 import type { ApiContext } from '../context.ts';
 import { ProblemError } from '../problems.ts';
 import { problemResponse } from '../schemas.ts';
-import { ping } from '../sql.ts';
 
 const CHECK_TIMEOUT_MS = 2000;
 

@@ -38,10 +38,10 @@ import {
   getOrder,
   getOrderStatus,
   insertAcceptedOrder,
-  insertOutbox,
   listOrders,
   type OrderRow,
-} from '../sql.ts';
+} from '../../orders/sql.ts';
+import { insertOutbox } from '../../outbox/sql.ts';
 import { ORDER_WORKFLOW_TYPE } from '../outbox.ts';
 
 /** Bump when the meaning of a field of the create request changes (it is part of the fingerprint). */

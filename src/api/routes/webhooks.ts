@@ -23,7 +23,9 @@ import { paymentEventSignal, type PaymentEvent } from '../../../workflows/defini
 import type { ApiContext } from '../context.ts';
 import { ProblemError } from '../problems.ts';
 import { problemResponse } from '../schemas.ts';
-import { getOrder, getOutbox, recordWebhookEvent, setWebhookEventOutcome } from '../sql.ts';
+import { getOrder } from '../../orders/sql.ts';
+import { getOutbox } from '../../outbox/sql.ts';
+import { recordWebhookEvent, setWebhookEventOutcome } from '../../webhooks/sql.ts';
 
 export const WEBHOOK_PROVIDER = 'sandbox';
 /** The consumer that turns payment events into workflow signals. Another consumer gets its own markers. */

@@ -525,3 +525,25 @@ export async function resetAccount(db: Queryable, account: string): Promise<void
     await db.query(`delete from sandbox.${table} where account = $1`, [account]);
   }
 }
+
+// --------------------------------------------------------- the chaos harness
+
+/** Every charge that really happened, in any account: the chaos harness's ground truth for money moved. */
+export async function selectAllChargeEffects(
+  db: Queryable,
+): Promise<{ idempotency_key: string; order_id: string | null; status: string }[]> {
+  const { rows } = await db.query<{ idempotency_key: string; order_id: string | null; status: string }>(
+    `select idempotency_key, metadata ->> 'order_id' as order_id, status from sandbox.charges`,
+  );
+  return rows;
+}
+
+/** Every message that was really sent, in any account. */
+export async function selectAllMessageEffects(
+  db: Queryable,
+): Promise<{ idempotency_key: string; order_id: string | null }[]> {
+  const { rows } = await db.query<{ idempotency_key: string; order_id: string | null }>(
+    `select idempotency_key, metadata ->> 'order_id' as order_id from sandbox.messages`,
+  );
+  return rows;
+}

@@ -1,0 +1,126 @@
+/**
+ * SQL for the `audit_log` table, and the only module that queries it: who
+ * did what to which operation or order, and why. The table is append-only
+ * (a trigger refuses UPDATE/DELETE/TRUNCATE): there is an insert and there
+ * are selects. One function per statement, client first so an audit row can
+ * commit in the same transaction as the change it records.
+ */
+import type { Queryable } from '../db/index.ts';
+import type { Json } from '../ledger/index.ts';
+
+export type AuditAction = 'reconcile' | 'resolve' | 'redrive';
+export type AuditSource = 'cli' | 'api';
+
+export interface AuditEntry {
+  /** bigserial, as a string (it may exceed 2^53 in theory; it is also the operator's event ID). */
+  id: string;
+  createdAt: Date;
+  actor: string;
+  source: AuditSource;
+  action: AuditAction;
+  reason: string | null;
+  tenantId: string;
+  operationType: string | null;
+  operationKey: string | null;
+  workflowId: string | null;
+  before: Json | null;
+  after: Json | null;
+}
+
+interface AuditRow {
+  id: string;
+  created_at: Date;
+  actor: string;
+  source: AuditSource;
+  action: AuditAction;
+  reason: string | null;
+  tenant_id: string;
+  operation_type: string | null;
+  operation_key: string | null;
+  workflow_id: string | null;
+  before: Json | null;
+  after: Json | null;
+}
+
+const AUDIT_COLUMNS = `id::text as id, created_at, actor, source, action, reason, tenant_id, operation_type,
+  operation_key, workflow_id, before, after`;
+
+function toEntry(row: AuditRow): AuditEntry {
+  return {
+    id: row.id,
+    createdAt: row.created_at,
+    actor: row.actor,
+    source: row.source,
+    action: row.action,
+    reason: row.reason,
+    tenantId: row.tenant_id,
+    operationType: row.operation_type,
+    operationKey: row.operation_key,
+    workflowId: row.workflow_id,
+    before: row.before,
+    after: row.after,
+  };
+}
+
+export interface NewAuditEntry {
+  actor: string;
+  source: AuditSource;
+  action: AuditAction;
+  reason: string | null;
+  tenantId: string;
+  operationType: string | null;
+  operationKey: string | null;
+  workflowId: string | null;
+  before: unknown;
+  after: unknown;
+}
+
+/** JSON text for a jsonb parameter (Dates become ISO strings); null stays SQL NULL. */
+function jsonParam(value: unknown): string | null {
+  return value === null || value === undefined ? null : JSON.stringify(value);
+}
+
+export async function insertAudit(db: Queryable, e: NewAuditEntry): Promise<AuditEntry> {
+  const { rows } = await db.query<AuditRow>(
+    `insert into audit_log (actor, source, action, reason, tenant_id, operation_type, operation_key, workflow_id,
+                            before, after)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb)
+     returning ${AUDIT_COLUMNS}`,
+    [
+      e.actor,
+      e.source,
+      e.action,
+      e.reason,
+      e.tenantId,
+      e.operationType,
+      e.operationKey,
+      e.workflowId,
+      jsonParam(e.before),
+      jsonParam(e.after),
+    ],
+  );
+  const row = rows[0];
+  if (!row) throw new Error('audit insert returned no row');
+  return toEntry(row);
+}
+
+export interface AuditFilter {
+  operationKey?: string;
+  tenantId?: string;
+  workflowId?: string;
+  limit: number;
+}
+
+/** Newest first. */
+export async function selectAudit(db: Queryable, f: AuditFilter): Promise<AuditEntry[]> {
+  const { rows } = await db.query<AuditRow>(
+    `select ${AUDIT_COLUMNS} from audit_log
+      where ($1::text is null or operation_key = $1)
+        and ($2::text is null or tenant_id = $2)
+        and ($3::text is null or workflow_id = $3)
+      order by id desc
+      limit $4`,
+    [f.operationKey ?? null, f.tenantId ?? null, f.workflowId ?? null, f.limit],
+  );
+  return rows.map(toEntry);
+}

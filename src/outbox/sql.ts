@@ -1,0 +1,165 @@
+/**
+ * SQL for the `workflow_outbox` table, and the only module that queries it:
+ * the intent to start an order's workflow, committed with the order row.
+ * The API inserts a row in the order's transaction; the relay
+ * (src/api/outbox.ts) claims due rows, starts their workflows and records
+ * the outcome. One function per statement, client first.
+ */
+import type { Queryable } from '../db/index.ts';
+import type { OrderWorkflowInput } from '../orders/model.ts';
+
+export interface OutboxRow {
+  workflow_id: string;
+  tenant_id: string;
+  order_id: string;
+  workflow_type: string;
+  task_queue: string;
+  input: OrderWorkflowInput;
+  attempts: number;
+  started_at: Date | null;
+}
+
+export async function insertOutbox(
+  db: Queryable,
+  r: {
+    workflowId: string;
+    tenantId: string;
+    orderId: string;
+    workflowType: string;
+    taskQueue: string;
+    input: OrderWorkflowInput;
+  },
+): Promise<void> {
+  await db.query(
+    `insert into workflow_outbox (workflow_id, tenant_id, order_id, workflow_type, task_queue, input)
+     values ($1, $2, $3, $4, $5, $6) returning workflow_id`,
+    [r.workflowId, r.tenantId, r.orderId, r.workflowType, r.taskQueue, JSON.stringify(r.input)],
+  );
+}
+
+const OUTBOX_COLUMNS = `workflow_id, tenant_id, order_id, workflow_type, task_queue, input, attempts, started_at`;
+
+/**
+ * Claims up to `limit` due, unstarted rows of every task queue, in one
+ * autocommitted statement: their next_attempt_at moves `leaseMs` ahead, so no
+ * other relay takes them while this one starts their workflows, and no
+ * transaction (or row lock) stays open across the Temporal calls. If this
+ * relay dies before recording the outcome, the rows are due again once the
+ * lease ends, and a repeated start is harmless (deterministic workflow ID).
+ * SKIP LOCKED: concurrent claimers never wait on each other's rows; the
+ * locked rows are re-checked against the WHERE clause, so a row is handed
+ * to one claimer only.
+ *
+ * No task_queue filter: a row is started on the queue recorded with it, by
+ * whichever API relays. Filtering by the relay's own queue left the rows of
+ * any other queue (an API whose TEMPORAL_TASK_QUEUE changed, or that died
+ * for good) unstarted forever.
+ */
+export async function claimDueOutbox(db: Queryable, limit: number, leaseMs: number): Promise<OutboxRow[]> {
+  const { rows } = await db.query<OutboxRow>(
+    `with due as (
+       select workflow_id from workflow_outbox
+        where started_at is null and next_attempt_at <= now()
+        order by next_attempt_at
+        limit $1
+        for update skip locked)
+     update workflow_outbox o
+        set next_attempt_at = now() + $2::integer * interval '1 millisecond'
+       from due
+      where o.workflow_id = due.workflow_id
+     returning o.workflow_id, o.tenant_id, o.order_id, o.workflow_type, o.task_queue, o.input, o.attempts,
+               o.started_at`,
+    [limit, leaseMs],
+  );
+  return rows;
+}
+
+/**
+ * The same claim for one row, used to start a workflow right after its order
+ * commits. A concurrent claimer of the same row waits for this autocommitted
+ * update, then re-checks `next_attempt_at <= now()` and finds it claimed.
+ */
+export async function claimOutboxRow(
+  db: Queryable,
+  workflowId: string,
+  leaseMs: number,
+): Promise<OutboxRow | null> {
+  const { rows } = await db.query<OutboxRow>(
+    `update workflow_outbox
+        set next_attempt_at = now() + $2::integer * interval '1 millisecond'
+      where workflow_id = $1 and started_at is null and next_attempt_at <= now()
+      returning ${OUTBOX_COLUMNS}`,
+    [workflowId, leaseMs],
+  );
+  return rows[0] ?? null;
+}
+
+/**
+ * `startedAt`: when the workflow was started, if known from Temporal (a row
+ * found already started); null means "just now", the database clock right
+ * after this workflow's start call returned.
+ */
+export async function markOutboxStarted(
+  db: Queryable,
+  workflowId: string,
+  startedAt: Date | null = null,
+): Promise<void> {
+  await db.query(
+    `update workflow_outbox
+        set started_at = coalesce($2::timestamptz, now()), attempts = attempts + 1, last_error = null,
+            next_attempt_at = now()
+      where workflow_id = $1 and started_at is null returning workflow_id`,
+    [workflowId, startedAt],
+  );
+}
+
+export async function markOutboxFailed(
+  db: Queryable,
+  workflowId: string,
+  error: string,
+  retryInMs: number,
+): Promise<void> {
+  await db.query(
+    `update workflow_outbox
+        set attempts = attempts + 1, last_error = $2,
+            next_attempt_at = now() + $3::integer * interval '1 millisecond'
+      where workflow_id = $1 and started_at is null returning workflow_id`,
+    [workflowId, error.slice(0, 500), retryInMs],
+  );
+}
+
+export async function getOutbox(db: Queryable, workflowId: string): Promise<OutboxRow | null> {
+  const { rows } = await db.query<OutboxRow>(
+    `select ${OUTBOX_COLUMNS} from workflow_outbox where workflow_id = $1`,
+    [workflowId],
+  );
+  return rows[0] ?? null;
+}
+
+export interface OutboxBacklog {
+  /** Outbox rows whose workflow has not been started yet (any task queue). */
+  unstarted: number;
+  /** Seconds since the oldest unstarted row committed; null when there is none. */
+  oldestUnstartedSeconds: number | null;
+}
+
+/** Served by the partial index workflow_outbox_due (unstarted rows only). */
+export async function selectOutboxBacklog(db: Queryable): Promise<OutboxBacklog> {
+  const { rows } = await db.query<{ unstarted: number; oldest: number | null }>(
+    `select count(*)::int as unstarted, extract(epoch from now() - min(created_at))::float8 as oldest
+       from workflow_outbox where started_at is null`,
+  );
+  return { unstarted: rows[0]?.unstarted ?? 0, oldestUnstartedSeconds: rows[0]?.oldest ?? null };
+}
+
+/** Which of these workflows have an outbox row (started or not). */
+export async function selectOutboxWorkflowIds(
+  db: Queryable,
+  workflowIds: readonly string[],
+): Promise<string[]> {
+  const { rows } = await db.query<{ workflow_id: string }>(
+    'select workflow_id from workflow_outbox where workflow_id = any($1::text[])',
+    [workflowIds],
+  );
+  return rows.map((r) => r.workflow_id);
+}

@@ -4,6 +4,15 @@ import tseslint from 'typescript-eslint';
 import { builtinModules } from 'node:module';
 
 const nodeBuiltins = [...builtinModules, ...builtinModules.map((m) => `node:${m}`)];
+const workflowBuiltins = nodeBuiltins.map((name) => ({
+  name,
+  message:
+    'Workflow code must be deterministic: Node built-ins are not allowed in workflows/ or what it imports.',
+}));
+const noDatabase = {
+  group: ['pg', 'pg/*', '../src/db*', '../src/**/db*'],
+  message: 'No database access from workflow code.',
+};
 
 export default tseslint.config(
   {
@@ -30,14 +39,59 @@ export default tseslint.config(
       'no-restricted-imports': [
         'error',
         {
-          paths: nodeBuiltins.map((name) => ({
-            name,
-            message: 'Workflow code must be deterministic: Node built-ins are not allowed in workflows/.',
-          })),
+          paths: workflowBuiltins,
+          patterns: [
+            noDatabase,
+            {
+              // The arrows point one way: workflows/ sees only what src/ publishes for it.
+              regex: '^\\.\\./src/(?!orders/model\\.ts$|[^/]+/contract\\.ts$)',
+              message:
+                'Workflow code may import from src/ only the deterministic, I/O-free shared modules: ' +
+                'src/<concept>/contract.ts and src/orders/model.ts.',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    // src/ never imports workflows/ or activities/: they depend on src/, not the other way round.
+    // Definitions both sides need live in src/<concept>/contract.ts. Only the worker's
+    // composition root (src/worker/) registers workflows and activities, so it may.
+    files: ['src/**/*.ts'],
+    ignores: ['src/worker/**'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
           patterns: [
             {
-              group: ['pg', 'pg/*', '../src/db*', '../src/**/db*'],
-              message: 'No database access from workflow code.',
+              regex: '^(\\.\\./)+(workflows|activities)(/|$)',
+              message:
+                'src/ must not import workflows/ or activities/ (only src/worker/ wires them). ' +
+                'Move shared definitions to a src/<concept>/contract.ts module.',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    // The modules of src/ that workflow code imports are held to the workflow's rules, and may
+    // import only each other: whatever the workflow imports stays deterministic and I/O-free.
+    files: ['src/*/contract.ts', 'src/orders/model.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          paths: workflowBuiltins,
+          patterns: [
+            { group: ['pg', 'pg/*'], message: noDatabase.message },
+            {
+              regex: '^\\.(?!/model\\.ts$|/contract\\.ts$|\\./[^/]+/contract\\.ts$|\\./orders/model\\.ts$)',
+              message:
+                'A module shared with workflow code may import only other shared modules ' +
+                '(src/<concept>/contract.ts, src/orders/model.ts).',
             },
           ],
         },

@@ -29,15 +29,18 @@ import {
 import type { OrderActivities, ReconcileResult } from '../activities/order.ts';
 import { ORDER_REASONS, stepKeys, type OrderStatus, type OrderWorkflowInput } from '../src/orders/model.ts';
 import {
+  OrderLastErrorKey,
+  OrderStatusKey,
   paymentEventSignal,
   REDRIVE_REFUSED,
   redriveSignal,
   redriveUpdate,
   statusQuery,
+  TenantIdKey,
   type OrderState,
   type PaymentEvent,
   type RedriveRequest,
-} from './definitions.ts';
+} from '../src/orders/contract.ts';
 import {
   activityOptions,
   DEFINITE_FAILURE_TYPES,
@@ -46,10 +49,6 @@ import {
   resolveTiming,
   type OrderTiming,
 } from './policies.ts';
-
-import { OrderLastErrorKey, OrderStatusKey, TenantIdKey } from '../src/orders/search-attributes.ts';
-
-export { OrderLastErrorKey, OrderStatusKey, TenantIdKey };
 
 export interface OrderWorkflowArgs extends OrderWorkflowInput {
   /** Test and operator overrides of the declared timeouts; defaults in workflows/policies.ts. */

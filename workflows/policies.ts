@@ -9,6 +9,7 @@
  *   charge again, so the order goes to a human instead.
  */
 import type { ActivityOptions, LocalActivityOptions } from '@temporalio/workflow';
+import { PROVIDER_KEY_WINDOW_MS } from '../src/providers/contract.ts';
 
 export interface OrderTiming {
   /** One attempt of any step. */
@@ -31,8 +32,6 @@ export interface OrderTiming {
   /** How long payment_unknown may last before the order needs attention. */
   unknownHorizonMs: number;
 }
-
-export const PROVIDER_KEY_WINDOW_MS = 24 * 60 * 60 * 1000;
 
 export const DEFAULT_TIMING: OrderTiming = {
   activityStartToCloseMs: 30_000,

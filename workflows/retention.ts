@@ -1,18 +1,12 @@
 import { log, proxyActivities } from '@temporalio/workflow';
 import type { RetentionActivities, RetentionSummary } from '../activities/retention.ts';
+import type { RetentionInput } from '../src/retention/contract.ts';
 
 const options = {
   startToCloseTimeout: '10 minutes',
   retry: { initialInterval: '10 seconds', maximumAttempts: 5 },
 } as const;
 const { pruneLedger } = proxyActivities<RetentionActivities>(options);
-
-export interface RetentionInput {
-  /** Succeeded and failed operations completed longer ago than this are deleted. */
-  windowMs: number;
-  batchSize: number;
-  maxBatches: number;
-}
 
 /**
  * Run by the `onceflow-retention` Temporal Schedule. Deletes only finished

@@ -16,6 +16,7 @@ import {
 } from '../db/index.ts';
 import { canonicalJson, downstreamKey, fingerprint, toStoredJson, validateScope } from './canonical.ts';
 import { FinalFailure, LedgerError, isDefiniteFailure, isLedgerError } from './errors.ts';
+import { PROVIDER_KEY_WINDOW_MS } from '../providers/contract.ts';
 import * as sql from './sql.ts';
 import type {
   ClaimResult,
@@ -51,7 +52,7 @@ export const DEFAULT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
  */
 export const DEFAULT_LEASE_MS = 15_000;
 /** The provider's idempotency-key window (Stripe's, and the sandbox's): 24 h. */
-export const DEFAULT_KEY_WINDOW_MS = 24 * 60 * 60 * 1000;
+export const DEFAULT_KEY_WINDOW_MS = PROVIDER_KEY_WINDOW_MS;
 export const DEFAULT_LOCAL_WAIT_MS = 5_000;
 
 /** Serialization failures and deadlocks mean "run the transaction again" (bounded, as in withTransaction). */

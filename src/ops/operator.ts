@@ -39,7 +39,7 @@ import {
   REDRIVE_REFUSED,
   redriveUpdate,
   type RedriveAccepted,
-} from '../../workflows/definitions.ts';
+} from '../orders/contract.ts';
 import { insertAudit, selectAudit, type AuditEntry, type AuditSource } from '../audit/sql.ts';
 import {
   selectOrderByWorkflowId,

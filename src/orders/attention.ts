@@ -9,7 +9,7 @@
  * seconds, even when the row still says payment_pending or is gone.
  */
 import type { Client } from '@temporalio/client';
-import { OrderLastErrorKey, TenantIdKey } from './search-attributes.ts';
+import { OrderLastErrorKey, TenantIdKey } from './contract.ts';
 
 /** Running order workflows whose OrderStatus search attribute says they wait for a human. */
 export const PARKED_WORKFLOWS_QUERY = `OrderStatus = 'needs_attention' AND ExecutionStatus = 'Running'`;

@@ -3,11 +3,10 @@
  * exist yet (an existing one, perhaps tuned by an operator, is left alone).
  */
 import { ScheduleAlreadyRunning, ScheduleOverlapPolicy, type Client } from '@temporalio/client';
-import type { RetentionInput } from '../../workflows/retention.ts';
+import { PROVIDER_KEY_WINDOW_MS } from '../providers/contract.ts';
+import type { RetentionInput } from './contract.ts';
 
 export const RETENTION_SCHEDULE_ID = 'onceflow-retention';
-/** The sandbox (and Stripe) keep idempotency keys 24 h; our records must outlive them. */
-export const PROVIDER_KEY_WINDOW_MS = 24 * 60 * 60 * 1000;
 export const DEFAULT_RETENTION_WINDOW_MS = 7 * 24 * 60 * 60 * 1000;
 
 export interface RetentionScheduleOptions {

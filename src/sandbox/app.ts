@@ -10,6 +10,7 @@ import { TypeBoxValidatorCompiler, type TypeBoxTypeProvider } from '@fastify/typ
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { FastifyBaseLogger } from 'fastify';
 import { withTransaction, type Pool } from '../db/index.ts';
+import { PROVIDER_KEY_WINDOW_MS } from '../providers/contract.ts';
 import { createWebhookDispatcher, type DispatcherOptions, type WebhookDispatcher } from './dispatcher.ts';
 import {
   errorBody,
@@ -56,7 +57,8 @@ import {
   type FaultRow,
 } from './sql.ts';
 
-export const KEY_RETENTION_MS = 24 * 60 * 60 * 1000;
+/** The sandbox keeps idempotency keys exactly as long as the product assumes a provider does. */
+export const KEY_RETENTION_MS = PROVIDER_KEY_WINDOW_MS;
 
 /** Test payment methods, named like Stripe's test tokens. A Map, so '__proto__' or 'toString' aren't "known". */
 export const TEST_PAYMENT_METHODS = new Map<string, { declineCode?: string }>([

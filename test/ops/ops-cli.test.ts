@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { WorkflowHandle } from '@temporalio/client';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
-import { statusQuery } from '../../workflows/definitions.ts';
+import { statusQuery } from '../../src/orders/contract.ts';
 import type { orderWorkflow } from '../../workflows/order.ts';
 import { stepKeys, type OrderWorkflowInput } from '../../src/orders/model.ts';
 import { downstreamKey } from '../../src/ledger/index.ts';

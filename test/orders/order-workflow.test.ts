@@ -16,7 +16,7 @@ import {
   REDRIVE_REFUSED,
   redriveUpdate,
   statusQuery,
-} from '../../workflows/definitions.ts';
+} from '../../src/orders/contract.ts';
 import { OPERATION_TYPES, stepKeys } from '../../src/orders/model.ts';
 import { downstreamKey } from '../../src/ledger/index.ts';
 

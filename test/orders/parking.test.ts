@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startOrderStack, TEST_PROVIDER_TIMEOUT_MS, type OrderStack } from '../support/stack.ts';
 import { json, runOps } from '../ops/support.ts';
-import { redriveSignal, statusQuery, type OrderState } from '../../workflows/definitions.ts';
+import { redriveSignal, statusQuery, type OrderState } from '../../src/orders/contract.ts';
 import { stepKeys } from '../../src/orders/model.ts';
 import { listParkedWorkflows } from '../../src/orders/attention.ts';
 import { createMetrics } from '../../src/metrics/index.ts';

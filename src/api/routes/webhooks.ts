@@ -19,7 +19,7 @@ import { withClient, withTransaction } from '../../db/index.ts';
 import { errorFields, log } from '../../log.ts';
 import { TERMINAL_STATUSES } from '../../orders/model.ts';
 import { SIGNATURE_HEADER, WebhookSignatureError, verifyWebhook } from '../../providers/webhook-signature.ts';
-import { paymentEventSignal, type PaymentEvent } from '../../../workflows/definitions.ts';
+import { paymentEventSignal, type PaymentEvent } from '../../orders/contract.ts';
 import type { ApiContext } from '../context.ts';
 import { ProblemError } from '../problems.ts';
 import { problemResponse } from '../schemas.ts';

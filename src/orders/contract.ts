@@ -1,9 +1,25 @@
 /**
- * Signals and queries of the order workflow. Importable from client code
- * (API, operator CLI) as well as from workflow code.
+ * The order workflow's contract: its signals, queries and update, their
+ * payloads, and its search attributes. Shared by the workflow (which
+ * handles and sets them) and by src/ (the webhook route and the operator
+ * send them; the operator tools and metrics query visibility by them), so
+ * neither side imports the other.
+ *
+ * Deterministic and I/O-free: workflow code imports it (eslint.config.js
+ * allows workflows/ to import only `src/<concept>/contract.ts` and
+ * src/orders/model.ts). The workflow bundle's hash covers it.
  */
+import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/common';
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
-import type { OrderStatus } from '../src/orders/model.ts';
+import type { OrderStatus } from './model.ts';
+
+// --- search attributes (registered on the dev server by src/devserver/temporal.ts)
+
+export const OrderStatusKey = defineSearchAttributeKey('OrderStatus', SearchAttributeType.KEYWORD);
+export const TenantIdKey = defineSearchAttributeKey('TenantId', SearchAttributeType.KEYWORD);
+export const OrderLastErrorKey = defineSearchAttributeKey('OrderLastError', SearchAttributeType.TEXT);
+
+// --- signals, queries, update
 
 /** A provider's word on the charge: from the payments webhook or an operator. */
 export interface PaymentEvent {

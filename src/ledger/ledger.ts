@@ -54,6 +54,8 @@ export const DEFAULT_LEASE_MS = 15_000;
 /** The provider's idempotency-key window (Stripe's, and the sandbox's): 24 h. */
 export const DEFAULT_KEY_WINDOW_MS = PROVIDER_KEY_WINDOW_MS;
 export const DEFAULT_LOCAL_WAIT_MS = 5_000;
+/** `list` returns at most this many records, whatever limit is asked for. */
+export const MAX_LIST_LIMIT = 1000;
 
 /** Serialization failures and deadlocks mean "run the transaction again" (bounded, as in withTransaction). */
 const LOCAL_RETRIES = 3;
@@ -791,7 +793,7 @@ export class Ledger {
   }
 
   async list(filter: ListFilter = {}): Promise<OperationRecord[]> {
-    const limit = Math.min(1000, positiveInt(filter.limit, 100, 'limit'));
+    const limit = Math.min(MAX_LIST_LIMIT, positiveInt(filter.limit, 100, 'limit'));
     const rows = await withClient(this.#pool, (c) => sql.listOperations(c, { ...filter, limit }));
     return rows.map(sql.toRecord);
   }

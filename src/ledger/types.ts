@@ -218,7 +218,7 @@ export interface ListFilter {
   keyPrefix?: string;
   /** Only records created more than this long ago. */
   olderThanMs?: number;
-  /** Default 100, at most 1000. */
+  /** Default 100, at most MAX_LIST_LIMIT (1000); a larger limit is capped. */
   limit?: number;
 }
 

@@ -136,9 +136,9 @@ function scope(ref: StepRef, operationType: string) {
 
 export function createOrderActivities(deps: OrderActivityDeps) {
   const { ledger } = deps;
-  const window = deps.providerKeyWindowMs !== undefined ? { keyWindowMs: deps.providerKeyWindowMs } : {};
-  const paymentDeps: payment.ChargeStepDeps = { ledger, payments: deps.payments, ...window };
-  const receiptDeps: receipt.ReceiptStepDeps = { ledger, email: deps.email, ...window };
+  const keyWindowMs = deps.providerKeyWindowMs;
+  const paymentDeps: payment.ChargeStepDeps = { ledger, payments: deps.payments, keyWindowMs };
+  const receiptDeps: receipt.ReceiptStepDeps = { ledger, email: deps.email, keyWindowMs };
   return {
     /** Charges once per key; heartbeats and renews its claim while the provider call runs. */
     async chargePayment(args: ChargeArgs): Promise<payment.ChargeResult> {

@@ -248,7 +248,7 @@ function fromLedger(err: unknown): unknown {
       return new OpsError(
         'in_progress',
         'a live attempt holds this operation; it will complete or expire shortly, try again',
-        { cause: err, ...(err.retryAfterMs !== undefined ? { retryAfterMs: err.retryAfterMs } : {}) },
+        { cause: err, retryAfterMs: err.retryAfterMs },
       );
     default:
       return new OpsError('unavailable', err.message, { cause: err });
@@ -277,11 +277,12 @@ export class Operator {
     }
     const records = await this.#ledger(() =>
       this.#deps.ledger.list({
-        ...(filter.state ? { state: filter.state } : {}),
-        ...(filter.operationType ? { operationType: filter.operationType } : {}),
-        ...(filter.tenantId ? { tenantId: filter.tenantId } : {}),
-        ...(filter.keyPrefix ? { keyPrefix: filter.keyPrefix } : {}),
-        ...(filter.olderThanSeconds !== undefined ? { olderThanMs: filter.olderThanSeconds * 1000 } : {}),
+        // An empty filter value means "any", as an absent one does.
+        state: filter.state || undefined,
+        operationType: filter.operationType || undefined,
+        tenantId: filter.tenantId || undefined,
+        keyPrefix: filter.keyPrefix || undefined,
+        olderThanMs: filter.olderThanSeconds === undefined ? undefined : filter.olderThanSeconds * 1000,
         limit: filter.limit ?? 100,
       }),
     );
@@ -337,12 +338,9 @@ export class Operator {
     let providerAnswer: ReconcileResult['providerAnswer'];
     let next: string | undefined;
     try {
-      const window = this.#deps.providerKeyWindowMs;
-      const r = await this.#deps.ledger.reconcileUnresolved(
-        scope,
-        reconcile,
-        window !== undefined ? { keyWindowMs: window } : {},
-      );
+      const r = await this.#deps.ledger.reconcileUnresolved(scope, reconcile, {
+        keyWindowMs: this.#deps.providerKeyWindowMs,
+      });
       after = r.record;
       providerAnswer = r.answer;
       next = nextStep(scope, r.answer, r.performable);
@@ -366,8 +364,9 @@ export class Operator {
         after: {
           ...auditView(after),
           providerAnswer,
-          ...(error ? { reconcileError: error } : {}),
-          ...(next ? { next } : {}),
+          // Stored as JSON: an undefined field is simply absent.
+          reconcileError: error,
+          next,
         },
       }),
     );
@@ -377,8 +376,8 @@ export class Operator {
       changed: before.state !== after.state,
       audit,
       providerAnswer,
-      ...(error ? { error } : {}),
-      ...(next ? { next } : {}),
+      error,
+      next,
     };
   }
 
@@ -411,7 +410,7 @@ export class Operator {
         try {
           settled = await this.#deps.ledger.settle(
             scope,
-            { state: outcome, result, ...(ref ? { providerRef: ref } : {}) },
+            { state: outcome, result, providerRef: ref },
             { tx },
           );
         } catch (err) {
@@ -453,7 +452,7 @@ export class Operator {
             eventId: `audit:${audit.id}`,
             reason,
             actor,
-            ...(ref ? { chargeId: ref } : {}),
+            chargeId: ref,
           }),
         );
         signalled = true;
@@ -471,7 +470,7 @@ export class Operator {
       audit,
       workflowId,
       signalled,
-      ...(signalError ? { signalError } : {}),
+      signalError,
     };
   }
 
@@ -542,12 +541,12 @@ export class Operator {
 
   async listAttentionDetailed(opts: { tenantId?: string; limit?: number } = {}): Promise<AttentionList> {
     const limit = clampLimit(opts.limit);
-    const tenant = opts.tenantId ? { tenantId: opts.tenantId } : {};
+    const tenantId = opts.tenantId || undefined;
     const [orders, parked] = await Promise.all([
       withClient(this.#deps.pool, async (c) =>
-        (await selectOrdersInStatus(c, 'needs_attention', { ...tenant, limit })).map(orderSummary),
+        (await selectOrdersInStatus(c, 'needs_attention', { tenantId, limit })).map(orderSummary),
       ),
-      this.#temporal(() => listParkedWorkflows(this.#deps.temporal, { ...tenant, limit })).then(
+      this.#temporal(() => listParkedWorkflows(this.#deps.temporal, { tenantId, limit })).then(
         (list): { list: ParkedWorkflow[]; error?: string } => ({ list }),
         (err: unknown) => ({ list: [], error: message(err) }),
       ),
@@ -585,7 +584,7 @@ export class Operator {
     items.sort((a, b) => a.updatedAt.getTime() - b.updatedAt.getTime());
     return {
       items: items.slice(0, limit),
-      ...(parked.error ? { visibilityError: `Temporal visibility unavailable: ${parked.error}` } : {}),
+      visibilityError: parked.error ? `Temporal visibility unavailable: ${parked.error}` : undefined,
     };
   }
 
@@ -595,9 +594,9 @@ export class Operator {
   ): Promise<AuditEntry[]> {
     return withClient(this.#deps.pool, (c) =>
       selectAudit(c, {
-        ...(opts.operationKey ? { operationKey: opts.operationKey } : {}),
-        ...(opts.tenantId ? { tenantId: opts.tenantId } : {}),
-        ...(opts.workflowId ? { workflowId: opts.workflowId } : {}),
+        operationKey: opts.operationKey || undefined,
+        tenantId: opts.tenantId || undefined,
+        workflowId: opts.workflowId || undefined,
         limit: clampLimit(opts.limit),
       }),
     );

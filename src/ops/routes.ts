@@ -127,12 +127,12 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
       async (request) => {
         const q = request.query;
         const data = await operator.listOperations({
-          ...(q.state ? { state: q.state } : {}),
-          ...(q.olderThanSeconds !== undefined ? { olderThanSeconds: q.olderThanSeconds } : {}),
-          ...(q.type ? { operationType: q.type } : {}),
-          ...(q.tenant ? { tenantId: q.tenant } : {}),
-          ...(q.keyPrefix ? { keyPrefix: q.keyPrefix } : {}),
-          ...(q.limit ? { limit: q.limit } : {}),
+          state: q.state,
+          olderThanSeconds: q.olderThanSeconds,
+          operationType: q.type,
+          tenantId: q.tenant,
+          keyPrefix: q.keyPrefix,
+          limit: q.limit,
         });
         return { data: data.map(({ ownerToken: _omit, ...rest }) => rest) };
       },
@@ -175,14 +175,14 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
         const b = request.body;
         const r = await operator.reconcileNow(
           { tenantId: b.tenant, operationType: b.type, key: b.key },
-          { actor: b.actor, source: 'api', ...(b.reason ? { reason: b.reason } : {}) },
+          { actor: b.actor, source: 'api', reason: b.reason },
         );
         return {
           changed: r.changed,
           before: r.before.state,
           after: r.after.state,
           auditId: r.audit.id,
-          ...(r.error ? { error: r.error } : {}),
+          error: r.error,
         };
       },
     );
@@ -222,8 +222,8 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
             actor: b.actor,
             reason: b.reason,
             source: 'api',
-            ...(b.chargeId ? { chargeId: b.chargeId } : {}),
-            ...(b.providerRef ? { providerRef: b.providerRef } : {}),
+            chargeId: b.chargeId,
+            providerRef: b.providerRef,
           },
         );
         return {
@@ -232,7 +232,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
           auditId: r.audit.id,
           workflowId: r.workflowId,
           signalled: r.signalled,
-          ...(r.signalError ? { signalError: r.signalError } : {}),
+          signalError: r.signalError,
         };
       },
     );
@@ -278,10 +278,10 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
       },
       async (request) => {
         const { items, visibilityError } = await operator.listAttentionDetailed({
-          ...(request.query.tenant ? { tenantId: request.query.tenant } : {}),
-          ...(request.query.limit ? { limit: request.query.limit } : {}),
+          tenantId: request.query.tenant,
+          limit: request.query.limit,
         });
-        return { data: items, ...(visibilityError ? { visibilityError } : {}) };
+        return { data: items, visibilityError };
       },
     );
 
@@ -305,10 +305,10 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
         const q = request.query;
         return {
           data: await operator.auditLog({
-            ...(q.key ? { operationKey: q.key } : {}),
-            ...(q.tenant ? { tenantId: q.tenant } : {}),
-            ...(q.workflowId ? { workflowId: q.workflowId } : {}),
-            ...(q.limit ? { limit: q.limit } : {}),
+            operationKey: q.key,
+            tenantId: q.tenant,
+            workflowId: q.workflowId,
+            limit: q.limit,
           }),
         };
       },

@@ -187,11 +187,9 @@ export async function reconcileCharge(
     if (charge) return { settled: true, outcome: charge.status, chargeId: charge.id };
     return { settled: false, outcome: null, chargeId: null, notStarted: true };
   }
-  const r = await deps.ledger.reconcileUnresolved<ChargeJson>(
-    scope,
-    chargeReconciler(deps.payments),
-    deps.keyWindowMs !== undefined ? { keyWindowMs: deps.keyWindowMs } : {},
-  );
+  const r = await deps.ledger.reconcileUnresolved<ChargeJson>(scope, chargeReconciler(deps.payments), {
+    keyWindowMs: deps.keyWindowMs,
+  });
   const state = chargeState(r.record);
   if (r.answer !== 'not_found') return state;
   return r.performable ? { ...state, performAgain: true } : { ...state, error: KEY_WINDOW_PASSED };

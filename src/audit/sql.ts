@@ -11,10 +11,8 @@ import type { Json } from '../ledger/index.ts';
 export type AuditAction = 'reconcile' | 'resolve' | 'redrive';
 export type AuditSource = 'cli' | 'api';
 
-export interface AuditEntry {
-  /** bigserial, as a string (it may exceed 2^53 in theory; it is also the operator's event ID). */
-  id: string;
-  createdAt: Date;
+/** What an action records: who, what, why, and the state before and after. */
+export interface NewAuditEntry {
   actor: string;
   source: AuditSource;
   action: AuditAction;
@@ -23,6 +21,16 @@ export interface AuditEntry {
   operationType: string | null;
   operationKey: string | null;
   workflowId: string | null;
+  /** Stored as jsonb (Dates become ISO strings); null or undefined stays SQL NULL. */
+  before: unknown;
+  after: unknown;
+}
+
+/** A stored audit row. */
+export interface AuditEntry extends Omit<NewAuditEntry, 'before' | 'after'> {
+  /** bigserial, as a string (it may exceed 2^53 in theory; it is also the operator's event ID). */
+  id: string;
+  createdAt: Date;
   before: Json | null;
   after: Json | null;
 }
@@ -60,19 +68,6 @@ function toEntry(row: AuditRow): AuditEntry {
     before: row.before,
     after: row.after,
   };
-}
-
-export interface NewAuditEntry {
-  actor: string;
-  source: AuditSource;
-  action: AuditAction;
-  reason: string | null;
-  tenantId: string;
-  operationType: string | null;
-  operationKey: string | null;
-  workflowId: string | null;
-  before: unknown;
-  after: unknown;
 }
 
 /** JSON text for a jsonb parameter (Dates become ISO strings); null stays SQL NULL. */

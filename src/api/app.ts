@@ -3,7 +3,7 @@
  * else (no env, no listen): `src/api/main.ts` wires the process, tests build
  * it directly.
  */
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import rateLimit from '@fastify/rate-limit';
@@ -61,9 +61,8 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
     // Our pino, so request logs have the process's format and redaction. Fastify's own
     // per-request lines are off: logRequests writes one line per request with the route pattern.
     loggerInstance: (deps.logger ?? rootLogger()) as FastifyBaseLogger,
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' }),
     genReqId: (req) => requestIdFor(req.headers),
-    requestIdLogLabel: 'requestId',
     bodyLimit: BODY_LIMIT_BYTES,
     // Slow clients (docs/API.md "Limits"). Node checks the header and request deadlines every
     // connectionsCheckingInterval ms (30 s by default), so the interval follows the shorter bound.

@@ -12,8 +12,9 @@
  *
  * Lines at warn and above go to stderr, the rest to stdout (as before pino).
  */
+import { createRequire } from 'node:module';
 import { pino, stdTimeFunctions, type DestinationStream, type Logger } from 'pino';
-import pretty from 'pino-pretty';
+import type PinoPretty from 'pino-pretty';
 import type { LogLevel as SdkLogLevel, LogMetadata, Logger as SdkLogger } from '@temporalio/common';
 
 export type { Logger };
@@ -63,9 +64,15 @@ export interface LoggingOptions {
   stderrOnly?: boolean;
 }
 
+/** Loaded only for the human mode: JSON processes (CI, containers, the ops CLI) skip its start-up cost. */
+function loadPretty(): typeof PinoPretty {
+  return createRequire(import.meta.url)('pino-pretty') as typeof PinoPretty;
+}
+
 function streams(usePretty: boolean, stderrOnly: boolean): DestinationStream {
+  const pretty = usePretty ? loadPretty() : undefined;
   const out = (fd: 1 | 2): DestinationStream =>
-    usePretty
+    pretty
       ? pretty({
           destination: fd,
           sync: true,

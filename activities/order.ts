@@ -15,6 +15,7 @@ import { OPERATION_TYPES, type OrderStatus } from '../src/orders/model.ts';
 import { applyOrderTransition } from '../src/orders/sql.ts';
 import * as payment from '../src/steps/payment.ts';
 import * as receipt from '../src/steps/receipt.ts';
+import { childLog, errorFields, type Log } from '../src/log.ts';
 
 export type { ChargeResult, ReconcileResult } from '../src/steps/payment.ts';
 export type { ReceiptResult } from '../src/steps/receipt.ts';
@@ -130,6 +131,31 @@ export function toActivityFailure(
   return err;
 }
 
+/**
+ * The step's logger: every line carries the workflow ID and the operation
+ * key (plus the attempt), so one order's steps can be found by either.
+ * Only identifiers: never the card, the address or the provider payload.
+ */
+function stepLog(ref: StepRef): Log {
+  const info = Context.current().info;
+  return childLog({
+    workflowId: info.workflowExecution?.workflowId ?? ref.workflowId,
+    operationKey: ref.key,
+    tenantId: ref.tenantId,
+    orderId: ref.orderId,
+    activityType: info.activityType,
+    attempt: info.attempt,
+  });
+}
+
+/** Logs a step that did not finish (warn: Temporal retries it, or the workflow handles it) and maps the error. */
+function failed(log: Log, err: unknown, unknownType: string, rejectedType?: string): unknown {
+  const failure = toActivityFailure(err, unknownType, rejectedType);
+  const type = failure instanceof ApplicationFailure ? failure.type : undefined;
+  log.warn('step did not finish', { ...errorFields(err), ...(type ? { failureType: type } : {}) });
+  return failure;
+}
+
 function scope(ref: StepRef, operationType: string) {
   return { tenantId: ref.tenantId, operationType, key: ref.key };
 }
@@ -142,10 +168,18 @@ export function createOrderActivities(deps: OrderActivityDeps) {
   return {
     /** Charges once per key; heartbeats and renews its claim while the provider call runs. */
     async chargePayment(args: ChargeArgs): Promise<payment.ChargeResult> {
+      const log = stepLog(args);
       try {
-        return await payment.runCharge(paymentDeps, args, keepAlive());
+        const r = await payment.runCharge(paymentDeps, args, keepAlive());
+        log.info('step finished', {
+          outcome: r.outcome,
+          chargeId: r.chargeId,
+          replayed: r.replayed,
+          reconciled: r.reconciled,
+        });
+        return r;
       } catch (err) {
-        throw toActivityFailure(err, 'PaymentOutcomeUnknown', 'PaymentRejected');
+        throw failed(log, err, 'PaymentOutcomeUnknown', 'PaymentRejected');
       }
     },
 
@@ -154,36 +188,47 @@ export function createOrderActivities(deps: OrderActivityDeps) {
      * the provider never saw the key; call chargePayment again (same key).
      */
     async reconcileCharge(args: StepRef): Promise<payment.ReconcileResult> {
+      const log = stepLog(args);
       try {
-        return await payment.reconcileCharge(paymentDeps, args);
+        const r = await payment.reconcileCharge(paymentDeps, args);
+        log.info('step finished', { settled: r.settled, outcome: r.outcome, chargeId: r.chargeId });
+        return r;
       } catch (err) {
         if (err instanceof LedgerError && err.code === 'outcome_unknown') {
+          log.info('step finished', { settled: false, outcome: null, stillUnknown: true });
           return { settled: false, outcome: null, chargeId: null };
         }
-        throw toActivityFailure(err, 'PaymentOutcomeUnknown');
+        throw failed(log, err, 'PaymentOutcomeUnknown');
       }
     },
 
     /** Records a provider event or an operator's decision about an uncertain charge. */
     async settleCharge(args: SettleArgs): Promise<payment.ReconcileResult> {
+      const log = stepLog(args);
       try {
-        return await payment.settleCharge(paymentDeps, args, args.outcome, args.chargeId ?? null);
+        const r = await payment.settleCharge(paymentDeps, args, args.outcome, args.chargeId ?? null);
+        log.info('step finished', { settled: r.settled, outcome: r.outcome, chargeId: r.chargeId });
+        return r;
       } catch (err) {
-        throw toActivityFailure(err, 'PaymentOutcomeUnknown');
+        throw failed(log, err, 'PaymentOutcomeUnknown');
       }
     },
 
     /** Sends the receipt once per key; heartbeats and renews its claim like chargePayment. */
     async sendReceipt(args: ReceiptArgs): Promise<receipt.ReceiptResult> {
+      const log = stepLog(args);
       try {
-        return await receipt.runReceipt(receiptDeps, args, keepAlive());
+        const r = await receipt.runReceipt(receiptDeps, args, keepAlive());
+        log.info('step finished', { ...r });
+        return r;
       } catch (err) {
-        throw toActivityFailure(err, 'ReceiptOutcomeUnknown');
+        throw failed(log, err, 'ReceiptOutcomeUnknown');
       }
     },
 
     /** Local mode: the status row and the ledger record commit in one transaction. */
     async setOrderStatus(args: StatusArgs): Promise<StatusResult> {
+      const log = stepLog(args);
       try {
         const { result } = await ledger.runLocal(
           scope(args, OPERATION_TYPES.status),
@@ -208,9 +253,10 @@ export function createOrderActivities(deps: OrderActivityDeps) {
             return { applied: outcome.kind === 'applied', status: outcome.status };
           },
         );
+        log.info('step finished', { status: result.status, applied: result.applied });
         return result;
       } catch (err) {
-        throw toActivityFailure(err, 'StatusOutcomeUnknown');
+        throw failed(log, err, 'StatusOutcomeUnknown');
       }
     },
   };

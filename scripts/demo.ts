@@ -42,12 +42,12 @@ const program = createCommand(
 parseCli(program);
 const args = program.opts<{ orders: number; concurrency: number; timeoutSeconds: number }>();
 const config = loadConfig();
-const API = process.env.DEMO_API_URL ?? `http://127.0.0.1:${config.ports.api}`;
+const API = config.demo.apiUrl;
 const SANDBOX = config.sandboxUrl;
 // Defaults: the published local demo keys (src/db/seed.ts), seeded by `npm start` on loopback.
 const TENANTS = [
-  { id: 'acme', key: process.env.DEMO_ACME_KEY ?? DEMO_TENANTS[0].key },
-  { id: 'globex', key: process.env.DEMO_GLOBEX_KEY ?? DEMO_TENANTS[1].key },
+  { id: 'acme', key: config.demo.acmeKey ?? DEMO_TENANTS[0].key },
+  { id: 'globex', key: config.demo.globexKey ?? DEMO_TENANTS[1].key },
 ];
 const ORDER_COUNT = args.orders;
 const CONCURRENCY = args.concurrency;

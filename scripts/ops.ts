@@ -8,14 +8,13 @@
  * (`--json` for machines, tables for people).
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { Client, Connection } from '@temporalio/client';
 import { loadConfig } from '../src/config.ts';
-import { createPool } from '../src/db/index.ts';
-import { Ledger, type OperationState } from '../src/ledger/index.ts';
+import type { OperationState } from '../src/ledger/index.ts';
 import { Operator, defaultActor, isOpsError, type AuditEntry } from '../src/ops/index.ts';
-import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../src/providers/sandbox.ts';
-import { connectionSettings } from '../src/temporal/connection.ts';
-import { setLogLevel } from '../src/log.ts';
+import { configureLogging } from '../src/log.ts';
+import { runProcess } from '../src/process/run.ts';
+import type { Resources } from '../src/process/resources.ts';
+import { createLedger, openPool, openTemporalClient, sandboxProviders } from '../src/process/wiring.ts';
 
 const USAGE = `Usage: npm run ops -- <command> [options]
 
@@ -161,7 +160,7 @@ function auditTable(entries: AuditEntry[]): string {
 
 // ------------------------------------------------------------------ main
 
-async function main(argv: string[]): Promise<number> {
+async function main(argv: string[], resources: Resources): Promise<number> {
   const { values, positionals: args } = parse(argv);
   const [command, ...rest] = args;
   if (values.help || !command) {
@@ -186,213 +185,206 @@ async function main(argv: string[]): Promise<number> {
   if (command === 'redrive') requireReason(values);
 
   const config = loadConfig();
-  setLogLevel(config.logLevel);
-  const pool = createPool(config.databaseUrl, { max: 2 });
-  // Lazy: read-only commands never need Temporal, and only resolve/redrive signal.
-  const connection = Connection.lazy(
-    connectionSettings(config.temporal.address ?? `127.0.0.1:${config.ports.temporal}`),
-  );
-  const providerOptions = { baseUrl: config.sandboxUrl, timeoutMs: config.providerTimeoutMs };
+  // Log lines (a lost pool connection...) go to stderr: stdout is the command's output.
+  configureLogging({ level: config.logLevel, pretty: config.logPretty, service: 'ops', stderrOnly: true });
+  const pool = openPool(resources, config, { max: 2 });
   const operator = new Operator({
     pool,
-    ledger: new Ledger(pool, { leaseMs: config.ledgerLeaseMs }),
-    temporal: new Client({ connection, namespace: config.temporal.namespace }),
-    payments: createSandboxPaymentProvider(providerOptions),
-    email: createSandboxEmailProvider(providerOptions),
+    ledger: createLedger(pool, config),
+    // Lazy: read-only commands never need Temporal, and only resolve/redrive signal.
+    temporal: openTemporalClient(resources, config),
+    ...sandboxProviders(config),
     temporalUi: { url: config.temporal.uiUrl, namespace: config.temporal.namespace },
     source: 'cli',
   });
   const out = (json: unknown, human: string) =>
     process.stdout.write(`${values.json ? JSON.stringify(json, null, 2) : human}\n`);
 
-  try {
-    switch (command) {
-      case 'list': {
-        const filter = {
-          ...(values.state ? { state: values.state as OperationState } : {}),
-          ...(values['older-than'] !== undefined
-            ? { olderThanSeconds: nonNegative(values['older-than'], '--older-than')! }
-            : {}),
-          ...(values.type ? { operationType: values.type } : {}),
-          ...(values.tenant ? { tenantId: values.tenant } : {}),
-          ...(values['key-prefix'] ? { keyPrefix: values['key-prefix'] } : {}),
-          ...(values.limit ? { limit: limit(values.limit)! } : {}),
-        };
-        // Without --state, the default view is the work that needs someone: unknown, then in_progress.
-        const items = values.state
-          ? await operator.listOperations(filter)
-          : [
-              ...(await operator.listOperations({ ...filter, state: 'unknown' })),
-              ...(await operator.listOperations({ ...filter, state: 'in_progress' })),
-            ];
-        const safe = items.map(({ ownerToken: _o, ...r }) => r);
-        out(
-          safe,
-          table(
-            items.map((r) => ({
-              ...r,
-              age: `${r.ageSeconds}s`,
-              error: (r.error as { reason?: string } | null)?.reason,
-            })),
-            ['tenantId', 'operationType', 'key', 'state', 'age', 'attempts', 'providerRef', 'error'],
-          ),
-        );
-        return 0;
-      }
-      case 'show': {
-        const [tenantId, operationType, key] = positionals(rest, ['tenant', 'type', 'key'], 'show');
-        const story = await operator.showOperation({
-          tenantId: tenantId!,
-          operationType: operationType!,
-          key: key!,
-        });
-        const { ownerToken: _o, ...record } = story.record;
-        const p = story.provider;
-        out(
-          { ...story, record },
-          [
-            `operation     ${record.tenantId} ${record.operationType} ${record.key}`,
-            `state         ${record.state} (attempts ${record.attempts}, created ${record.createdAt.toISOString()}, updated ${record.updatedAt.toISOString()})`,
-            `result        ${cell(record.result)}`,
-            `error         ${cell(record.error)}`,
-            `provider ref  ${cell(record.providerRef)}`,
-            `downstream    ${cell(story.downstreamKey)}`,
-            `provider view ${
-              p.provider === null
-                ? '- (local operation)'
-                : p.error
-                  ? `${p.provider}: lookup failed: ${p.error}`
-                  : `${p.provider}: ${p.found ? cell(p.object) : 'nothing under this key'}`
-            }`,
-            `workflow      ${cell(story.workflowId)}`,
-            `temporal ui   ${cell(story.temporalUiUrl)}`,
-            `order         ${story.order ? `${story.order.status} (last error: ${cell(story.order.lastError)})` : '-'}`,
-            '',
-            'audit',
-            auditTable(story.audit),
-          ].join('\n'),
-        );
-        return 0;
-      }
-      case 'reconcile': {
-        const [tenantId, operationType, key] = positionals(rest, ['tenant', 'type', 'key'], 'reconcile');
-        const r = await operator.reconcileNow(
-          { tenantId: tenantId!, operationType: operationType!, key: key! },
-          { actor, ...(values.reason ? { reason: values.reason } : {}) },
-        );
-        out(
-          {
-            changed: r.changed,
-            before: r.before.state,
-            after: r.after.state,
-            providerAnswer: r.providerAnswer,
-            next: r.next ?? null,
-            auditId: r.audit.id,
-            error: r.error ?? null,
-          },
-          // A bare "unknown -> unknown" tells the operator nothing: say what the provider answered and what follows.
-          reconcileLine(r) +
-            `; audit #${r.audit.id}` +
-            (r.next ? `\n${r.next}` : '') +
-            (r.error ? `\n${r.error}` : ''),
-        );
-        // Audited either way, but an operator script must see that the provider did not answer.
-        return r.error ? 1 : 0;
-      }
-      case 'resolve': {
-        const [tenantId, operationType, key] = positionals(rest, ['tenant', 'type', 'key'], 'resolve');
-        const ref = values['charge-id'] ?? values['provider-ref'];
-        const r = await operator.resolveUnknown(
-          { tenantId: tenantId!, operationType: operationType!, key: key! },
-          values.outcome as 'succeeded' | 'failed',
-          { actor, reason: requireReason(values), ...(ref ? { providerRef: ref } : {}) },
-        );
-        out(
-          {
-            before: r.before.state,
-            after: r.after.state,
-            auditId: r.audit.id,
-            workflowId: r.workflowId,
-            signalled: r.signalled,
-            signalError: r.signalError ?? null,
-          },
-          `${r.before.state} -> ${r.after.state}; audit #${r.audit.id}` +
-            (r.signalled ? `; workflow ${r.workflowId} signalled` : '') +
-            (r.signalError
-              ? `\nwarning: the ledger is settled but the workflow was not signalled: ${r.signalError}. ` +
-                `If the order is in needs_attention, re-drive it.`
-              : ''),
-        );
-        return 0;
-      }
-      case 'redrive': {
-        const [tenantId, orderId] = positionals(rest, ['tenant', 'orderId'], 'redrive');
-        const r = await operator.redrive(tenantId!, orderId!, { actor, reason: requireReason(values) });
-        out(
-          {
-            workflowId: r.workflowId,
-            auditId: r.audit.id,
-            parkedAs: r.accepted,
-            temporalUiUrl: operator.temporalUiUrl(r.workflowId),
-          },
-          `re-drive accepted by ${r.workflowId} (parked: ${r.accepted.reason ?? r.accepted.status}); ` +
-            `audit #${r.audit.id}\n${operator.temporalUiUrl(r.workflowId)}`,
-        );
-        return 0;
-      }
-      case 'attention': {
-        positionals(rest, [], 'attention');
-        const { items, visibilityError } = await operator.listAttentionDetailed({
-          ...(values.tenant ? { tenantId: values.tenant } : {}),
-          ...(values.limit ? { limit: limit(values.limit)! } : {}),
-        });
-        // Parked workflows are found through Temporal visibility too; say so when it could not be read.
-        if (visibilityError) process.stderr.write(`warning: ${visibilityError}; listing order rows only\n`);
-        out(
-          items,
-          table(items as unknown as Record<string, unknown>[], [
-            'tenantId',
-            'orderId',
-            'status',
-            'reason',
-            'source',
-            'updatedAt',
-            'lastError',
-            'temporalUiUrl',
-          ]),
-        );
-        return 0;
-      }
-      case 'audit': {
-        positionals(rest, [], 'audit');
-        const entries = await operator.auditLog({
-          ...(values.key ? { operationKey: values.key } : {}),
-          ...(values.tenant ? { tenantId: values.tenant } : {}),
-          ...(values.workflow ? { workflowId: values.workflow } : {}),
-          ...(values.limit ? { limit: limit(values.limit)! } : {}),
-        });
-        out(entries, auditTable(entries));
-        return 0;
-      }
+  switch (command) {
+    case 'list': {
+      const filter = {
+        ...(values.state ? { state: values.state as OperationState } : {}),
+        ...(values['older-than'] !== undefined
+          ? { olderThanSeconds: nonNegative(values['older-than'], '--older-than')! }
+          : {}),
+        ...(values.type ? { operationType: values.type } : {}),
+        ...(values.tenant ? { tenantId: values.tenant } : {}),
+        ...(values['key-prefix'] ? { keyPrefix: values['key-prefix'] } : {}),
+        ...(values.limit ? { limit: limit(values.limit)! } : {}),
+      };
+      // Without --state, the default view is the work that needs someone: unknown, then in_progress.
+      const items = values.state
+        ? await operator.listOperations(filter)
+        : [
+            ...(await operator.listOperations({ ...filter, state: 'unknown' })),
+            ...(await operator.listOperations({ ...filter, state: 'in_progress' })),
+          ];
+      const safe = items.map(({ ownerToken: _o, ...r }) => r);
+      out(
+        safe,
+        table(
+          items.map((r) => ({
+            ...r,
+            age: `${r.ageSeconds}s`,
+            error: (r.error as { reason?: string } | null)?.reason,
+          })),
+          ['tenantId', 'operationType', 'key', 'state', 'age', 'attempts', 'providerRef', 'error'],
+        ),
+      );
+      return 0;
     }
-    return 2;
-  } finally {
-    await connection.close().catch(() => undefined);
-    await pool.end().catch(() => undefined);
+    case 'show': {
+      const [tenantId, operationType, key] = positionals(rest, ['tenant', 'type', 'key'], 'show');
+      const story = await operator.showOperation({
+        tenantId: tenantId!,
+        operationType: operationType!,
+        key: key!,
+      });
+      const { ownerToken: _o, ...record } = story.record;
+      const p = story.provider;
+      out(
+        { ...story, record },
+        [
+          `operation     ${record.tenantId} ${record.operationType} ${record.key}`,
+          `state         ${record.state} (attempts ${record.attempts}, created ${record.createdAt.toISOString()}, updated ${record.updatedAt.toISOString()})`,
+          `result        ${cell(record.result)}`,
+          `error         ${cell(record.error)}`,
+          `provider ref  ${cell(record.providerRef)}`,
+          `downstream    ${cell(story.downstreamKey)}`,
+          `provider view ${
+            p.provider === null
+              ? '- (local operation)'
+              : p.error
+                ? `${p.provider}: lookup failed: ${p.error}`
+                : `${p.provider}: ${p.found ? cell(p.object) : 'nothing under this key'}`
+          }`,
+          `workflow      ${cell(story.workflowId)}`,
+          `temporal ui   ${cell(story.temporalUiUrl)}`,
+          `order         ${story.order ? `${story.order.status} (last error: ${cell(story.order.lastError)})` : '-'}`,
+          '',
+          'audit',
+          auditTable(story.audit),
+        ].join('\n'),
+      );
+      return 0;
+    }
+    case 'reconcile': {
+      const [tenantId, operationType, key] = positionals(rest, ['tenant', 'type', 'key'], 'reconcile');
+      const r = await operator.reconcileNow(
+        { tenantId: tenantId!, operationType: operationType!, key: key! },
+        { actor, ...(values.reason ? { reason: values.reason } : {}) },
+      );
+      out(
+        {
+          changed: r.changed,
+          before: r.before.state,
+          after: r.after.state,
+          providerAnswer: r.providerAnswer,
+          next: r.next ?? null,
+          auditId: r.audit.id,
+          error: r.error ?? null,
+        },
+        // A bare "unknown -> unknown" tells the operator nothing: say what the provider answered and what follows.
+        reconcileLine(r) +
+          `; audit #${r.audit.id}` +
+          (r.next ? `\n${r.next}` : '') +
+          (r.error ? `\n${r.error}` : ''),
+      );
+      // Audited either way, but an operator script must see that the provider did not answer.
+      return r.error ? 1 : 0;
+    }
+    case 'resolve': {
+      const [tenantId, operationType, key] = positionals(rest, ['tenant', 'type', 'key'], 'resolve');
+      const ref = values['charge-id'] ?? values['provider-ref'];
+      const r = await operator.resolveUnknown(
+        { tenantId: tenantId!, operationType: operationType!, key: key! },
+        values.outcome as 'succeeded' | 'failed',
+        { actor, reason: requireReason(values), ...(ref ? { providerRef: ref } : {}) },
+      );
+      out(
+        {
+          before: r.before.state,
+          after: r.after.state,
+          auditId: r.audit.id,
+          workflowId: r.workflowId,
+          signalled: r.signalled,
+          signalError: r.signalError ?? null,
+        },
+        `${r.before.state} -> ${r.after.state}; audit #${r.audit.id}` +
+          (r.signalled ? `; workflow ${r.workflowId} signalled` : '') +
+          (r.signalError
+            ? `\nwarning: the ledger is settled but the workflow was not signalled: ${r.signalError}. ` +
+              `If the order is in needs_attention, re-drive it.`
+            : ''),
+      );
+      return 0;
+    }
+    case 'redrive': {
+      const [tenantId, orderId] = positionals(rest, ['tenant', 'orderId'], 'redrive');
+      const r = await operator.redrive(tenantId!, orderId!, { actor, reason: requireReason(values) });
+      out(
+        {
+          workflowId: r.workflowId,
+          auditId: r.audit.id,
+          parkedAs: r.accepted,
+          temporalUiUrl: operator.temporalUiUrl(r.workflowId),
+        },
+        `re-drive accepted by ${r.workflowId} (parked: ${r.accepted.reason ?? r.accepted.status}); ` +
+          `audit #${r.audit.id}\n${operator.temporalUiUrl(r.workflowId)}`,
+      );
+      return 0;
+    }
+    case 'attention': {
+      positionals(rest, [], 'attention');
+      const { items, visibilityError } = await operator.listAttentionDetailed({
+        ...(values.tenant ? { tenantId: values.tenant } : {}),
+        ...(values.limit ? { limit: limit(values.limit)! } : {}),
+      });
+      // Parked workflows are found through Temporal visibility too; say so when it could not be read.
+      if (visibilityError) process.stderr.write(`warning: ${visibilityError}; listing order rows only\n`);
+      out(
+        items,
+        table(items as unknown as Record<string, unknown>[], [
+          'tenantId',
+          'orderId',
+          'status',
+          'reason',
+          'source',
+          'updatedAt',
+          'lastError',
+          'temporalUiUrl',
+        ]),
+      );
+      return 0;
+    }
+    case 'audit': {
+      positionals(rest, [], 'audit');
+      const entries = await operator.auditLog({
+        ...(values.key ? { operationKey: values.key } : {}),
+        ...(values.tenant ? { tenantId: values.tenant } : {}),
+        ...(values.workflow ? { workflowId: values.workflow } : {}),
+        ...(values.limit ? { limit: limit(values.limit)! } : {}),
+      });
+      out(entries, auditTable(entries));
+      return 0;
+    }
   }
+  return 2;
 }
 
-try {
-  process.exitCode = await main(process.argv.slice(2));
-} catch (err) {
-  if (err instanceof UsageError) {
-    process.stderr.write(`error: ${err.message}\n\n${USAGE}`);
-    process.exitCode = 2;
-  } else if (isOpsError(err)) {
-    process.stderr.write(`error (${err.code}): ${err.message}\n`);
-    process.exitCode = 1;
-  } else {
+// The CLI's errors are its output (stderr), not log lines. Signals end it the default way.
+await runProcess('ops', ({ resources }) => main(process.argv.slice(2), resources), {
+  handleSignals: false,
+  onError: (err) => {
+    if (err instanceof UsageError) {
+      process.stderr.write(`error: ${err.message}\n\n${USAGE}`);
+      return 2;
+    }
+    if (isOpsError(err)) {
+      process.stderr.write(`error (${err.code}): ${err.message}\n`);
+      return 1;
+    }
     process.stderr.write(`error: ${err instanceof Error ? err.message : String(err)}\n`);
-    process.exitCode = 1;
-  }
-}
+    return 1;
+  },
+});

@@ -8,8 +8,13 @@ export interface Config {
   /** Address our HTTP servers bind to; 127.0.0.1 unless BIND_HOST says otherwise (containers). */
   bindHost: string;
   temporal: {
-    /** host:port of the Temporal frontend; undefined means "start a dev server". */
-    address: string | undefined;
+    /** host:port of the Temporal frontend: TEMPORAL_ADDRESS, else 127.0.0.1:TEMPORAL_PORT. */
+    address: string;
+    /**
+     * True when TEMPORAL_ADDRESS names a server someone else runs; false means
+     * `npm start` (and the test setup) start a dev server on TEMPORAL_PORT.
+     */
+    external: boolean;
     namespace: string;
     taskQueue: string;
     /** Where the Temporal UI answers, for links printed to users. */
@@ -73,6 +78,12 @@ export interface Config {
   /** Folder for tools the project builds itself (the Temporal CLI). */
   toolsDir: string;
   logLevel: 'debug' | 'info' | 'warn' | 'error';
+  /**
+   * LOG_PRETTY=on: human-readable log lines (pino-pretty); off: JSON lines.
+   * Unset: pretty when stdout is a terminal (`npm start` passes its own
+   * choice on to the processes it starts, whose stdout is a pipe).
+   */
+  logPretty: boolean | undefined;
   /** Client-side timeout of one provider call; must be shorter than an activity attempt. */
   providerTimeoutMs: number;
   /**
@@ -84,6 +95,14 @@ export interface Config {
   ledgerLeaseMs: number;
   /** A pre-built workflow bundle (production builds, tests); otherwise workflows are bundled at start-up. */
   workflowBundlePath: string | undefined;
+  /** `npm run demo`: where it finds the API, and keys replacing the seeded demo tenants' published ones. */
+  demo: {
+    /** DEMO_API_URL; default the local API on API_PORT. */
+    apiUrl: string;
+    /** DEMO_ACME_KEY / DEMO_GLOBEX_KEY. */
+    acmeKey: string | undefined;
+    globexKey: string | undefined;
+  };
   retention: {
     /** Finished ledger records older than this are deleted; never less than the provider's 24 h key window. */
     windowMs: number;
@@ -238,7 +257,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
     workerSdkMetrics: 0,
   };
   ports.workerSdkMetrics = int(env, 'WORKER_SDK_METRICS_PORT', ports.workerMetrics + 1);
-  const address = env.TEMPORAL_ADDRESS || undefined;
+  const externalAddress = env.TEMPORAL_ADDRESS || undefined;
   const logLevel = (env.LOG_LEVEL ?? 'info') as Config['logLevel'];
   if (!['debug', 'info', 'warn', 'error'].includes(logLevel)) {
     throw new ConfigError(
@@ -258,7 +277,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
     databaseUrl: env.DATABASE_URL || DEFAULT_DATABASE_URL,
     bindHost,
     temporal: {
-      address,
+      address: externalAddress ?? `127.0.0.1:${ports.temporal}`,
+      external: externalAddress !== undefined,
       namespace: env.TEMPORAL_NAMESPACE || 'default',
       taskQueue: env.TEMPORAL_TASK_QUEUE || 'onceflow-orders',
       uiUrl: env.TEMPORAL_UI_URL || `http://127.0.0.1:${ports.temporalUi}`,
@@ -289,9 +309,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
     dataDir: env.ONCEFLOW_DATA_DIR || `${root}/.data`,
     toolsDir: env.ONCEFLOW_TOOLS_DIR || `${root}/.tools`,
     logLevel,
+    logPretty:
+      env.LOG_PRETTY === undefined || env.LOG_PRETTY === '' ? undefined : onOff(env, 'LOG_PRETTY', false),
     providerTimeoutMs: duration(env, 'PROVIDER_TIMEOUT_MS', 10_000),
     ledgerLeaseMs: duration(env, 'LEDGER_LEASE_MS', 15_000),
     workflowBundlePath: env.WORKFLOW_BUNDLE_PATH || undefined,
+    demo: {
+      apiUrl: env.DEMO_API_URL || `http://127.0.0.1:${ports.api}`,
+      acmeKey: env.DEMO_ACME_KEY || undefined,
+      globexKey: env.DEMO_GLOBEX_KEY || undefined,
+    },
     retention: {
       windowMs: duration(env, 'RETENTION_WINDOW_MS', 7 * 24 * 60 * 60 * 1000),
       intervalMs: duration(env, 'RETENTION_INTERVAL_MS', 60 * 60 * 1000),

@@ -145,7 +145,7 @@ async function main(): Promise<void> {
     [config.ports.workerMetrics, 'worker metrics (WORKER_METRICS_PORT)'],
     [config.ports.workerSdkMetrics, 'worker SDK metrics (WORKER_SDK_METRICS_PORT)'],
   ];
-  if (!config.temporal.address) {
+  if (!config.temporal.external) {
     ports.push([config.ports.temporal, 'Temporal frontend (TEMPORAL_PORT)']);
     ports.push([config.ports.temporalUi, 'Temporal UI (TEMPORAL_UI_PORT)']);
   }
@@ -172,7 +172,7 @@ async function main(): Promise<void> {
   // 3. Temporal.
   let temporalAddress = config.temporal.address;
   let uiUrl = config.temporal.uiUrl;
-  if (temporalAddress) {
+  if (config.temporal.external) {
     say(`using the Temporal server at ${temporalAddress} (TEMPORAL_ADDRESS)`);
     await waitForTemporal(temporalAddress, 60_000, undefined, say, undefined, config.temporal.namespace);
   } else {
@@ -199,6 +199,8 @@ async function main(): Promise<void> {
     TEMPORAL_ADDRESS: temporalAddress,
     TEMPORAL_UI_URL: uiUrl,
     DATABASE_URL: config.databaseUrl,
+    // The children write to a pipe (prefixed with [name] below): they log for humans when we do.
+    LOG_PRETTY: (config.logPretty ?? process.stdout.isTTY === true) ? 'on' : 'off',
   };
   startService('sandbox', 'src/sandbox/main.ts', env);
   await waitForHttp(`${config.sandboxUrl}/healthz`, 60_000);

@@ -3,7 +3,7 @@
  * else (no env, no listen): `src/api/main.ts` wires the process, tests build
  * it directly.
  */
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import rateLimit from '@fastify/rate-limit';
@@ -23,6 +23,8 @@ import { healthRoutes } from './routes/health.ts';
 import { orderRoutes } from './routes/orders.ts';
 import { webhookRoutes } from './routes/webhooks.ts';
 import { BODY_LIMIT_BYTES } from './schemas.ts';
+import { rootLogger, type Logger } from '../log.ts';
+import { logRequests, requestIdFor } from './request-log.ts';
 
 export interface ApiDeps {
   pool: Pool;
@@ -33,6 +35,8 @@ export interface ApiDeps {
   relay?: OutboxRelay;
   /** Called once per response, e.g. to feed Prometheus. `route` is the route pattern, not the URL. */
   onRequestMetrics?: (route: string, status: number, durationMs: number) => void;
+  /** Fastify's logger; default the process's (src/log.ts). Tests pass one writing to memory. */
+  logger?: Logger;
 }
 
 let formatsRegistered = false;
@@ -54,7 +58,11 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
   const limits = deps.config.api;
 
   const app = Fastify({
-    logger: false,
+    // Our pino, so request logs have the process's format and redaction. Fastify's own
+    // per-request lines are off: logRequests writes one line per request with the route pattern.
+    loggerInstance: (deps.logger ?? rootLogger()) as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' }),
+    genReqId: (req) => requestIdFor(req.headers),
     bodyLimit: BODY_LIMIT_BYTES,
     // Slow clients (docs/API.md "Limits"). Node checks the header and request deadlines every
     // connectionsCheckingInterval ms (30 s by default), so the interval follows the shorter bound.
@@ -126,6 +134,8 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
   });
   // Every response carries the standard browser hardening headers; /docs gets a CSP that lets Swagger UI run.
   app.addHook('onSend', securityHeaders);
+  // X-Request-Id on every response (problems included) and one log line per request.
+  logRequests(app);
   await app.register(swaggerUi, {
     routePrefix: '/docs',
     staticCSP: true,

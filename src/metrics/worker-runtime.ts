@@ -30,6 +30,8 @@ export async function installWorkerRuntime(opts: WorkerRuntimeOptions): Promise<
   Runtime.install({
     logger: opts.logger ?? new DefaultLogger('INFO'),
     telemetryOptions: {
+      // The Rust core's own lines go through `logger` too (not straight to stderr in its own format).
+      logging: { forward: {} },
       metrics: {
         prometheus: { bindAddress: `${host}:${opts.sdkMetricsPort}` },
       },

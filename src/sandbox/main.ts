@@ -1,65 +1,36 @@
 /**
  * Composition root of the sandbox provider process:
- * config -> Postgres pool -> HTTP app (+ webhook dispatcher). SIGTERM/SIGINT
- * close them in reverse order.
+ * config -> Postgres pool -> HTTP app (+ webhook dispatcher). Closed in
+ * reverse order on every exit path (src/process/run.ts).
  */
 import { loadConfig } from '../config.ts';
-import { createPool } from '../db/index.ts';
 import { redactUrl } from '../db/migrate.ts';
-import { errorFields, log, setLogLevel } from '../log.ts';
+import { configureLogging, log } from '../log.ts';
+import { runProcess, untilAborted } from '../process/run.ts';
+import { openPool } from '../process/wiring.ts';
 import { startSandbox } from './server.ts';
 
-async function main(): Promise<void> {
+await runProcess('sandbox', async ({ resources, stopping, started }) => {
   const config = loadConfig();
-  setLogLevel(config.logLevel);
-  const pool = createPool(config.databaseUrl);
-  try {
-    const { rows } = await pool.query<{ t: string | null }>(
-      `select to_regclass('sandbox.charges')::text as t`,
+  configureLogging({ level: config.logLevel, pretty: config.logPretty, service: 'sandbox' });
+  const pool = openPool(resources, config);
+  const { rows } = await pool.query<{ t: string | null }>(`select to_regclass('sandbox.charges')::text as t`);
+  if (!rows[0]?.t) {
+    throw new Error(
+      `The sandbox tables are missing in ${redactUrl(config.databaseUrl)}. Run \`npm run migrate\` first.`,
     );
-    if (!rows[0]?.t) {
-      throw new Error(
-        `The sandbox tables are missing in ${redactUrl(config.databaseUrl)}. Run \`npm run migrate\` first.`,
-      );
-    }
-  } catch (err) {
-    await pool.end();
-    throw err;
   }
-
-  let sandbox;
-  try {
-    sandbox = await startSandbox({
+  const sandbox = resources.add(
+    'http server',
+    await startSandbox({
       pool,
       port: config.ports.sandbox,
       host: config.bindHost,
       webhook: { url: config.webhookUrl, secret: config.webhookSecret },
-    });
-  } catch (err) {
-    await pool.end();
-    throw err;
-  }
+    }),
+    (s) => s.close(),
+  );
+  started();
   log.info('sandbox listening', { url: sandbox.url, webhookUrl: config.webhookUrl });
-
-  let closing = false;
-  const shutdown = async (signal: string) => {
-    if (closing) return;
-    closing = true;
-    log.info('sandbox shutting down', { signal });
-    try {
-      await sandbox.close();
-      await pool.end();
-      process.exit(0);
-    } catch (err) {
-      log.error('sandbox shutdown failed', errorFields(err));
-      process.exit(1);
-    }
-  };
-  process.once('SIGTERM', () => void shutdown('SIGTERM'));
-  process.once('SIGINT', () => void shutdown('SIGINT'));
-}
-
-main().catch((err: unknown) => {
-  log.error('sandbox failed to start', errorFields(err));
-  process.exit(1);
+  await untilAborted(stopping);
 });

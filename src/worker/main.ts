@@ -1,95 +1,77 @@
 /**
- * Worker composition root: config -> pool -> ledger + providers -> Temporal
- * connection -> worker. SIGTERM/SIGINT drain the worker (in-flight
- * activities get a grace period), then close in reverse order.
+ * Worker composition root: config -> SDK runtime -> pool -> metrics server ->
+ * Temporal connections -> worker. SIGTERM/SIGINT drain the worker (in-flight
+ * activities get a grace period); then, and on every failed start-up, what
+ * was opened closes in reverse order (src/process/run.ts).
  */
 import { NativeConnection } from '@temporalio/worker';
-import { Client, Connection } from '@temporalio/client';
 import { ensureRetentionSchedule } from '../retention/schedule.ts';
 import { loadConfig } from '../config.ts';
-import { createPool } from '../db/index.ts';
 import { connectionSettings } from '../temporal/connection.ts';
 import { createWorker, timeoutOrderingProblem } from './worker.ts';
-import { errorFields, log, setLogLevel } from '../log.ts';
-import { Ledger } from '../ledger/index.ts';
-import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../providers/sandbox.ts';
+import { configureLogging, log, temporalSdkLogger } from '../log.ts';
 import { createMetrics, startMetricsServer } from '../metrics/index.ts';
 import { installWorkerRuntime } from '../metrics/worker-runtime.ts';
-import { DefaultLogger, type LogLevel } from '@temporalio/worker';
-import { PortInUseError } from '../devserver/ports.ts';
+import { runProcess } from '../process/run.ts';
+import { createLedger, openPool, openTemporalClient, sandboxProviders } from '../process/wiring.ts';
 
-const config = loadConfig();
-setLogLevel(config.logLevel);
-const timeoutProblem = timeoutOrderingProblem(config);
-if (timeoutProblem)
-  log.warn('timeouts are ordered unusually; expect extra retries', { problem: timeoutProblem });
-const address = config.temporal.address ?? `127.0.0.1:${config.ports.temporal}`;
-// First, before any connection: the SDK runtime (its logger and Prometheus exporter) is process-wide.
-const { sdkMetricsUrl } = await installWorkerRuntime({
-  sdkMetricsPort: config.ports.workerSdkMetrics,
-  logger: new DefaultLogger(config.logLevel.toUpperCase() as LogLevel),
-});
-const pool = createPool(config.databaseUrl);
-const metrics = createMetrics({ pool, defaultLabels: { service: 'worker' } });
-const ledger = new Ledger(pool, { leaseMs: config.ledgerLeaseMs, hooks: metrics.ledgerHooks });
-let metricsServer: Awaited<ReturnType<typeof startMetricsServer>>;
-try {
-  metricsServer = await startMetricsServer({
-    registry: metrics.registry,
-    host: config.bindHost,
-    port: config.ports.workerMetrics,
-    merge: [sdkMetricsUrl],
+await runProcess('worker', async ({ resources, stopping, started }) => {
+  const config = loadConfig();
+  configureLogging({ level: config.logLevel, pretty: config.logPretty, service: 'worker' });
+  const timeoutProblem = timeoutOrderingProblem(config);
+  if (timeoutProblem)
+    log.warn('timeouts are ordered unusually; expect extra retries', { problem: timeoutProblem });
+  // First, before any connection: the SDK runtime (its logger and Prometheus exporter) is process-wide.
+  // Its own log lines (worker state, activity failures, the core's warnings) go through our logger.
+  const { sdkMetricsUrl } = await installWorkerRuntime({
+    sdkMetricsPort: config.ports.workerSdkMetrics,
+    logger: temporalSdkLogger(),
   });
-} catch (err) {
-  log.error(
-    err instanceof PortInUseError ? err.message : 'worker metrics server failed to start',
-    errorFields(err),
+  const pool = openPool(resources, config);
+  const metrics = createMetrics({ pool, defaultLabels: { service: 'worker' } });
+  const ledger = createLedger(pool, config, metrics.ledgerHooks);
+  resources.add(
+    'metrics server',
+    await startMetricsServer({
+      registry: metrics.registry,
+      host: config.bindHost,
+      port: config.ports.workerMetrics,
+      merge: [sdkMetricsUrl],
+    }),
+    (s) => s.close(),
   );
-  await pool.end();
-  process.exit(1);
-}
-const providerOptions = { baseUrl: config.sandboxUrl, timeoutMs: config.providerTimeoutMs };
-const connection = await NativeConnection.connect(connectionSettings(address));
-const worker = await createWorker({
-  connection,
-  namespace: config.temporal.namespace,
-  taskQueue: config.temporal.taskQueue,
-  deps: {
-    pool,
-    ledger,
-    payments: createSandboxPaymentProvider(providerOptions),
-    email: createSandboxEmailProvider(providerOptions),
-  },
-  ...(config.workflowBundlePath ? { workflowBundlePath: config.workflowBundlePath } : {}),
-  overrides: { shutdownGraceTime: '10 seconds' },
-  log: (line) => log.info(line),
-});
-// The retention Schedule is created once, by whichever worker starts first.
-const clientConnection = await Connection.connect(connectionSettings(address));
-const created = await ensureRetentionSchedule(
-  new Client({ connection: clientConnection, namespace: config.temporal.namespace }),
-  {
+  const connection = resources.add(
+    'temporal worker connection',
+    await NativeConnection.connect(connectionSettings(config.temporal.address)),
+    (c) => c.close(),
+  );
+  const worker = await createWorker({
+    connection,
+    namespace: config.temporal.namespace,
+    taskQueue: config.temporal.taskQueue,
+    deps: { pool, ledger, ...sandboxProviders(config) },
+    ...(config.workflowBundlePath ? { workflowBundlePath: config.workflowBundlePath } : {}),
+    overrides: { shutdownGraceTime: '10 seconds' },
+    log: (line) => log.info(line),
+  });
+  // The retention Schedule is created once, by whichever worker starts first.
+  const created = await ensureRetentionSchedule(openTemporalClient(resources, config), {
     taskQueue: config.temporal.taskQueue,
     windowMs: config.retention.windowMs,
     intervalMs: config.retention.intervalMs,
-  },
-);
-await clientConnection.close();
-log.info(created ? 'retention schedule created' : 'retention schedule already exists', {
-  windowMs: config.retention.windowMs,
-  intervalMs: config.retention.intervalMs,
-});
-log.info('worker started', {
-  address,
-  namespace: config.temporal.namespace,
-  taskQueue: config.temporal.taskQueue,
-});
-// worker.run() installs its own SIGINT/SIGTERM handlers that begin a graceful shutdown.
-try {
+  });
+  log.info(created ? 'retention schedule created' : 'retention schedule already exists', {
+    windowMs: config.retention.windowMs,
+    intervalMs: config.retention.intervalMs,
+  });
+  // A signal during start-up: nothing is running yet, so just close what is open.
+  if (stopping.aborted) return;
+  started();
+  log.info('worker started', {
+    address: config.temporal.address,
+    namespace: config.temporal.namespace,
+    taskQueue: config.temporal.taskQueue,
+  });
+  // worker.run() also handles SIGINT/SIGTERM itself (the SDK's graceful shutdown) and resolves once drained.
   await worker.run();
-} finally {
-  await connection.close();
-  await metricsServer.close();
-  await pool.end();
-  log.info('worker stopped');
-}
+});

@@ -25,6 +25,8 @@ afterAll(async () => {
   await stack?.close();
 });
 
+const outputs = new Map<ChildProcess, string[]>();
+
 async function spawnWorker(): Promise<ChildProcess> {
   const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'src/worker/main.ts')], {
     cwd: root,
@@ -46,6 +48,7 @@ async function spawnWorker(): Promise<ChildProcess> {
   });
   children.push(child);
   const output: string[] = [];
+  outputs.set(child, output);
   await new Promise<void>((resolve, reject) => {
     const onLine = (line: string) => {
       output.push(line);
@@ -95,4 +98,16 @@ it('a worker killed with SIGKILL during the charge: the order completes with one
 
   second.kill('SIGTERM');
   await new Promise((r) => second.once('exit', r));
+  // Every line is JSON, the Temporal SDK's own lines too (they go through our logger).
+  const lines = outputs.get(second)!.filter((l) => l.trim() !== '');
+  expect(lines.filter((l) => !l.startsWith('{'))).toEqual([]);
+  const sdkLines = lines
+    .map((l) => JSON.parse(l) as Record<string, unknown>)
+    .filter((l) => l.component === 'temporal-sdk');
+  expect(sdkLines.length).toBeGreaterThan(0);
+  expect(sdkLines[0]).toMatchObject({
+    service: 'worker',
+    level: expect.any(String),
+    msg: expect.any(String),
+  });
 });

@@ -61,7 +61,7 @@ export default async function setup(project: TestProject) {
     // --- Temporal: TEMPORAL_ADDRESS if given, otherwise a dev server of our own on free ports.
     let temporalAddress = config.temporal.address;
     let temporalUiUrl = config.temporal.uiUrl;
-    if (temporalAddress) {
+    if (config.temporal.external) {
       await waitForTemporal(temporalAddress, 60_000);
     } else {
       const cli = await ensureTemporalCli({ toolsDir: config.toolsDir });

@@ -1,0 +1,59 @@
+/**
+ * Request IDs and the request log. Each request gets an ID: the caller's
+ * `X-Request-Id` when it is a sane token, else the trace ID of its W3C
+ * `traceparent`, else a fresh UUID. It is returned in `X-Request-Id` on every
+ * response (problem+json included) and is on every log line of the request
+ * (Fastify's request logger binds it as `requestId`).
+ *
+ * One line per finished request: method, route pattern (never the raw URL,
+ * which carries IDs), status, duration, tenant (once authenticated) and the
+ * request ID. Headers are not logged at all; the logger's redact paths
+ * (src/log.ts) are the safety net should someone add them.
+ */
+import { randomUUID } from 'node:crypto';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { FastifyInstance } from 'fastify';
+
+export const REQUEST_ID_HEADER = 'x-request-id';
+
+/** What a client may send as X-Request-Id: a short token, nothing that could forge a log line. */
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+/** W3C traceparent: version-traceid-parentid-flags, lower-case hex. */
+const TRACEPARENT = /^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$/;
+
+/** Health checks and scrapes run every few seconds: their lines are debug, not info. */
+const QUIET_ROUTES = new Set(['/healthz', '/readyz', '/metrics']);
+
+function single(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
+}
+
+export function requestIdFor(headers: IncomingHttpHeaders): string {
+  const given = single(headers[REQUEST_ID_HEADER])?.trim();
+  if (given && REQUEST_ID.test(given)) return given;
+  const traceId = TRACEPARENT.exec(single(headers.traceparent)?.trim() ?? '')?.[1];
+  // An all-zero trace ID is invalid by the spec.
+  if (traceId && !/^0+$/.test(traceId)) return traceId;
+  return randomUUID();
+}
+
+export function logRequests(app: FastifyInstance): void {
+  app.addHook('onSend', async (request, reply, payload) => {
+    reply.header(REQUEST_ID_HEADER, request.id);
+    return payload;
+  });
+  app.addHook('onResponse', async (request, reply) => {
+    const route = request.routeOptions.url ?? 'unmatched';
+    const status = reply.statusCode;
+    const fields = {
+      method: request.method,
+      route,
+      status,
+      durationMs: Math.round(reply.elapsedTime * 10) / 10,
+      tenantId: request.tenantId ?? null,
+    };
+    if (status >= 500) request.log.warn(fields, 'request');
+    else if (QUIET_ROUTES.has(route)) request.log.debug(fields, 'request');
+    else request.log.info(fields, 'request');
+  });
+}

@@ -1,0 +1,50 @@
+/**
+ * The dependencies more than one process builds, written once: the Postgres
+ * pool, the ledger on it, a Temporal client and the sandbox providers. Each
+ * function that opens something registers its close on the caller's
+ * `Resources`, so the order of the calls in a `main()` is the order of the
+ * closes, reversed.
+ */
+import { Client, Connection } from '@temporalio/client';
+import type { Config } from '../config.ts';
+import { createPool, type Pool } from '../db/index.ts';
+import { Ledger, type LedgerHooks } from '../ledger/index.ts';
+import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../providers/sandbox.ts';
+import type { EmailProvider, PaymentProvider } from '../providers/types.ts';
+import { connectionSettings } from '../temporal/connection.ts';
+import type { Resources } from './resources.ts';
+
+/** A pool on DATABASE_URL; connections open on first use and close with the resources. */
+export function openPool(resources: Resources, config: Config, opts: { max?: number } = {}): Pool {
+  return resources.add(
+    'postgres pool',
+    createPool(config.databaseUrl, opts.max ? { max: opts.max } : {}),
+    (pool) => pool.end(),
+  );
+}
+
+export function createLedger(pool: Pool, config: Config, hooks?: LedgerHooks): Ledger {
+  return new Ledger(pool, { leaseMs: config.ledgerLeaseMs, ...(hooks ? { hooks } : {}) });
+}
+
+/**
+ * A Temporal client on config.temporal.address. Lazy: nothing connects until
+ * the first call, so a process can start (and the API accept orders) while
+ * Temporal is unreachable.
+ */
+export function openTemporalClient(resources: Resources, config: Config): Client {
+  const connection = resources.add(
+    'temporal client connection',
+    Connection.lazy(connectionSettings(config.temporal.address)),
+    (c) => c.close(),
+  );
+  return new Client({ connection, namespace: config.temporal.namespace });
+}
+
+export function sandboxProviders(config: Config): { payments: PaymentProvider; email: EmailProvider } {
+  const options = { baseUrl: config.sandboxUrl, timeoutMs: config.providerTimeoutMs };
+  return {
+    payments: createSandboxPaymentProvider(options),
+    email: createSandboxEmailProvider(options),
+  };
+}

@@ -69,11 +69,12 @@ it('every $ref resolves and no body or response has an anonymous object schema',
     if (node === null || typeof node !== 'object') return;
     const o = node as Obj;
     if (typeof o.$ref === 'string') refs.push(o.$ref);
-    if (inSchema && (o.type === 'object' || 'properties' in o)) anonymous.push(at);
+    // An object with named properties must be a $ref; a free-form map (additionalProperties only) may not.
+    if (inSchema && 'properties' in o) anonymous.push(at);
     for (const [k, v] of Object.entries(o)) walk(v, `${at}/${k}`, inSchema || k === 'schema');
   };
   walk(doc.paths, '#/paths', false);
-  // Inside a named schema, a nested object must be named too (a $ref), except free-form maps.
+  // Inside a named schema, a nested object must be named too (a $ref).
   for (const [name, schema] of Object.entries(schemas)) {
     walk(schema.properties ?? {}, `#/components/schemas/${name}/properties`, true);
     walk(schema.anyOf ?? [], `#/components/schemas/${name}/anyOf`, true);

@@ -82,6 +82,72 @@ describe.each(scripts.filter((s) => s.json))('scripts/$file --json', ({ file }) 
   });
 });
 
+describe('scripts/ops.ts: per-command options and help (commander)', () => {
+  it("--help lists the commands; <command> --help shows that command's own options", async () => {
+    const top = await run('ops.ts', ['--help']);
+    expect(top.code).toBe(0);
+    expect(top.stdout).toMatch(/^Usage: ops <command>/);
+    for (const c of ['list', 'show', 'reconcile', 'resolve', 'redrive', 'attention', 'audit']) {
+      expect(top.stdout).toContain(c);
+    }
+    const reconcile = await run('ops.ts', ['reconcile', '--help']);
+    expect(reconcile.code).toBe(0);
+    expect(reconcile.stdout).toMatch(/^Usage: ops reconcile \[options\] <tenant> <type> <key>/);
+    expect(reconcile.stdout).toContain('--reason <text>');
+    expect(reconcile.stdout).not.toContain('--outcome');
+    const resolve = await run('ops.ts', ['resolve', '--help']);
+    expect(resolve.stdout).toContain('--outcome <outcome>');
+    expect(resolve.stderr).toBe('');
+  });
+
+  it("an unknown flag, a missing argument or a bad value prints that command's usage and exits 2", async () => {
+    for (const args of [
+      ['list', '--no-such-flag'],
+      ['show', 'acme', 'payment.charge'],
+      ['list', '--state', 'weird'],
+      ['audit', '--limit', '0'],
+      ['resolve', 'acme', 'payment.charge', 'k', '--outcome', 'succeeded'],
+      ['redrive', 'acme', 'ord_1', '--reason', '  '],
+    ]) {
+      const r = await run('ops.ts', args);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stdout, args.join(' ')).toBe('');
+      expect(r.stderr, args.join(' ')).toContain(`Usage: ops ${args[0]} [options]`);
+    }
+    const none = await run('ops.ts', []);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toMatch(/a command is required/);
+    const unknown = await run('ops.ts', ['frobnicate']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toMatch(/unknown command 'frobnicate'/);
+  });
+
+  it('under --json, usage errors and failures are one JSON error object', async () => {
+    const bad = await run('ops.ts', ['list', '--no-such-flag', '--json']);
+    expect(bad.code).toBe(2);
+    expect(bad.stdout).toBe('');
+    expect(allJson(bad.stderr)).toEqual([
+      {
+        error: {
+          code: 'usage',
+          message: expect.stringContaining('--no-such-flag'),
+          usage: expect.stringMatching(/^Usage: ops list/),
+        },
+      },
+    ]);
+    const help = await run('ops.ts', ['audit', '--help', '--json']);
+    expect(help.code).toBe(0);
+    expect(allJson(help.stdout)).toEqual([{ usage: expect.stringMatching(/^Usage: ops audit/) }]);
+    // Postgres unreachable: a failure, as JSON, exit 1.
+    const down = await run('ops.ts', ['audit', '--json']);
+    expect(down.code).toBe(1);
+    expect(down.stdout).toBe('');
+    expect(allJson(down.stderr)).toEqual([
+      { error: { code: 'failed', message: expect.stringContaining('127.0.0.1:1') } },
+    ]);
+  });
+});
+
 describe('--json outputs', () => {
   it('a failure (Postgres unreachable) is one JSON error line and exit 1', async () => {
     for (const [file, args] of [

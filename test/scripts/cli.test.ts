@@ -1,6 +1,6 @@
 /**
- * Every script (but the ops CLI and the chaos script, tested with their own
- * code) behaves like a CLI, run as a child process the way npm runs it:
+ * Every script in package.json that takes arguments (scripts/*.ts, bench/*.ts;
+ * the ops CLI and the chaos script with cases of their own) behaves like a CLI, run as a child process the way npm runs it:
  * --help exits 0 with usage, an unknown flag prints usage and exits 2, and
  * under --json every line on stdout and stderr is JSON, errors included.
  */
@@ -21,7 +21,7 @@ function run(script: string, args: string[], env: Record<string, string> = {}): 
   return new Promise((resolve) => {
     execFile(
       process.execPath,
-      ['--import', 'tsx', `scripts/${script}`, ...args],
+      ['--import', 'tsx', script.includes('/') ? script : `scripts/${script}`, ...args],
       // Unreachable services by default: nothing here may touch a real database by accident.
       {
         cwd: root,
@@ -45,6 +45,9 @@ const scripts = [
   { file: 'migrate.ts', json: true },
   { file: 'ensure-temporal.ts', json: true },
   { file: 'client-generate.ts', json: true },
+  { file: 'seed.ts', json: true },
+  { file: 'bench/ledger.ts', json: false },
+  { file: 'bench/e2e.ts', json: false },
 ];
 
 describe.each(scripts)('scripts/$file', ({ file }) => {
@@ -79,6 +82,19 @@ describe.each(scripts.filter((s) => s.json))('scripts/$file --json', ({ file }) 
         error: expect.objectContaining({ code: 'usage', message: expect.stringContaining('--no-such-flag') }),
       },
     ]);
+  });
+});
+
+describe('scripts/chaos.ts (its own parser)', () => {
+  it('answers --help with exit 0 and refuses an unknown flag with usage and exit 2', async () => {
+    const help = await run('chaos.ts', ['--help']);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/^usage: npm run chaos/i);
+    const bad = await run('chaos.ts', ['--no-such-flag']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/--no-such-flag/);
+    expect(bad.stderr).toMatch(/usage: npm run chaos/i);
+    expect(bad.stdout).toBe('');
   });
 });
 
@@ -152,6 +168,7 @@ describe('--json outputs', () => {
   it('a failure (Postgres unreachable) is one JSON error line and exit 1', async () => {
     for (const [file, args] of [
       ['migrate.ts', ['--json']],
+      ['seed.ts', ['--json']],
       ['api-key.ts', ['acme', '--json']],
     ] as const) {
       const r = await run(file, [...args]);

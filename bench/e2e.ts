@@ -35,7 +35,6 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
-import { parseArgs } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import { Client, Connection } from '@temporalio/client';
 import { loadConfig } from '../src/config.ts';
@@ -51,19 +50,45 @@ import {
 } from '../src/devserver/temporal.ts';
 import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
 import { TERMINAL_STATUSES } from '../src/orders/model.ts';
+import { createCommand, parseCli } from '../scripts/lib/cli.ts';
 
-const { values: args } = parseArgs({
-  options: {
-    orders: { type: 'string', default: '500' },
-    concurrency: { type: 'string', default: '1,8,32' },
-    quick: { type: 'boolean', default: false },
-    'timeout-seconds': { type: 'string', default: '1800' },
-    'baseline-only': { type: 'boolean', default: false },
-    sqlite: { type: 'string', default: 'wal' },
-    eager: { type: 'string', default: 'on' },
-    'sdk-defaults': { type: 'boolean', default: false },
-  },
-});
+const program = createCommand(
+  'bench:e2e',
+  'End-to-end benchmark: orders through the real HTTP API on a throwaway stack (see docs/BENCHMARKS.md).',
+)
+  .option('--orders <n>', 'orders at the highest concurrency', '500')
+  .option('--concurrency <list>', 'comma-separated client counts', '1,8,32')
+  .option('--quick', '64 orders, for a smoke run', false)
+  .option('--timeout-seconds <n>', 'give up after this long', '1800')
+  .option('--baseline-only', 'skip the orders, run only the baseline workflow', false)
+  .option('--sqlite <mode>', "Temporal dev server SQLite: 'wal' or 'default'", 'wal')
+  .option('--eager <on|off>', 'eager activity dispatch on the server', 'on')
+  .option('--sdk-defaults', "baseline worker with the SDK's slot/cache defaults", false)
+  .addHelpText(
+    'after',
+    '\nRun as: npm run bench:e2e [-- options], e.g. npm run bench:e2e -- --orders=500 --quick',
+  );
+parseCli(program);
+const opts = program.opts<{
+  orders: string;
+  concurrency: string;
+  quick: boolean;
+  timeoutSeconds: string;
+  baselineOnly: boolean;
+  sqlite: string;
+  eager: string;
+  sdkDefaults: boolean;
+}>();
+const args = {
+  orders: opts.orders,
+  concurrency: opts.concurrency,
+  quick: opts.quick,
+  'timeout-seconds': opts.timeoutSeconds,
+  'baseline-only': opts.baselineOnly,
+  sqlite: opts.sqlite,
+  eager: opts.eager,
+  'sdk-defaults': opts.sdkDefaults,
+};
 const BASELINE_ONLY = Boolean(args['baseline-only']);
 const ORDERS = args.quick ? 64 : positiveInt(args.orders, '--orders', 20_000);
 const LEVELS = String(args.concurrency)

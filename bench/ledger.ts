@@ -20,14 +20,33 @@ import { loadConfig } from '../src/config.ts';
 import { createPool, type Pool } from '../src/db/index.ts';
 import { createThrowawayDatabase } from '../src/db/migrate.ts';
 import { Ledger } from '../src/ledger/index.ts';
+import { InvalidArgumentError } from 'commander';
+import { createCommand, parseCli } from '../scripts/lib/cli.ts';
 
-const connectionsArg = process.argv.find((a) => a.startsWith('--connections='))?.split('=')[1];
-const LEVELS = connectionsArg ? connectionsArg.split(',').map(Number) : [1, 8, 32];
-if (LEVELS.some((n) => !Number.isInteger(n) || n <= 0 || n > 64))
-  throw new Error('--connections must be a comma-separated list of integers in [1, 64]');
-const seconds = Number(process.argv.find((a) => a.startsWith('--seconds='))?.split('=')[1] ?? 2);
-if (!Number.isFinite(seconds) || seconds <= 0 || seconds > 60)
-  throw new Error('--seconds must be in (0, 60]');
+function levels(raw: string): number[] {
+  const list = raw.split(',').map(Number);
+  if (list.some((n) => !Number.isInteger(n) || n <= 0 || n > 64))
+    throw new InvalidArgumentError('must be a comma-separated list of integers in [1, 64]');
+  return list;
+}
+function measureSeconds(raw: string): number {
+  const n = Number(raw);
+  if (raw.trim() === '' || !Number.isFinite(n) || n <= 0 || n > 60)
+    throw new InvalidArgumentError('must be in (0, 60]');
+  return n;
+}
+const program = createCommand(
+  'bench:ledger',
+  "Benchmark of the ledger's local-mode hot path against raw SQL, on a throwaway database.",
+)
+  .option('--seconds <s>', 'measured seconds per case, in (0, 60]', measureSeconds, 2)
+  .option('--connections <list>', 'comma-separated connection counts, each in [1, 64]', levels, [1, 8, 32])
+  .addHelpText(
+    'after',
+    '\nRun as: npm run bench:ledger [-- options], e.g. npm run bench:ledger -- --seconds=3',
+  );
+parseCli(program);
+const { seconds, connections: LEVELS } = program.opts<{ seconds: number; connections: number[] }>();
 const measureMs = seconds * 1000;
 const warmupMs = Math.min(400, measureMs / 4);
 const REPLAY_KEYS = 1000;

@@ -7,7 +7,7 @@
  * dependency down); 2 bad usage. Errors go to stderr, results to stdout
  * (`--json` for machines, tables for people).
  */
-import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfig } from '../src/config.ts';
 import type { OperationState } from '../src/ledger/index.ts';
 import { Operator, defaultActor, isOpsError, type AuditEntry } from '../src/ops/index.ts';
@@ -15,51 +15,134 @@ import { configureLogging } from '../src/log.ts';
 import { runProcess } from '../src/process/run.ts';
 import type { Resources } from '../src/process/resources.ts';
 import { createLedger, openPool, openTemporalClient, sandboxProviders } from '../src/process/wiring.ts';
-
-const USAGE = `Usage: npm run ops -- <command> [options]
-
-Commands
-  list [--state S] [--older-than SECONDS] [--type T] [--tenant ID] [--key-prefix P] [--limit N]
-                                 Operations by state and age (default: unknown and in_progress)
-  show <tenant> <type> <key>     The whole story: record, provider's view, workflow, Temporal UI link, audit
-  reconcile <tenant> <type> <key> [--reason TEXT]
-                                 Ask the provider now, by the downstream key, and store its answer
-  resolve <tenant> <type> <key> --outcome succeeded|failed --reason TEXT [--charge-id ID]
-                                 Settle an unknown outcome by hand (reason required); signals the order
-  redrive <tenant> <orderId> --reason TEXT
-                                 Re-drive an order in needs_attention (reason required)
-  attention [--tenant ID] [--limit N]
-                                 Orders in needs_attention, with their last error
-  audit [--key K] [--tenant ID] [--workflow ID] [--limit N]
-                                 The audit log, newest first
-
-Common options
-  --actor NAME   who acts (default: the OS user)     --json   machine-readable output
-`;
+import { createCommand, errorJson, parseCli } from './lib/cli.ts';
 
 const STATES = ['in_progress', 'unknown', 'succeeded', 'failed'] as const;
 
-class UsageError extends Error {}
+/** Every option any command takes; each command declares only its own (see `program` below). */
+interface Values {
+  state?: OperationState;
+  olderThan?: number;
+  type?: string;
+  tenant?: string;
+  keyPrefix?: string;
+  key?: string;
+  workflow?: string;
+  limit?: number;
+  reason?: string;
+  outcome?: 'succeeded' | 'failed';
+  chargeId?: string;
+  providerRef?: string;
+  actor?: string;
+  json?: boolean;
+}
 
-const options = {
-  state: { type: 'string' },
-  'older-than': { type: 'string' },
-  type: { type: 'string' },
-  tenant: { type: 'string' },
-  'key-prefix': { type: 'string' },
-  key: { type: 'string' },
-  workflow: { type: 'string' },
-  limit: { type: 'string' },
-  reason: { type: 'string' },
-  outcome: { type: 'string' },
-  'charge-id': { type: 'string' },
-  'provider-ref': { type: 'string' },
-  actor: { type: 'string' },
-  json: { type: 'boolean', default: false },
-  help: { type: 'boolean', short: 'h', default: false },
-} satisfies ParseArgsConfig['options'];
+function nonNegative(raw: string): number {
+  const n = Number(raw);
+  if (raw.trim() === '' || !Number.isFinite(n) || n < 0)
+    throw new InvalidArgumentError('must be a non-negative number');
+  return n;
+}
 
-type Values = ReturnType<typeof parseArgs<{ options: typeof options; allowPositionals: true }>>['values'];
+function limit(raw: string): number {
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw) || n < 1 || n > 1000)
+    throw new InvalidArgumentError('must be an integer from 1 to 1000');
+  return n;
+}
+
+function reasonText(raw: string): string {
+  if (raw.trim() === '')
+    throw new InvalidArgumentError('must not be blank: say why, it goes into the audit log');
+  return raw;
+}
+
+function actorName(raw: string): string {
+  if (raw.trim() === '') throw new InvalidArgumentError('must not be empty');
+  return raw;
+}
+
+// ------------------------------------------------------------------ command line
+
+/** What the command line asked for, filled in by the chosen command's action. */
+let chosen: { command: string; args: string[]; values: Values } | undefined;
+
+const program = createCommand(
+  'ops',
+  "The operator's recovery path: every action keeps the operation's identity and writes an audit row.",
+)
+  .usage('<command> [options]   (npm run ops -- <command> [options])')
+  .addHelpText(
+    'after',
+    '\nExit status: 0 done; 1 refused or failed (not found, wrong state, a dependency down); 2 bad usage.\n' +
+      "Run `npm run ops -- <command> --help` for a command's options. See docs/OPERATIONS.md.",
+  );
+
+function command(name: string, description: string, opts: { actor?: boolean } = {}): Command {
+  const cmd = program
+    .command(name)
+    .description(description)
+    .helpOption('-h, --help', 'show this help')
+    .option('--json', 'machine-readable output: every output, errors included, is JSON');
+  if (opts.actor)
+    cmd.option('--actor <name>', 'who acts, recorded in the audit log (default: the OS user)', actorName);
+  return cmd.action((...received: unknown[]) => {
+    // commander passes the declared arguments, then the options object, then the command.
+    const self = received.at(-1) as Command;
+    chosen = {
+      command: name,
+      args: received.slice(0, -2) as string[],
+      values: self.opts<Values>(),
+    };
+  });
+}
+
+command('list', 'Operations by state and age (default: unknown and in_progress)')
+  .addOption(new Option('--state <state>', 'only this state').choices(STATES))
+  .option('--older-than <seconds>', 'only operations older than this', nonNegative)
+  .option('--type <type>', 'operation type, e.g. payment.charge')
+  .option('--tenant <id>', 'tenant ID')
+  .option('--key-prefix <prefix>', 'operation keys starting with this')
+  .option('--limit <n>', 'at most n rows (1 to 1000)', limit);
+
+command('show', "The whole story: record, provider's view, workflow, Temporal UI link, audit")
+  .argument('<tenant>', 'tenant ID')
+  .argument('<type>', 'operation type, e.g. payment.charge')
+  .argument('<key>', 'operation key, e.g. order/acme/ord_1/charge');
+
+command('reconcile', 'Ask the provider now, by the downstream key, and store its answer', { actor: true })
+  .argument('<tenant>', 'tenant ID')
+  .argument('<type>', 'operation type')
+  .argument('<key>', 'operation key')
+  .option('--reason <text>', 'why, recorded in the audit log', reasonText);
+
+command('resolve', 'Settle an unknown outcome by hand (reason required); signals the order', { actor: true })
+  .argument('<tenant>', 'tenant ID')
+  .argument('<type>', 'operation type')
+  .argument('<key>', 'operation key')
+  .addOption(
+    new Option('--outcome <outcome>', 'what happened at the provider')
+      .choices(['succeeded', 'failed'])
+      .makeOptionMandatory(),
+  )
+  .requiredOption('--reason <text>', 'why (required), recorded in the audit log', reasonText)
+  .option('--charge-id <id>', "the provider's charge ID, if known")
+  .option('--provider-ref <id>', "the provider's object ID (charge or message), if known");
+
+command('redrive', 'Re-drive an order in needs_attention (reason required)', { actor: true })
+  .argument('<tenant>', 'tenant ID')
+  .argument('<orderId>', 'order ID')
+  .requiredOption('--reason <text>', 'why (required), recorded in the audit log', reasonText);
+
+command('attention', 'Orders in needs_attention, with their last error')
+  .option('--tenant <id>', 'tenant ID')
+  .option('--limit <n>', 'at most n rows (1 to 1000)', limit);
+
+command('audit', 'The audit log, newest first')
+  .option('--key <key>', 'operation key')
+  .option('--tenant <id>', 'tenant ID')
+  .option('--workflow <id>', 'workflow ID')
+  .option('--limit <n>', 'at most n rows (1 to 1000)', limit);
 
 /** One line for a reconcile: the change, or why nothing changed. */
 function reconcileLine(r: {
@@ -74,46 +157,6 @@ function reconcileLine(r: {
     return `${state}, unchanged (provider: ${r.providerAnswer.replace('_', ' ')})`;
   const why = state === 'succeeded' || state === 'failed' ? 'already settled' : 'a live attempt holds it';
   return `${state}, unchanged (${why}; provider not asked)`;
-}
-
-function parse(argv: string[]) {
-  try {
-    return parseArgs({ args: argv, options, allowPositionals: true, strict: true });
-  } catch (err) {
-    throw new UsageError(err instanceof Error ? err.message : String(err));
-  }
-}
-
-function positionals(args: string[], names: string[], command: string): string[] {
-  if (args.length !== names.length) {
-    throw new UsageError(
-      `${command} takes ${names.map((n) => `<${n}>`).join(' ')}, got ${args.length} argument(s)`,
-    );
-  }
-  return args;
-}
-
-function nonNegative(raw: string | undefined, flag: string): number | undefined {
-  if (raw === undefined) return undefined;
-  const n = Number(raw);
-  if (raw.trim() === '' || !Number.isFinite(n) || n < 0)
-    throw new UsageError(`${flag} must be a non-negative number`);
-  return n;
-}
-
-function limit(raw: string | undefined): number | undefined {
-  const n = nonNegative(raw, '--limit');
-  if (n !== undefined && (!Number.isInteger(n) || n < 1 || n > 1000)) {
-    throw new UsageError('--limit must be an integer from 1 to 1000');
-  }
-  return n;
-}
-
-function requireReason(values: Values): string {
-  if (values.reason === undefined || values.reason.trim() === '') {
-    throw new UsageError('--reason "..." is required: say why, it goes into the audit log');
-  }
-  return values.reason;
 }
 
 // ------------------------------------------------------------------ output
@@ -160,30 +203,12 @@ function auditTable(entries: AuditEntry[]): string {
 
 // ------------------------------------------------------------------ main
 
-async function main(argv: string[], resources: Resources): Promise<number> {
-  const { values, positionals: args } = parse(argv);
-  const [command, ...rest] = args;
-  if (values.help || !command) {
-    process.stdout.write(USAGE);
-    return command || values.help ? 0 : 2;
-  }
-  const known = ['list', 'show', 'reconcile', 'resolve', 'redrive', 'attention', 'audit'];
-  if (!known.includes(command)) throw new UsageError(`unknown command ${JSON.stringify(command)}`);
-
-  // Validate everything that needs no I/O before connecting anywhere.
+async function main(
+  { command, args: rest, values }: NonNullable<typeof chosen>,
+  warn: (text: string) => void,
+  resources: Resources,
+): Promise<number> {
   const actor = values.actor ?? defaultActor();
-  if (actor.trim() === '') throw new UsageError('--actor must not be empty');
-  if (values.state !== undefined && !(STATES as readonly string[]).includes(values.state)) {
-    throw new UsageError(`--state must be one of ${STATES.join(', ')}`);
-  }
-  if (command === 'resolve') {
-    if (values.outcome !== 'succeeded' && values.outcome !== 'failed') {
-      throw new UsageError('--outcome succeeded|failed is required');
-    }
-    requireReason(values);
-  }
-  if (command === 'redrive') requireReason(values);
-
   const config = loadConfig();
   // Log lines (a lost pool connection...) go to stderr: stdout is the command's output.
   configureLogging({ level: config.logLevel, pretty: config.logPretty, service: 'ops', stderrOnly: true });
@@ -199,18 +224,18 @@ async function main(argv: string[], resources: Resources): Promise<number> {
   });
   const out = (json: unknown, human: string) =>
     process.stdout.write(`${values.json ? JSON.stringify(json, null, 2) : human}\n`);
+  // commander checked the number of arguments; this only names them.
+  const [tenantId, operationType, key] = rest as [string, string, string];
 
   switch (command) {
     case 'list': {
       const filter = {
-        ...(values.state ? { state: values.state as OperationState } : {}),
-        ...(values['older-than'] !== undefined
-          ? { olderThanSeconds: nonNegative(values['older-than'], '--older-than')! }
-          : {}),
-        ...(values.type ? { operationType: values.type } : {}),
-        ...(values.tenant ? { tenantId: values.tenant } : {}),
-        ...(values['key-prefix'] ? { keyPrefix: values['key-prefix'] } : {}),
-        ...(values.limit ? { limit: limit(values.limit)! } : {}),
+        state: values.state || undefined,
+        olderThanSeconds: values.olderThan,
+        operationType: values.type || undefined,
+        tenantId: values.tenant || undefined,
+        keyPrefix: values.keyPrefix || undefined,
+        limit: values.limit || undefined,
       };
       // Without --state, the default view is the work that needs someone: unknown, then in_progress.
       const items = values.state
@@ -234,12 +259,7 @@ async function main(argv: string[], resources: Resources): Promise<number> {
       return 0;
     }
     case 'show': {
-      const [tenantId, operationType, key] = positionals(rest, ['tenant', 'type', 'key'], 'show');
-      const story = await operator.showOperation({
-        tenantId: tenantId!,
-        operationType: operationType!,
-        key: key!,
-      });
+      const story = await operator.showOperation({ tenantId, operationType, key });
       const { ownerToken: _o, ...record } = story.record;
       const p = story.provider;
       out(
@@ -269,10 +289,9 @@ async function main(argv: string[], resources: Resources): Promise<number> {
       return 0;
     }
     case 'reconcile': {
-      const [tenantId, operationType, key] = positionals(rest, ['tenant', 'type', 'key'], 'reconcile');
       const r = await operator.reconcileNow(
-        { tenantId: tenantId!, operationType: operationType!, key: key! },
-        { actor, ...(values.reason ? { reason: values.reason } : {}) },
+        { tenantId, operationType, key },
+        { actor, reason: values.reason || undefined },
       );
       out(
         {
@@ -294,13 +313,12 @@ async function main(argv: string[], resources: Resources): Promise<number> {
       return r.error ? 1 : 0;
     }
     case 'resolve': {
-      const [tenantId, operationType, key] = positionals(rest, ['tenant', 'type', 'key'], 'resolve');
-      const ref = values['charge-id'] ?? values['provider-ref'];
-      const r = await operator.resolveUnknown(
-        { tenantId: tenantId!, operationType: operationType!, key: key! },
-        values.outcome as 'succeeded' | 'failed',
-        { actor, reason: requireReason(values), ...(ref ? { providerRef: ref } : {}) },
-      );
+      const ref = values.chargeId ?? values.providerRef;
+      const r = await operator.resolveUnknown({ tenantId, operationType, key }, values.outcome!, {
+        actor,
+        reason: values.reason!,
+        providerRef: ref || undefined,
+      });
       out(
         {
           before: r.before.state,
@@ -320,8 +338,8 @@ async function main(argv: string[], resources: Resources): Promise<number> {
       return 0;
     }
     case 'redrive': {
-      const [tenantId, orderId] = positionals(rest, ['tenant', 'orderId'], 'redrive');
-      const r = await operator.redrive(tenantId!, orderId!, { actor, reason: requireReason(values) });
+      const [, orderId] = rest as [string, string];
+      const r = await operator.redrive(tenantId, orderId, { actor, reason: values.reason! });
       out(
         {
           workflowId: r.workflowId,
@@ -335,13 +353,12 @@ async function main(argv: string[], resources: Resources): Promise<number> {
       return 0;
     }
     case 'attention': {
-      positionals(rest, [], 'attention');
       const { items, visibilityError } = await operator.listAttentionDetailed({
-        ...(values.tenant ? { tenantId: values.tenant } : {}),
-        ...(values.limit ? { limit: limit(values.limit)! } : {}),
+        tenantId: values.tenant || undefined,
+        limit: values.limit || undefined,
       });
       // Parked workflows are found through Temporal visibility too; say so when it could not be read.
-      if (visibilityError) process.stderr.write(`warning: ${visibilityError}; listing order rows only\n`);
+      if (visibilityError) warn(`${visibilityError}; listing order rows only`);
       out(
         items,
         table(items as unknown as Record<string, unknown>[], [
@@ -358,12 +375,11 @@ async function main(argv: string[], resources: Resources): Promise<number> {
       return 0;
     }
     case 'audit': {
-      positionals(rest, [], 'audit');
       const entries = await operator.auditLog({
-        ...(values.key ? { operationKey: values.key } : {}),
-        ...(values.tenant ? { tenantId: values.tenant } : {}),
-        ...(values.workflow ? { workflowId: values.workflow } : {}),
-        ...(values.limit ? { limit: limit(values.limit)! } : {}),
+        operationKey: values.key || undefined,
+        tenantId: values.tenant || undefined,
+        workflowId: values.workflow || undefined,
+        limit: values.limit || undefined,
       });
       out(entries, auditTable(entries));
       return 0;
@@ -372,19 +388,25 @@ async function main(argv: string[], resources: Resources): Promise<number> {
   return 2;
 }
 
-// The CLI's errors are its output (stderr), not log lines. Signals end it the default way.
-await runProcess('ops', ({ resources }) => main(process.argv.slice(2), resources), {
+const cli = parseCli(program);
+if (!chosen) throw new Error('ops: no command was chosen'); // commander refuses that as a usage error first
+const jsonOut = cli.json;
+const picked = chosen;
+const warn = (text: string) =>
+  process.stderr.write(jsonOut ? `${JSON.stringify({ warning: text })}\n` : `warning: ${text}\n`);
+await runProcess('ops', ({ resources }) => main(picked, warn, resources), {
   handleSignals: false,
+  // Text: `error (<code>): <message>`; under --json one {"error": {code, message}} object. Exit 1.
   onError: (err) => {
-    if (err instanceof UsageError) {
-      process.stderr.write(`error: ${err.message}\n\n${USAGE}`);
-      return 2;
-    }
-    if (isOpsError(err)) {
-      process.stderr.write(`error (${err.code}): ${err.message}\n`);
-      return 1;
-    }
-    process.stderr.write(`error: ${err instanceof Error ? err.message : String(err)}\n`);
+    const code = isOpsError(err) ? err.code : 'failed';
+    const message = err instanceof Error ? err.message : String(err);
+    process.stderr.write(
+      jsonOut
+        ? errorJson(code, message)
+        : isOpsError(err)
+          ? `error (${code}): ${message}\n`
+          : `error: ${message}\n`,
+    );
     return 1;
   },
 });

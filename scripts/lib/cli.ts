@@ -34,9 +34,16 @@ export function positiveInt(raw: string): number {
   return Number(raw);
 }
 
+/** The program and all its subcommands, depth first. */
+function allCommands(program: Command): Command[] {
+  return [program, ...program.commands.flatMap((c) => allCommands(c))];
+}
+
 function wantsJson(program: Command, argv: string[]): boolean {
   // Decided from the raw argv too, so a usage error is JSON when --json was asked for.
-  return program.options.some((o) => o.long === '--json') && argv.includes('--json');
+  return (
+    allCommands(program).some((c) => c.options.some((o) => o.long === '--json')) && argv.includes('--json')
+  );
 }
 
 function output(json: boolean): CliOutput {
@@ -51,7 +58,7 @@ function output(json: boolean): CliOutput {
   };
 }
 
-function errorJson(code: string, message: string, extra: Record<string, unknown> = {}): string {
+export function errorJson(code: string, message: string, extra: Record<string, unknown> = {}): string {
   return `${JSON.stringify({ error: { code, message, ...extra } })}\n`;
 }
 
@@ -63,13 +70,20 @@ export function parseCli(program: Command, argv: string[] = process.argv): CliOu
   const json = wantsJson(program, argv.slice(2));
   // Help arrives in pieces (text, then any addHelpText); under --json it is sent as one object.
   let helpText = '';
-  program.exitOverride();
-  program.configureOutput({
-    writeOut: (s) => (json ? (helpText += s) : process.stdout.write(s)),
-    // Errors are written below, once, with the usage.
-    writeErr: () => undefined,
-    outputError: () => undefined,
-  });
+  // The command whose parsing failed (a subcommand's own usage is the useful one).
+  let failing = program;
+  for (const cmd of allCommands(program)) {
+    cmd.exitOverride((err) => {
+      failing = cmd;
+      throw err;
+    });
+    cmd.configureOutput({
+      writeOut: (s) => (json ? (helpText += s) : process.stdout.write(s)),
+      // Errors are written below, once, with the usage.
+      writeErr: () => undefined,
+      outputError: () => undefined,
+    });
+  }
   try {
     program.parse(argv);
   } catch (err) {
@@ -78,10 +92,12 @@ export function parseCli(program: Command, argv: string[] = process.argv): CliOu
       if (json) process.stdout.write(`${JSON.stringify({ usage: helpText.trim() })}\n`);
       process.exit(0);
     }
-    const message = err.message.replace(/^error: /, '');
-    const usage = program.helpInformation().trimEnd();
+    // 'commander.help' with an error: a program of subcommands was run without one.
+    const message =
+      err.code === 'commander.help' ? 'a command is required' : err.message.replace(/^error: /, '');
+    const usage = failing.helpInformation().trimEnd();
     process.stderr.write(
-      json ? errorJson('usage', message, { usage }) : `${program.name()}: ${message}\n\n${usage}\n`,
+      json ? errorJson('usage', message, { usage }) : `${failing.name()}: ${message}\n\n${usage}\n`,
     );
     process.exit(EXIT_USAGE);
   }

@@ -3,6 +3,7 @@
  * else (no env, no listen): `src/api/main.ts` wires the process, tests build
  * it directly.
  */
+import { readFileSync } from 'node:fs';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
@@ -22,7 +23,7 @@ import { strictValidatorCompiler } from './validation.ts';
 import { healthRoutes } from './routes/health.ts';
 import { orderRoutes } from './routes/orders.ts';
 import { webhookRoutes } from './routes/webhooks.ts';
-import { BODY_LIMIT_BYTES } from './schemas.ts';
+import { BODY_LIMIT_BYTES, DOCUMENTED_REQUIRED } from './schemas.ts';
 import { rootLogger, type Logger } from '../log.ts';
 import { logRequests, requestIdFor } from './request-log.ts';
 
@@ -40,6 +41,82 @@ export interface ApiDeps {
 }
 
 let formatsRegistered = false;
+
+/** info.version of the OpenAPI document: the package's version, read once. */
+const PACKAGE_VERSION = (
+  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
+).version;
+
+/** The tenant API key and the operator's admin token are different credentials: two schemes. */
+export const SECURITY_SCHEMES = {
+  apiKey: {
+    type: 'http',
+    scheme: 'bearer',
+    description: "A tenant's API key (`Authorization: Bearer sk_...`); it decides the tenant.",
+  },
+  adminToken: {
+    type: 'http',
+    scheme: 'bearer',
+    description: "The operator's admin token (ONCEFLOW_ADMIN_TOKEN); only the /admin routes accept it.",
+  },
+} as const;
+
+const SCHEMA_KEYWORDS = ['type', 'enum', 'const', 'anyOf', 'oneOf', 'allOf', 'properties'];
+
+/**
+ * Moves every schema that has a `title` (the named schemas of
+ * src/api/schemas.ts and src/ops/schemas.ts) to components/schemas/<title>
+ * and puts a `$ref` where it was, innermost first. Two different schemas
+ * under one title are a programming error and fail the document.
+ */
+function nameSchemas(doc: Record<string, unknown>): void {
+  const components = (doc.components ??= {}) as Record<string, unknown>;
+  const named = (components.schemas ??= {}) as Record<string, unknown>;
+  const found = new Map<string, string>();
+  const walk = (node: unknown): unknown => {
+    if (Array.isArray(node)) return node.map(walk);
+    if (node === null || typeof node !== 'object') return node;
+    const obj = Object.fromEntries(Object.entries(node).map(([k, v]) => [k, walk(v)]));
+    const title = obj.title;
+    if (typeof title !== 'string' || !SCHEMA_KEYWORDS.some((k) => k in obj)) return obj;
+    // A parameter's description is moved out of its schema by @fastify/swagger: compare without it.
+    const { description: _description, ...shape } = obj;
+    const text = JSON.stringify(shape);
+    const seen = found.get(title);
+    if (seen !== undefined && seen !== text) throw new Error(`OpenAPI: two different schemas named ${title}`);
+    found.set(title, text);
+    if (seen === undefined || obj.description !== undefined) named[title] = obj;
+    return { $ref: `#/components/schemas/${title}` };
+  };
+  doc.paths = walk(doc.paths);
+  const sorted = Object.keys(named).sort();
+  components.schemas = Object.fromEntries(sorted.map((k) => [k, named[k]]));
+}
+
+/**
+ * Turns the DOCUMENTED_REQUIRED keyword of a header parameter's or response
+ * header's schema into `required: true` on that parameter or header, and
+ * removes it from the schema. Mutates the document @fastify/swagger built.
+ */
+function applyDocumentedRequired(doc: Record<string, unknown>): void {
+  const visit = (holder: Record<string, unknown>) => {
+    const schema = holder.schema as Record<string, unknown> | undefined;
+    if (schema && DOCUMENTED_REQUIRED in schema) {
+      delete schema[DOCUMENTED_REQUIRED];
+      holder.required = true;
+    }
+  };
+  const paths = (doc.paths ?? {}) as Record<string, Record<string, Record<string, unknown>>>;
+  for (const item of Object.values(paths)) {
+    for (const op of Object.values(item)) {
+      for (const p of (op.parameters ?? []) as Record<string, unknown>[]) visit(p);
+      const responses = (op.responses ?? {}) as Record<string, { headers?: Record<string, unknown> }>;
+      for (const r of Object.values(responses)) {
+        for (const h of Object.values(r.headers ?? {})) visit(h as Record<string, unknown>);
+      }
+    }
+  }
+}
 
 export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
   if (!formatsRegistered) {
@@ -120,16 +197,31 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
 
   await app.register(swagger, {
+    transformObject: (documentObject) => {
+      const doc = ('openapiObject' in documentObject ? documentObject.openapiObject : {}) as Record<
+        string,
+        unknown
+      >;
+      applyDocumentedRequired(doc);
+      nameSchemas(doc);
+      return doc;
+    },
     openapi: {
       openapi: '3.1.0',
       info: {
         title: 'onceflow API',
-        version: '1.0.0',
+        version: PACKAGE_VERSION,
         description:
           'Idempotent order creation (Idempotency-Key), order status and provider webhooks. ' +
           'Errors are application/problem+json (RFC 9457). See docs/API.md.',
       },
-      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      tags: [
+        { name: 'orders', description: "A tenant's orders (API key)" },
+        { name: 'webhooks', description: 'Signed events from the payment provider' },
+        { name: 'health', description: 'Liveness and readiness' },
+        { name: 'admin', description: "The operator's recovery path (admin token); see docs/OPERATIONS.md" },
+      ],
+      components: { securitySchemes: SECURITY_SCHEMES },
     },
   });
   // Every response carries the standard browser hardening headers; /docs gets a CSP that lets Swagger UI run.

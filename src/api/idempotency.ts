@@ -2,6 +2,15 @@
  * The Idempotency-Key header, read as the IETF draft and DOMAIN.md require.
  * Node joins repeated custom headers with ", " in `request.headers`, so a
  * repeated header is detected on the raw header list instead.
+ *
+ * The draft defines the field as a Structured Field String (RFC 8941
+ * §3.3.3), `Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`, while
+ * most clients (Stripe's among them) send the bare value. Both are accepted
+ * and name the SAME key: a value that starts with `"` is decoded as an
+ * sf-string (quotes removed, `\\` and `\"` unescaped) before the usual checks,
+ * so `"abc"` and `abc` replay each other. A value that starts with `"` but is
+ * not a well-formed sf-string (no closing quote, a bad escape, parameters or
+ * anything after the closing quote) is a 400, never guessed at.
  */
 import type { FastifyRequest } from 'fastify';
 import { ProblemError } from './problems.ts';
@@ -22,7 +31,7 @@ export function readIdempotencyKey(request: FastifyRequest): string {
   if (values.length > 1) {
     throw new ProblemError('invalidIdempotencyKey', 'Send the Idempotency-Key header exactly once.');
   }
-  const key = values[0]!;
+  const key = decodeKey(values[0]!);
   if (key.length === 0)
     throw new ProblemError('invalidIdempotencyKey', 'The Idempotency-Key must not be empty.');
   if (key.length > MAX_IDEMPOTENCY_KEY_LENGTH) {
@@ -38,4 +47,39 @@ export function readIdempotencyKey(request: FastifyRequest): string {
     );
   }
   return key;
+}
+
+/** `"..."` -> its sf-string content; anything else unchanged. Throws on a malformed sf-string. */
+export function decodeKey(value: string): string {
+  if (!value.startsWith('"')) return value;
+  let out = '';
+  for (let i = 1; i < value.length; i++) {
+    const c = value[i]!;
+    if (c === '\\') {
+      const next = value[i + 1];
+      if (next !== '"' && next !== '\\') {
+        throw new ProblemError(
+          'invalidIdempotencyKey',
+          'The quoted Idempotency-Key has a bad escape: inside quotes only \\" and \\\\ may follow a backslash.',
+        );
+      }
+      out += next;
+      i++;
+    } else if (c === '"') {
+      if (i !== value.length - 1) {
+        throw new ProblemError(
+          'invalidIdempotencyKey',
+          'The quoted Idempotency-Key must end at its closing quote (no parameters or trailing characters).',
+        );
+      }
+      return out;
+    } else {
+      // Anything else is checked like a bare key (visible ASCII) by readIdempotencyKey.
+      out += c;
+    }
+  }
+  throw new ProblemError(
+    'invalidIdempotencyKey',
+    'The quoted Idempotency-Key has no closing quote. Send "abc" (a structured-field string) or abc.',
+  );
 }

@@ -6,9 +6,22 @@
  * Every string has a pattern or format and a maximum length, so nothing a
  * client sends can reach Postgres as something it rejects (a NUL byte in a
  * text column is a 500 otherwise).
+ *
+ * Every object schema has an `$id`: @fastify/swagger (refResolver in app.ts)
+ * lists it under components/schemas by that name and refers to it with
+ * `$ref`, so the generated client (src/client/schema.d.ts) gets named types
+ * (`components['schemas']['Order']`) instead of anonymous inline ones.
+ * Response schemas document the API only: they are not used to serialise.
  */
-import { Type, type Static } from '@fastify/type-provider-typebox';
+import { Type, type Static, type TSchema } from '@fastify/type-provider-typebox';
 import { ORDER_STATUSES } from '../orders/model.ts';
+
+/**
+ * A header (request parameter or response header) with this keyword is
+ * documented as required; app.ts turns it into `required: true` on the
+ * parameter or header object. Route validation never reads it.
+ */
+export const DOCUMENTED_REQUIRED = 'x-documented-required';
 
 export const MAX_ITEMS = 100;
 export const BODY_LIMIT_BYTES = 64 * 1024;
@@ -46,27 +59,30 @@ export const OrderItemSchema = Type.Object(
       description: 'Integer minor units (cents). Never a float.',
     }),
   },
-  { additionalProperties: false },
+  { additionalProperties: false, title: 'OrderItem' },
+);
+
+export const CustomerSchema = Type.Object(
+  {
+    id: Id('Your customer ID'),
+    email: Type.String({ format: 'email', maxLength: 254, pattern: '^[\\x21-\\x7e]+$' }),
+  },
+  { additionalProperties: false, title: 'Customer' },
 );
 
 export const CreateOrderBody = Type.Object(
   {
-    customer: Type.Object(
-      {
-        id: Id('Your customer ID'),
-        email: Type.String({ format: 'email', maxLength: 254, pattern: '^[\\x21-\\x7e]+$' }),
-      },
-      { additionalProperties: false },
-    ),
+    customer: CustomerSchema,
     currency: Type.String({ pattern: '^[A-Za-z]{3}$', description: 'ISO 4217 code; stored lowercase' }),
     items: Type.Array(OrderItemSchema, { minItems: 1, maxItems: MAX_ITEMS }),
     paymentMethod: Id('Payment method token, e.g. pm_card_visa'),
   },
-  { additionalProperties: false },
+  { additionalProperties: false, title: 'CreateOrderRequest' },
 );
 export type CreateOrderBody = Static<typeof CreateOrderBody>;
 
 export const OrderStatusSchema = Type.Enum([...ORDER_STATUSES], {
+  title: 'OrderStatus',
   description:
     'accepted -> payment_pending -> (payment_unknown) -> paid -> completed; or rejected / needs_attention',
 });
@@ -78,31 +94,37 @@ const OrderFields = {
   amount: Type.Integer({ description: 'Total in integer minor units' }),
   currency: Type.String(),
   workflowId: Type.String({ description: 'Temporal workflow ID: order/<tenant>/<id>' }),
-  customer: Type.Object({ id: Type.String(), email: Type.String() }),
+  customer: CustomerSchema,
   items: Type.Array(OrderItemSchema),
   paymentMethod: Type.String(),
   createdAt: Type.String({ format: 'date-time' }),
 };
 
-export const CreatedOrder = Type.Object(OrderFields, {});
+export const CreatedOrder = Type.Object(OrderFields, { title: 'Order' });
 export type CreatedOrder = Static<typeof CreatedOrder>;
 
-export const StepSchema = Type.Object({
-  name: Type.String({ description: 'charge, receipt, status/<status>, ...' }),
-  operationType: Type.String(),
-  operationKey: Type.String({ description: 'Ledger key, derived from the workflow ID' }),
-  state: Type.Union([
-    Type.Literal('in_progress'),
-    Type.Literal('succeeded'),
-    Type.Literal('failed'),
-    Type.Literal('unknown'),
-  ]),
-  attempts: Type.Integer(),
-  providerRef: Type.Union([Type.String(), Type.Null()]),
-  createdAt: Type.String({ format: 'date-time' }),
-  updatedAt: Type.String({ format: 'date-time' }),
-  completedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
-});
+export const StepSchema = Type.Object(
+  {
+    name: Type.String({ description: 'charge, receipt, status/<status>, ...' }),
+    operationType: Type.String(),
+    operationKey: Type.String({ description: 'Ledger key, derived from the workflow ID' }),
+    state: Type.Union(
+      [
+        Type.Literal('in_progress'),
+        Type.Literal('succeeded'),
+        Type.Literal('failed'),
+        Type.Literal('unknown'),
+      ],
+      { title: 'StepState' },
+    ),
+    attempts: Type.Integer(),
+    providerRef: Type.Union([Type.String(), Type.Null()]),
+    createdAt: Type.String({ format: 'date-time' }),
+    updatedAt: Type.String({ format: 'date-time' }),
+    completedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  },
+  { title: 'OrderStep' },
+);
 
 export const OrderDetail = Type.Object(
   {
@@ -119,20 +141,25 @@ export const OrderDetail = Type.Object(
     updatedAt: Type.String({ format: 'date-time' }),
     steps: Type.Array(StepSchema),
   },
-  {},
+  { title: 'OrderDetail' },
 );
 
 export const OrderSummary = Type.Object(
   { ...OrderFields, updatedAt: Type.String({ format: 'date-time' }) },
-  {},
+  { title: 'OrderSummary' },
 );
 
-export const OrderList = Type.Object({
-  object: Type.Literal('list'),
-  data: Type.Array(OrderSummary),
-  hasMore: Type.Boolean(),
-  nextCursor: Type.Union([Type.String(), Type.Null()], { description: 'Pass as ?cursor= for the next page' }),
-});
+export const OrderList = Type.Object(
+  {
+    object: Type.Literal('list'),
+    data: Type.Array(OrderSummary),
+    hasMore: Type.Boolean(),
+    nextCursor: Type.Union([Type.String(), Type.Null()], {
+      description: 'Pass as ?cursor= for the next page',
+    }),
+  },
+  { title: 'OrderList' },
+);
 
 export const OrderIdParams = Type.Object({
   id: Type.String({ maxLength: 64, pattern: '^[A-Za-z0-9_]+$' }),
@@ -154,11 +181,18 @@ export const ListOrdersQuery = Type.Object({
   cursor: Type.Optional(Type.String({ maxLength: 200, pattern: '^[A-Za-z0-9_\\-]+$' })),
 });
 
+/**
+ * Optional for validation on purpose: a missing key is the handler's 400
+ * `invalid-idempotency-key` (src/api/idempotency.ts), not a generic schema
+ * error. The document marks it required (DOCUMENTED_REQUIRED, see app.ts).
+ */
 export const CreateOrderHeaders = Type.Object({
   'idempotency-key': Type.Optional(
     Type.String({
       description:
-        'Required. 1-255 visible ASCII characters (0x21-0x7E), sent once. Reuse it to retry the same request.',
+        'Required. One key per intent, reused on every retry of it. 1-255 visible ASCII characters ' +
+        '(0x21-0x7E), sent once; the structured-field string form (`"abc"`, RFC 8941) is the same key as `abc`.',
+      [DOCUMENTED_REQUIRED]: true,
     }),
   ),
 });
@@ -171,10 +205,68 @@ export const Problem = Type.Object(
     detail: Type.Optional(Type.String()),
     instance: Type.Optional(Type.String()),
   },
-  { additionalProperties: true },
+  { additionalProperties: true, title: 'Problem', description: 'RFC 9457 problem details' },
 );
 
-export const problemResponse = (description: string) => ({
-  description,
-  content: { 'application/problem+json': { schema: Problem } },
-});
+export const WebhookAck = Type.Object(
+  {
+    received: Type.Literal(true),
+    duplicate: Type.Boolean({ description: 'The event was received before; nothing was done again' }),
+    outcome: Type.String({
+      description: 'signalled, duplicate, workflow_closed, ignored_event_type or ignored_unknown_order',
+    }),
+  },
+  { title: 'WebhookAck' },
+);
+
+export const Health = Type.Object(
+  {
+    status: Type.Literal('ok'),
+    checks: Type.Optional(Type.Record(Type.String(), Type.String(), { description: 'Check name -> ok' })),
+  },
+  { title: 'Health' },
+);
+
+/** Response headers, as @fastify/swagger reads them from a response's `headers`. */
+export type HeaderDoc = TSchema;
+const integerHeader = (description: string): HeaderDoc => Type.Integer({ minimum: 0, description });
+
+export const LOCATION_HEADER = {
+  Location: Type.String({ description: "The order's URL: /v1/orders/{id}" }),
+};
+export const REPLAYED_HEADER = {
+  'Idempotent-Replayed': Type.Literal('true', {
+    description: 'Present (true) when this is the stored answer to an earlier request with the same key',
+  }),
+};
+
+/** What @fastify/rate-limit sends on every response of a limited route (and with Retry-After on 429). */
+export const RATE_LIMIT_HEADERS = {
+  'x-ratelimit-limit': integerHeader('Requests allowed per window (API_RATE_LIMIT_MAX)'),
+  'x-ratelimit-remaining': integerHeader('Requests left in the current window'),
+  'x-ratelimit-reset': integerHeader('Seconds until the current window ends'),
+} satisfies Record<string, HeaderDoc>;
+
+export const RETRY_AFTER_HEADER = {
+  'Retry-After': integerHeader('Seconds to wait before retrying (with the same Idempotency-Key)'),
+} satisfies Record<string, HeaderDoc>;
+
+/** Documents a response header as always present (the contract test checks it is). */
+export const always = (headers: Record<string, HeaderDoc>): Record<string, HeaderDoc> =>
+  Object.fromEntries(Object.entries(headers).map(([k, v]) => [k, { ...v, [DOCUMENTED_REQUIRED]: true }]));
+
+function response(
+  description: string,
+  mediaType: string,
+  schema: TSchema,
+  headers?: Record<string, HeaderDoc>,
+) {
+  return { description, ...(headers ? { headers } : {}), content: { [mediaType]: { schema } } };
+}
+
+/** A JSON response whose body is a named schema (it appears as a `$ref` in the document). */
+export const jsonResponse = (description: string, schema: TSchema, headers?: Record<string, HeaderDoc>) =>
+  response(description, 'application/json', schema, headers);
+
+export const problemResponse = (description: string, headers?: Record<string, HeaderDoc>) =>
+  response(description, 'application/problem+json', Problem, headers);

@@ -14,7 +14,7 @@
 import { randomUUID } from 'node:crypto';
 import createFetchClient from 'openapi-fetch';
 import { TERMINAL_STATUSES } from '../orders/model.ts';
-import type { paths } from './schema.d.ts';
+import type { components, operations, paths } from './schema.d.ts';
 import { NetworkError, ProblemError, WaitTimeoutError } from './errors.ts';
 import {
   DEFAULT_RETRY,
@@ -32,17 +32,16 @@ export {
   parseRetryAfter,
   type RetryOptions,
 } from './retry.ts';
-export type { paths } from './schema.d.ts';
+export type { components, operations, paths } from './schema.d.ts';
 
-type Json<T> = T extends { content: { 'application/json': infer B } } ? B : never;
-export type CreateOrderBody = NonNullable<
-  paths['/v1/orders']['post']['requestBody']
->['content']['application/json'];
-export type CreatedOrder = Json<paths['/v1/orders']['post']['responses'][202]>;
-export type OrderDetail = Json<paths['/v1/orders/{id}']['get']['responses'][200]>;
-export type OrderList = Json<paths['/v1/orders']['get']['responses'][200]>;
-export type ListOrdersQuery = NonNullable<paths['/v1/orders']['get']['parameters']['query']>;
-export type OrderStatus = OrderDetail['status'];
+type Schemas = components['schemas'];
+export type CreateOrderBody = Schemas['CreateOrderRequest'];
+export type CreatedOrder = Schemas['Order'];
+export type OrderDetail = Schemas['OrderDetail'];
+export type OrderSummary = Schemas['OrderSummary'];
+export type OrderList = Schemas['OrderList'];
+export type OrderStatus = Schemas['OrderStatus'];
+export type ListOrdersQuery = NonNullable<operations['listOrders']['parameters']['query']>;
 
 export interface AttemptInfo {
   method: 'GET' | 'POST';

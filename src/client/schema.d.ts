@@ -11,31 +11,7 @@ export interface paths {
       cookie?: never;
     };
     /** Liveness: the process serves HTTP */
-    get: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path?: never;
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description Default Response */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            'application/json': {
-              status?: string;
-              checks?: {
-                [key: string]: string;
-              };
-            };
-          };
-        };
-      };
-    };
+    get: operations['getLiveness'];
     put?: never;
     post?: never;
     delete?: never;
@@ -52,49 +28,7 @@ export interface paths {
       cookie?: never;
     };
     /** Readiness: Postgres and Temporal answer */
-    get: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path?: never;
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description Default Response */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            'application/json': {
-              status?: string;
-              checks?: {
-                [key: string]: string;
-              };
-            };
-          };
-        };
-        /** @description A dependency is down */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            'application/problem+json': {
-              /** Format: uri */
-              type: string;
-              title: string;
-              status: number;
-              detail?: string;
-              instance?: string;
-            } & {
-              [key: string]: unknown;
-            };
-          };
-        };
-      };
-    };
+    get: operations['getReadiness'];
     put?: never;
     post?: never;
     delete?: never;
@@ -111,277 +45,13 @@ export interface paths {
       cookie?: never;
     };
     /** List orders, newest first */
-    get: {
-      parameters: {
-        query?: {
-          /** @description accepted -> payment_pending -> (payment_unknown) -> paid -> completed; or rejected / needs_attention */
-          status?:
-            | 'accepted'
-            | 'payment_pending'
-            | 'payment_unknown'
-            | 'paid'
-            | 'completed'
-            | 'rejected'
-            | 'needs_attention';
-          limit?: number;
-          cursor?: string;
-        };
-        header?: never;
-        path?: never;
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description A page of orders */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            'application/json': {
-              /** @enum {string} */
-              object: 'list';
-              data: {
-                /** @description Server-generated order ID */
-                id: string;
-                /** @enum {string} */
-                object: 'order';
-                /**
-                 * @description accepted -> payment_pending -> (payment_unknown) -> paid -> completed; or rejected / needs_attention
-                 * @enum {unknown}
-                 */
-                status:
-                  | 'accepted'
-                  | 'payment_pending'
-                  | 'payment_unknown'
-                  | 'paid'
-                  | 'completed'
-                  | 'rejected'
-                  | 'needs_attention';
-                /** @description Total in integer minor units */
-                amount: number;
-                currency: string;
-                /** @description Temporal workflow ID: order/<tenant>/<id> */
-                workflowId: string;
-                customer: {
-                  id: string;
-                  email: string;
-                };
-                items: {
-                  /** @description Visible ASCII */
-                  sku: string;
-                  quantity: number;
-                  /** @description Integer minor units (cents). Never a float. */
-                  unitAmount: number;
-                }[];
-                paymentMethod: string;
-                /** Format: date-time */
-                createdAt: string;
-                /** Format: date-time */
-                updatedAt: string;
-              }[];
-              hasMore: boolean;
-              /** @description Pass as ?cursor= for the next page */
-              nextCursor: string | null;
-            };
-          };
-        };
-      };
-    };
+    get: operations['listOrders'];
     put?: never;
     /**
      * Create an order (idempotent)
      * @description Requires an Idempotency-Key. The same key and body replays the original 202 with `Idempotent-Replayed: true`; a different body gets 422; a request still in progress gets 409 with Retry-After.
      */
-    post: {
-      parameters: {
-        query?: never;
-        header?: {
-          /** @description Required. 1-255 visible ASCII characters (0x21-0x7E), sent once. Reuse it to retry the same request. */
-          'idempotency-key'?: string;
-        };
-        path?: never;
-        cookie?: never;
-      };
-      requestBody: {
-        content: {
-          'application/json': {
-            customer: {
-              /** @description Your customer ID */
-              id: string;
-              /** Format: email */
-              email: string;
-            };
-            /** @description ISO 4217 code; stored lowercase */
-            currency: string;
-            items: {
-              /** @description Visible ASCII */
-              sku: string;
-              quantity: number;
-              /** @description Integer minor units (cents). Never a float. */
-              unitAmount: number;
-            }[];
-            /** @description Payment method token, e.g. pm_card_visa */
-            paymentMethod: string;
-          };
-        };
-      };
-      responses: {
-        /** @description Accepted: the order exists and its workflow will run */
-        202: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            'application/json': {
-              /** @description Server-generated order ID */
-              id: string;
-              /** @enum {string} */
-              object: 'order';
-              /**
-               * @description accepted -> payment_pending -> (payment_unknown) -> paid -> completed; or rejected / needs_attention
-               * @enum {unknown}
-               */
-              status:
-                | 'accepted'
-                | 'payment_pending'
-                | 'payment_unknown'
-                | 'paid'
-                | 'completed'
-                | 'rejected'
-                | 'needs_attention';
-              /** @description Total in integer minor units */
-              amount: number;
-              currency: string;
-              /** @description Temporal workflow ID: order/<tenant>/<id> */
-              workflowId: string;
-              customer: {
-                id: string;
-                email: string;
-              };
-              items: {
-                /** @description Visible ASCII */
-                sku: string;
-                quantity: number;
-                /** @description Integer minor units (cents). Never a float. */
-                unitAmount: number;
-              }[];
-              paymentMethod: string;
-              /** Format: date-time */
-              createdAt: string;
-            };
-          };
-        };
-        /** @description Schema violation or a missing/invalid Idempotency-Key (nothing stored) */
-        400: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            'application/problem+json': {
-              /** Format: uri */
-              type: string;
-              title: string;
-              status: number;
-              detail?: string;
-              instance?: string;
-            } & {
-              [key: string]: unknown;
-            };
-          };
-        };
-        /** @description Missing or invalid API key (nothing stored) */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            'application/problem+json': {
-              /** Format: uri */
-              type: string;
-              title: string;
-              status: number;
-              detail?: string;
-              instance?: string;
-            } & {
-              [key: string]: unknown;
-            };
-          };
-        };
-        /** @description The first request with this key is still in progress; retry after Retry-After */
-        409: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            'application/problem+json': {
-              /** Format: uri */
-              type: string;
-              title: string;
-              status: number;
-              detail?: string;
-              instance?: string;
-            } & {
-              [key: string]: unknown;
-            };
-          };
-        };
-        /** @description Body larger than 64 KiB */
-        413: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            'application/problem+json': {
-              /** Format: uri */
-              type: string;
-              title: string;
-              status: number;
-              detail?: string;
-              instance?: string;
-            } & {
-              [key: string]: unknown;
-            };
-          };
-        };
-        /** @description The key was used with a different request (idempotency-key-reused), or the total is above the provider's limit (amount-too-large) */
-        422: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            'application/problem+json': {
-              /** Format: uri */
-              type: string;
-              title: string;
-              status: number;
-              detail?: string;
-              instance?: string;
-            } & {
-              [key: string]: unknown;
-            };
-          };
-        };
-        /** @description Rate limited (nothing stored) */
-        429: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            'application/problem+json': {
-              /** Format: uri */
-              type: string;
-              title: string;
-              status: number;
-              detail?: string;
-              instance?: string;
-            } & {
-              [key: string]: unknown;
-            };
-          };
-        };
-      };
-    };
+    post: operations['createOrder'];
     delete?: never;
     options?: never;
     head?: never;
@@ -399,107 +69,7 @@ export interface paths {
      * Get an order with its steps
      * @description With ?wait=N (at most 30) the call long-polls until the order reaches a terminal status (completed, rejected, needs_attention) or N seconds pass.
      */
-    get: {
-      parameters: {
-        query?: {
-          /** @description Long-poll up to this many seconds until the order reaches a terminal status */
-          wait?: number;
-        };
-        header?: never;
-        path: {
-          id: string;
-        };
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description The order */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            'application/json': {
-              /** @description Server-generated order ID */
-              id: string;
-              /** @enum {string} */
-              object: 'order';
-              /**
-               * @description accepted -> payment_pending -> (payment_unknown) -> paid -> completed; or rejected / needs_attention
-               * @enum {unknown}
-               */
-              status:
-                | 'accepted'
-                | 'payment_pending'
-                | 'payment_unknown'
-                | 'paid'
-                | 'completed'
-                | 'rejected'
-                | 'needs_attention';
-              /** @description Total in integer minor units */
-              amount: number;
-              currency: string;
-              /** @description Temporal workflow ID: order/<tenant>/<id> */
-              workflowId: string;
-              customer: {
-                id: string;
-                email: string;
-              };
-              items: {
-                /** @description Visible ASCII */
-                sku: string;
-                quantity: number;
-                /** @description Integer minor units (cents). Never a float. */
-                unitAmount: number;
-              }[];
-              paymentMethod: string;
-              /** Format: date-time */
-              createdAt: string;
-              chargeId: string | null;
-              receiptId: string | null;
-              lastError: string | null;
-              /** @description Why a rejected or needs_attention order is there, machine-readable: decline_code:<code>, payment_failed, provider_rejected, charge_failed:<type>, payment_unknown_horizon, receipt_failed, status_write_failed. Null otherwise. */
-              reason: string | null;
-              /** Format: date-time */
-              updatedAt: string;
-              steps: {
-                /** @description charge, receipt, status/<status>, ... */
-                name: string;
-                operationType: string;
-                /** @description Ledger key, derived from the workflow ID */
-                operationKey: string;
-                state: 'in_progress' | 'succeeded' | 'failed' | 'unknown';
-                attempts: number;
-                providerRef: string | null;
-                /** Format: date-time */
-                createdAt: string;
-                /** Format: date-time */
-                updatedAt: string;
-                completedAt: string | null;
-              }[];
-            };
-          };
-        };
-        /** @description No such order for this tenant */
-        404: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            'application/problem+json': {
-              /** Format: uri */
-              type: string;
-              title: string;
-              status: number;
-              detail?: string;
-              instance?: string;
-            } & {
-              [key: string]: unknown;
-            };
-          };
-        };
-      };
-    };
+    get: operations['getOrder'];
     put?: never;
     post?: never;
     delete?: never;
@@ -521,66 +91,126 @@ export interface paths {
      * Payment provider webhook (signed)
      * @description Verified with the Onceflow-Signature header (t=<unix>,v1=<hex HMAC-SHA256>). Events are processed once per (provider, event id, consumer).
      */
-    post: {
-      parameters: {
-        query?: never;
-        header?: never;
-        path?: never;
-        cookie?: never;
-      };
-      requestBody?: never;
-      responses: {
-        /** @description Received (or already received) */
-        200: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            'application/json': {
-              received?: boolean;
-              duplicate?: boolean;
-              outcome?: string;
-            };
-          };
-        };
-        /** @description Bad, missing or stale signature */
-        401: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            'application/problem+json': {
-              /** Format: uri */
-              type: string;
-              title: string;
-              status: number;
-              detail?: string;
-              instance?: string;
-            } & {
-              [key: string]: unknown;
-            };
-          };
-        };
-        /** @description The order workflow is not reachable yet; the provider should retry */
-        503: {
-          headers: {
-            [name: string]: unknown;
-          };
-          content: {
-            'application/problem+json': {
-              /** Format: uri */
-              type: string;
-              title: string;
-              status: number;
-              detail?: string;
-              instance?: string;
-            } & {
-              [key: string]: unknown;
-            };
-          };
-        };
-      };
+    post: operations['receivePaymentWebhook'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/admin/operations': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
     };
+    /** List operations by state and age */
+    get: operations['listOperations'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/admin/operation': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** One operation's whole story: record, provider view, workflow, Temporal UI link, audit */
+    get: operations['getOperation'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/admin/operations/reconcile': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** Reconcile one operation now (ask the provider by the downstream key) */
+    post: operations['reconcileOperation'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/admin/operations/resolve': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** Resolve an unknown outcome as succeeded or failed (reason required); signals the workflow */
+    post: operations['resolveOperation'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/admin/orders/{tenant}/{id}/redrive': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** Re-drive a parked order (reason required); refused (409) unless its workflow is parked */
+    post: operations['redriveOrder'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/admin/attention': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Orders in needs_attention, with their last error */
+    get: operations['listAttention'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/admin/audit': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The audit log, newest first */
+    get: operations['listAudit'];
+    put?: never;
+    post?: never;
     delete?: never;
     options?: never;
     head?: never;
@@ -590,7 +220,374 @@ export interface paths {
 }
 export type webhooks = Record<string, never>;
 export interface components {
-  schemas: never;
+  schemas: {
+    /** AdminOrder */
+    AdminOrder: {
+      tenantId: string;
+      orderId: string;
+      workflowId: string;
+      status: string;
+      statusSeq: number;
+      amount: number;
+      currency: string;
+      chargeId: string | null;
+      receiptId: string | null;
+      lastError: string | null;
+      reason: string | null;
+      /** Format: date-time */
+      createdAt: string;
+      /** Format: date-time */
+      updatedAt: string;
+    };
+    /** AttentionItem */
+    AttentionItem: {
+      tenantId: string;
+      orderId: string;
+      workflowId: string;
+      status: string;
+      statusSeq: number;
+      amount: number;
+      currency: string;
+      chargeId: string | null;
+      receiptId: string | null;
+      lastError: string | null;
+      reason: string | null;
+      /** Format: date-time */
+      createdAt: string;
+      /** Format: date-time */
+      updatedAt: string;
+      temporalUiUrl: string;
+      source: 'order_row' | 'workflow';
+    };
+    /** AttentionList */
+    AttentionList: {
+      data: components['schemas']['AttentionItem'][];
+      /** @description Set when Temporal visibility could not be read */
+      visibilityError?: string;
+    };
+    /** AuditEntry */
+    AuditEntry: {
+      /** @description The audit row ID (bigserial, as a string) */
+      id: string;
+      /** Format: date-time */
+      createdAt: string;
+      actor: string;
+      source: 'cli' | 'api';
+      action: 'reconcile' | 'resolve' | 'redrive';
+      reason: string | null;
+      tenantId: string;
+      operationType: string | null;
+      operationKey: string | null;
+      workflowId: string | null;
+      before: unknown;
+      after: unknown;
+    };
+    /** AuditLog */
+    AuditLog: {
+      data: components['schemas']['AuditEntry'][];
+    };
+    /** CreateOrderRequest */
+    CreateOrderRequest: {
+      customer: components['schemas']['Customer'];
+      /** @description ISO 4217 code; stored lowercase */
+      currency: string;
+      items: components['schemas']['OrderItem'][];
+      /** @description Payment method token, e.g. pm_card_visa */
+      paymentMethod: string;
+    };
+    /** Customer */
+    Customer: {
+      /** @description Your customer ID */
+      id: string;
+      /** Format: email */
+      email: string;
+    };
+    /** Health */
+    Health: {
+      /** @enum {string} */
+      status: 'ok';
+      /** @description Check name -> ok */
+      checks?: {
+        [key: string]: string;
+      };
+    };
+    /** OperationList */
+    OperationList: {
+      data: components['schemas']['OperationListItem'][];
+    };
+    /** OperationListItem */
+    OperationListItem: {
+      tenantId: string;
+      operationType: string;
+      key: string;
+      fingerprint: string;
+      schemaVersion: number;
+      state: components['schemas']['OperationState'];
+      leaseExpiresAt: string | null;
+      attempts: number;
+      downstreamKey: string | null;
+      providerRef: string | null;
+      /** @description The stored outcome (for failed, the failure body), or null */
+      result: unknown;
+      /** @description Why the outcome became unknown (latest reason), or null */
+      error: unknown;
+      /** Format: date-time */
+      createdAt: string;
+      /** Format: date-time */
+      updatedAt: string;
+      completedAt: string | null;
+      ageSeconds: number;
+      workflowId: string | null;
+    };
+    /** OperationRecord */
+    OperationRecord: {
+      tenantId: string;
+      operationType: string;
+      key: string;
+      fingerprint: string;
+      schemaVersion: number;
+      state: components['schemas']['OperationState'];
+      leaseExpiresAt: string | null;
+      attempts: number;
+      downstreamKey: string | null;
+      providerRef: string | null;
+      /** @description The stored outcome (for failed, the failure body), or null */
+      result: unknown;
+      /** @description Why the outcome became unknown (latest reason), or null */
+      error: unknown;
+      /** Format: date-time */
+      createdAt: string;
+      /** Format: date-time */
+      updatedAt: string;
+      completedAt: string | null;
+    };
+    /** OperationState */
+    OperationState: 'in_progress' | 'unknown' | 'succeeded' | 'failed';
+    /** OperationStory */
+    OperationStory: {
+      record: components['schemas']['OperationRecord'];
+      downstreamKey: string | null;
+      provider: components['schemas']['ProviderView'];
+      workflowId: string | null;
+      temporalUiUrl: string | null;
+      order: components['schemas']['AdminOrder'] | null;
+      audit: components['schemas']['AuditEntry'][];
+    };
+    /** Order */
+    Order: {
+      /** @description Server-generated order ID */
+      id: string;
+      /** @enum {string} */
+      object: 'order';
+      status: components['schemas']['OrderStatus'];
+      /** @description Total in integer minor units */
+      amount: number;
+      currency: string;
+      /** @description Temporal workflow ID: order/<tenant>/<id> */
+      workflowId: string;
+      customer: components['schemas']['Customer'];
+      items: components['schemas']['OrderItem'][];
+      paymentMethod: string;
+      /** Format: date-time */
+      createdAt: string;
+    };
+    /** OrderDetail */
+    OrderDetail: {
+      /** @description Server-generated order ID */
+      id: string;
+      /** @enum {string} */
+      object: 'order';
+      status: components['schemas']['OrderStatus'];
+      /** @description Total in integer minor units */
+      amount: number;
+      currency: string;
+      /** @description Temporal workflow ID: order/<tenant>/<id> */
+      workflowId: string;
+      customer: components['schemas']['Customer'];
+      items: components['schemas']['OrderItem'][];
+      paymentMethod: string;
+      /** Format: date-time */
+      createdAt: string;
+      chargeId: string | null;
+      receiptId: string | null;
+      lastError: string | null;
+      /** @description Why a rejected or needs_attention order is there, machine-readable: decline_code:<code>, payment_failed, provider_rejected, charge_failed:<type>, payment_unknown_horizon, receipt_failed, status_write_failed. Null otherwise. */
+      reason: string | null;
+      /** Format: date-time */
+      updatedAt: string;
+      steps: components['schemas']['OrderStep'][];
+    };
+    /** OrderItem */
+    OrderItem: {
+      /** @description Visible ASCII */
+      sku: string;
+      quantity: number;
+      /** @description Integer minor units (cents). Never a float. */
+      unitAmount: number;
+    };
+    /** OrderList */
+    OrderList: {
+      /** @enum {string} */
+      object: 'list';
+      data: components['schemas']['OrderSummary'][];
+      hasMore: boolean;
+      /** @description Pass as ?cursor= for the next page */
+      nextCursor: string | null;
+    };
+    /**
+     * OrderStatus
+     * @description accepted -> payment_pending -> (payment_unknown) -> paid -> completed; or rejected / needs_attention
+     * @enum {unknown}
+     */
+    OrderStatus:
+      | 'accepted'
+      | 'payment_pending'
+      | 'payment_unknown'
+      | 'paid'
+      | 'completed'
+      | 'rejected'
+      | 'needs_attention';
+    /** OrderStep */
+    OrderStep: {
+      /** @description charge, receipt, status/<status>, ... */
+      name: string;
+      operationType: string;
+      /** @description Ledger key, derived from the workflow ID */
+      operationKey: string;
+      state: components['schemas']['StepState'];
+      attempts: number;
+      providerRef: string | null;
+      /** Format: date-time */
+      createdAt: string;
+      /** Format: date-time */
+      updatedAt: string;
+      completedAt: string | null;
+    };
+    /** OrderSummary */
+    OrderSummary: {
+      /** @description Server-generated order ID */
+      id: string;
+      /** @enum {string} */
+      object: 'order';
+      status: components['schemas']['OrderStatus'];
+      /** @description Total in integer minor units */
+      amount: number;
+      currency: string;
+      /** @description Temporal workflow ID: order/<tenant>/<id> */
+      workflowId: string;
+      customer: components['schemas']['Customer'];
+      items: components['schemas']['OrderItem'][];
+      paymentMethod: string;
+      /** Format: date-time */
+      createdAt: string;
+      /** Format: date-time */
+      updatedAt: string;
+    };
+    /**
+     * Problem
+     * @description RFC 9457 problem details
+     */
+    Problem: {
+      /** Format: uri */
+      type: string;
+      title: string;
+      status: number;
+      detail?: string;
+      instance?: string;
+    } & {
+      [key: string]: unknown;
+    };
+    /** ProviderView */
+    ProviderView: {
+      provider: 'payments' | 'email' | null;
+      lookedUpBy: string | null;
+      found: boolean;
+      /** @description The provider's charge or message as it reports it now, or null */
+      object: unknown;
+      error?: string;
+    };
+    /** ReconcileOutcome */
+    ReconcileOutcome: {
+      changed: boolean;
+      before: components['schemas']['OperationState'];
+      after: components['schemas']['OperationState'];
+      auditId: string;
+      error?: string;
+    };
+    /** ReconcileRequest */
+    ReconcileRequest: {
+      /** @description Tenant ID */
+      tenant: string;
+      /** @description Operation type, e.g. payment.charge */
+      type: string;
+      /** @description Operation key, e.g. order/acme/ord_1/charge */
+      key: string;
+      /** @description Who acts (a person), recorded in the audit log */
+      actor: string;
+      /** @description Why (required for decisions), recorded in the audit log */
+      reason?: string;
+    };
+    /** RedriveOutcome */
+    RedriveOutcome: {
+      workflowId: string;
+      status: string;
+      auditId: string;
+      parkedAs: components['schemas']['RedriveParkedAs'];
+      temporalUiUrl: string;
+    };
+    /** RedriveParkedAs */
+    RedriveParkedAs: {
+      status: string;
+      reason: string | null;
+      lastError: string | null;
+      redrives: number;
+    };
+    /** RedriveRequest */
+    RedriveRequest: {
+      /** @description Who acts (a person), recorded in the audit log */
+      actor: string;
+      /** @description Why (required for decisions), recorded in the audit log */
+      reason: string;
+    };
+    /** ResolveOutcome */
+    ResolveOutcome: {
+      before: components['schemas']['OperationState'];
+      after: components['schemas']['OperationState'];
+      auditId: string;
+      workflowId: string | null;
+      signalled: boolean;
+      signalError?: string;
+    };
+    /** ResolveRequest */
+    ResolveRequest: {
+      /** @description Tenant ID */
+      tenant: string;
+      /** @description Operation type, e.g. payment.charge */
+      type: string;
+      /** @description Operation key, e.g. order/acme/ord_1/charge */
+      key: string;
+      outcome: 'succeeded' | 'failed';
+      /** @description Who acts (a person), recorded in the audit log */
+      actor: string;
+      /** @description Why (required for decisions), recorded in the audit log */
+      reason: string;
+      /** @description The provider's charge ID, if known */
+      chargeId?: string;
+      /** @description The provider's object ID (charge or message), if known */
+      providerRef?: string;
+    };
+    /** StepState */
+    StepState: 'in_progress' | 'succeeded' | 'failed' | 'unknown';
+    /** WebhookAck */
+    WebhookAck: {
+      /** @enum {boolean} */
+      received: true;
+      /** @description The event was received before; nothing was done again */
+      duplicate: boolean;
+      /** @description signalled, duplicate, workflow_closed, ignored_event_type or ignored_unknown_order */
+      outcome: string;
+    };
+  };
   responses: never;
   parameters: never;
   requestBodies: never;
@@ -598,4 +595,1041 @@ export interface components {
   pathItems: never;
 }
 export type $defs = Record<string, never>;
-export type operations = Record<string, never>;
+export interface operations {
+  getLiveness: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description The process is up */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Health'];
+        };
+      };
+    };
+  };
+  getReadiness: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Postgres and Temporal answer */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Health'];
+        };
+      };
+      /** @description A dependency is down (`checks` says which) */
+      503: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  listOrders: {
+    parameters: {
+      query?: {
+        /** @description accepted -> payment_pending -> (payment_unknown) -> paid -> completed; or rejected / needs_attention */
+        status?: components['schemas']['OrderStatus'];
+        limit?: number;
+        cursor?: string;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description A page of orders */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['OrderList'];
+        };
+      };
+      /** @description A query parameter or the cursor is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing or invalid API key */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited (nothing stored); retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  createOrder: {
+    parameters: {
+      query?: never;
+      header: {
+        /** @description Required. One key per intent, reused on every retry of it. 1-255 visible ASCII characters (0x21-0x7E), sent once; the structured-field string form (`"abc"`, RFC 8941) is the same key as `abc`. */
+        'idempotency-key': string;
+      };
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['CreateOrderRequest'];
+      };
+    };
+    responses: {
+      /** @description Accepted: the order exists and its workflow will run (or the stored answer, replayed) */
+      202: {
+        headers: {
+          /** @description The order's URL: /v1/orders/{id} */
+          Location: string;
+          /** @description Present (true) when this is the stored answer to an earlier request with the same key */
+          'Idempotent-Replayed'?: 'true';
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Order'];
+        };
+      };
+      /** @description Schema violation or a missing/invalid Idempotency-Key (nothing stored) */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing or invalid API key (nothing stored) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description The first request with this key is still in progress; retry after Retry-After */
+      409: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Body larger than 64 KiB */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description The body is not application/json */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description The key was used with a different request (idempotency-key-reused), or the total is above the provider's limit (amount-too-large) */
+      422: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited (nothing stored); retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  getOrder: {
+    parameters: {
+      query?: {
+        /** @description Long-poll up to this many seconds until the order reaches a terminal status */
+        wait?: number;
+      };
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description The order */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['OrderDetail'];
+        };
+      };
+      /** @description A query or path parameter is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing or invalid API key */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description No such order for this tenant */
+      404: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited (nothing stored); retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  receivePaymentWebhook: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Received (or already received) */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['WebhookAck'];
+        };
+      };
+      /** @description The body is not a JSON event with id, type and data.object.id */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Bad, missing or stale signature */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description The order workflow is not reachable yet; the provider should retry */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  listOperations: {
+    parameters: {
+      query?: {
+        state?: 'in_progress' | 'unknown' | 'succeeded' | 'failed';
+        olderThanSeconds?: number;
+        /** @description Operation type, e.g. payment.charge */
+        type?: string;
+        /** @description Tenant ID */
+        tenant?: string;
+        keyPrefix?: string;
+        limit?: number;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Operations, oldest first */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['OperationList'];
+        };
+      };
+      /** @description A parameter or body field is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing or wrong admin token (admin-unauthorized) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited; retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  getOperation: {
+    parameters: {
+      query: {
+        /** @description Tenant ID */
+        tenant: string;
+        /** @description Operation type, e.g. payment.charge */
+        type: string;
+        /** @description Operation key, e.g. order/acme/ord_1/charge */
+        key: string;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description The operation's story */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['OperationStory'];
+        };
+      };
+      /** @description A parameter or body field is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing or wrong admin token (admin-unauthorized) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description No such operation or order */
+      404: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited; retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  reconcileOperation: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['ReconcileRequest'];
+      };
+    };
+    responses: {
+      /** @description What the reconcile did */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ReconcileOutcome'];
+        };
+      };
+      /** @description A parameter or body field is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing or wrong admin token (admin-unauthorized) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description No such operation or order */
+      404: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Not in a state this action applies to (operation-state), or a live attempt holds it (operation-in-progress, with Retry-After) */
+      409: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited; retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description The provider or Temporal is unavailable; nothing was changed */
+      503: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  resolveOperation: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['ResolveRequest'];
+      };
+    };
+    responses: {
+      /** @description The resolution */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ResolveOutcome'];
+        };
+      };
+      /** @description A parameter or body field is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing or wrong admin token (admin-unauthorized) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description No such operation or order */
+      404: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Not in a state this action applies to (operation-state), or a live attempt holds it (operation-in-progress, with Retry-After) */
+      409: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited; retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description The provider or Temporal is unavailable; nothing was changed */
+      503: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  redriveOrder: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        /** @description Tenant ID */
+        tenant: string;
+        /** @description Order ID */
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['RedriveRequest'];
+      };
+    };
+    responses: {
+      /** @description The workflow took the re-drive */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['RedriveOutcome'];
+        };
+      };
+      /** @description A parameter or body field is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing or wrong admin token (admin-unauthorized) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description No such operation or order */
+      404: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Not in a state this action applies to (operation-state), or a live attempt holds it (operation-in-progress, with Retry-After) */
+      409: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited; retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description The provider or Temporal is unavailable; nothing was changed */
+      503: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  listAttention: {
+    parameters: {
+      query?: {
+        /** @description Tenant ID */
+        tenant?: string;
+        limit?: number;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Orders that need an operator */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['AttentionList'];
+        };
+      };
+      /** @description A parameter or body field is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing or wrong admin token (admin-unauthorized) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited; retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  listAudit: {
+    parameters: {
+      query?: {
+        /** @description Operation key, e.g. order/acme/ord_1/charge */
+        key?: string;
+        /** @description Tenant ID */
+        tenant?: string;
+        workflowId?: string;
+        limit?: number;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Audit entries, newest first */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['AuditLog'];
+        };
+      };
+      /** @description A parameter or body field is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing or wrong admin token (admin-unauthorized) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited; retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+}

@@ -13,6 +13,22 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { Type, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { ProblemError, sendProblem, toProblem, type ProblemKind } from '../api/problems.ts';
 import { strictValidatorCompiler } from '../api/validation.ts';
+import {
+  RATE_LIMIT_HEADERS,
+  RETRY_AFTER_HEADER,
+  always,
+  jsonResponse,
+  problemResponse,
+} from '../api/schemas.ts';
+import {
+  AttentionList,
+  AuditLog,
+  OperationList,
+  OperationStory,
+  RedriveOutcome,
+  ReconcileOutcome,
+  ResolveOutcome,
+} from './schemas.ts';
 import { isOpsError, type OpsErrorCode } from './errors.ts';
 import type { Operator } from './operator.ts';
 
@@ -100,20 +116,37 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
       ),
     );
 
-    const security = [{ bearer: [] }];
+    // Documented in /openapi.json under their own scheme: the admin token, never a tenant API key.
+    // The document shows their shape only; every call still needs the token.
+    const security = [{ adminToken: [] }];
     const tags = ['admin'];
-    // Not in the public OpenAPI document (/openapi.json, /docs): it is served without authentication,
-    // and the admin surface is documented for operators in docs/OPERATIONS.md instead.
-    const hide = true;
+    const ok = (description: string, schema: Parameters<typeof jsonResponse>[1]) =>
+      jsonResponse(description, schema, RATE_LIMIT_HEADERS);
+    const errors = {
+      400: problemResponse('A parameter or body field is not valid', RATE_LIMIT_HEADERS),
+      401: problemResponse('Missing or wrong admin token (admin-unauthorized)'),
+      429: problemResponse('Rate limited; retry after Retry-After', {
+        ...always(RETRY_AFTER_HEADER),
+        ...RATE_LIMIT_HEADERS,
+      }),
+    };
+    const notFound = { 404: problemResponse('No such operation or order', RATE_LIMIT_HEADERS) };
+    const refused = {
+      409: problemResponse(
+        'Not in a state this action applies to (operation-state), or a live attempt holds it (operation-in-progress, with Retry-After)',
+        { ...RETRY_AFTER_HEADER, ...RATE_LIMIT_HEADERS },
+      ),
+      503: problemResponse('The provider or Temporal is unavailable; nothing was changed'),
+    };
 
     app.get(
       '/admin/operations',
       {
         schema: {
+          operationId: 'listOperations',
           summary: 'List operations by state and age',
           tags,
           security,
-          hide,
           querystring: Type.Object({
             state: Type.Optional(State),
             olderThanSeconds: Type.Optional(Type.Number({ minimum: 0, maximum: 315_360_000 })), // 10 years
@@ -122,6 +155,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
             keyPrefix: Type.Optional(visible(255)),
             limit: Type.Optional(Limit),
           }),
+          response: { 200: ok('Operations, oldest first', OperationList), ...errors },
         },
       },
       async (request) => {
@@ -142,11 +176,12 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
       '/admin/operation',
       {
         schema: {
+          operationId: 'getOperation',
           summary: "One operation's whole story: record, provider view, workflow, Temporal UI link, audit",
           tags,
           security,
-          hide,
           querystring: Type.Object({ tenant: Tenant, type: OpType, key: Key }),
+          response: { 200: ok("The operation's story", OperationStory), ...errors, ...notFound },
         },
       },
       async (request) => {
@@ -161,14 +196,20 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
       '/admin/operations/reconcile',
       {
         schema: {
+          operationId: 'reconcileOperation',
           summary: 'Reconcile one operation now (ask the provider by the downstream key)',
           tags,
           security,
-          hide,
           body: Type.Object(
             { tenant: Tenant, type: OpType, key: Key, actor: Actor, reason: Type.Optional(Reason) },
-            { additionalProperties: false },
+            { additionalProperties: false, title: 'ReconcileRequest' },
           ),
+          response: {
+            200: ok('What the reconcile did', ReconcileOutcome),
+            ...errors,
+            ...notFound,
+            ...refused,
+          },
         },
       },
       async (request) => {
@@ -191,11 +232,11 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
       '/admin/operations/resolve',
       {
         schema: {
+          operationId: 'resolveOperation',
           summary:
             'Resolve an unknown outcome as succeeded or failed (reason required); signals the workflow',
           tags,
           security,
-          hide,
           body: Type.Object(
             {
               tenant: Tenant,
@@ -209,8 +250,9 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
                 visible(255, "The provider's object ID (charge or message), if known"),
               ),
             },
-            { additionalProperties: false },
+            { additionalProperties: false, title: 'ResolveRequest' },
           ),
+          response: { 200: ok('The resolution', ResolveOutcome), ...errors, ...notFound, ...refused },
         },
       },
       async (request) => {
@@ -241,12 +283,21 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
       '/admin/orders/:tenant/:id/redrive',
       {
         schema: {
+          operationId: 'redriveOrder',
           summary: 'Re-drive a parked order (reason required); refused (409) unless its workflow is parked',
           tags,
           security,
-          hide,
           params: Type.Object({ tenant: Tenant, id: visible(100, 'Order ID') }),
-          body: Type.Object({ actor: Actor, reason: Reason }, { additionalProperties: false }),
+          body: Type.Object(
+            { actor: Actor, reason: Reason },
+            { additionalProperties: false, title: 'RedriveRequest' },
+          ),
+          response: {
+            200: ok('The workflow took the re-drive', RedriveOutcome),
+            ...errors,
+            ...notFound,
+            ...refused,
+          },
         },
       },
       async (request) => {
@@ -269,11 +320,12 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
       '/admin/attention',
       {
         schema: {
+          operationId: 'listAttention',
           summary: 'Orders in needs_attention, with their last error',
           tags,
           security,
-          hide,
           querystring: Type.Object({ tenant: Type.Optional(Tenant), limit: Type.Optional(Limit) }),
+          response: { 200: ok('Orders that need an operator', AttentionList), ...errors },
         },
       },
       async (request) => {
@@ -289,16 +341,17 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
       '/admin/audit',
       {
         schema: {
+          operationId: 'listAudit',
           summary: 'The audit log, newest first',
           tags,
           security,
-          hide,
           querystring: Type.Object({
             key: Type.Optional(Key),
             tenant: Type.Optional(Tenant),
             workflowId: Type.Optional(visible(255)),
             limit: Type.Optional(Limit),
           }),
+          response: { 200: ok('Audit entries, newest first', AuditLog), ...errors },
         },
       },
       async (request) => {

@@ -137,6 +137,54 @@ describe('POST /v1/orders: the Idempotency-Key contract', () => {
     expect(retry.headers.get('idempotent-replayed')).toBeNull();
   });
 
+  it('the structured-field form "abc" (IETF draft, RFC 8941 sf-string) is the same key as abc', async () => {
+    const bare = uniq('idem');
+    const first = await call(api, 'POST', '/v1/orders', {
+      key: acme.key,
+      idem: `"${bare}"`,
+      body: validOrder(),
+    });
+    expect(first.status).toBe(202);
+    expect(first.headers.get('idempotent-replayed')).toBeNull();
+    const retry = await call(api, 'POST', '/v1/orders', { key: acme.key, idem: bare, body: validOrder() });
+    expect(retry.status).toBe(202);
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    expect((retry.body as OrderBody).id).toBe((first.body as OrderBody).id);
+    // Escapes are decoded: "a\"b\\c" names the key a"b\c.
+    const escaped = await call(api, 'POST', '/v1/orders', {
+      key: acme.key,
+      idem: `"${bare}\\"x\\\\"`,
+      body: validOrder(),
+    });
+    expect(escaped.status).toBe(202);
+    const sameEscaped = await call(api, 'POST', '/v1/orders', {
+      key: acme.key,
+      idem: `${bare}"x\\`,
+      body: validOrder(),
+    });
+    expect(sameEscaped.headers.get('idempotent-replayed')).toBe('true');
+    expect((sameEscaped.body as OrderBody).id).toBe((escaped.body as OrderBody).id);
+  });
+
+  it('a malformed structured-field key is a 400 invalid-idempotency-key that says why; nothing stored', async () => {
+    const t = await newTenant(api.pool, 'sf');
+    for (const [idem, why] of [
+      ['"abc', /no closing quote/],
+      ['"a\\bc"', /bad escape/],
+      ['"abc";v=1', /closing quote/],
+      ['""', /must not be empty/],
+      ['"a b"', /visible ASCII/],
+    ] as const) {
+      const res = await call(api, 'POST', '/v1/orders', { key: t.key, idem, body: validOrder() });
+      expect(res.status, idem).toBe(400);
+      expect(res.body, idem).toMatchObject({
+        type: `${PROBLEM}invalid-idempotency-key`,
+        detail: expect.stringMatching(why),
+      });
+    }
+    expect(await tenantCounts(api.pool, t.tenantId)).toEqual({ orders: 0, operations: 0, outbox: 0 });
+  });
+
   it('401 for a missing, malformed or unknown key; never stored', async () => {
     const before = await tenantCounts(api.pool, acme.tenantId);
     const idem = uniq('idem');

@@ -69,14 +69,21 @@ it('serves the admin routes behind the admin token and counts responses in /metr
   expect(res.body).toContain('onceflow_metrics_db_up 1');
 });
 
-it('the public OpenAPI document (served without authentication) does not advertise the admin routes', async () => {
+it('the OpenAPI document lists the admin routes under the adminToken scheme, and serving it grants nothing', async () => {
   for (const url of ['/openapi.json', '/docs/json']) {
     const res = await app.inject({ method: 'GET', url });
     expect(res.statusCode, url).toBe(200);
-    const paths = Object.keys(res.json<{ paths: Record<string, unknown> }>().paths);
-    expect(paths).toContain('/v1/orders');
-    expect(paths.filter((p) => p.startsWith('/admin'))).toEqual([]);
+    const doc = res.json<{ paths: Record<string, Record<string, { security?: unknown }>> }>();
+    expect(Object.keys(doc.paths)).toContain('/v1/orders');
+    const admin = Object.entries(doc.paths).filter(([p]) => p.startsWith('/admin'));
+    expect(admin.length, url).toBe(7);
+    for (const [, item] of admin) {
+      for (const op of Object.values(item)) expect(op.security).toEqual([{ adminToken: [] }]);
+    }
   }
+  // Documented is not open: the routes still answer 401 without the token.
+  const res = await app.inject({ method: 'GET', url: '/admin/audit' });
+  expect(res.statusCode).toBe(401);
 });
 
 it('unknown admin paths and framework errors are problem+json from the same implementation', async () => {

@@ -126,6 +126,14 @@ describe('operator CLI', () => {
     const missing = await cli('show', 'acme', 'payment.charge', `${a.workflowId}/nope`);
     expect(missing.code).toBe(1);
     expect(missing.stderr).toMatch(/not_found/);
+
+    // Under --json the error is one JSON object too, with the same exit status.
+    const missingJson = await cli('show', 'acme', 'payment.charge', `${a.workflowId}/nope`, '--json');
+    expect(missingJson.code).toBe(1);
+    expect(missingJson.stdout).toBe('');
+    expect(JSON.parse(missingJson.stderr)).toEqual({
+      error: { code: 'not_found', message: expect.any(String) },
+    });
   });
 
   it('reconcile while the provider cannot answer: unchanged, audited, non-zero exit', async () => {
@@ -314,7 +322,7 @@ describe('operator CLI', () => {
     const r = await cli('frobnicate');
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/unknown command/);
-    expect(r.stderr).toMatch(/Usage: npm run ops/);
+    expect(r.stderr).toMatch(/Usage: ops <command>/);
     expect((await cli('list', '--state', 'weird')).code).toBe(2);
     expect((await cli('show', 'acme', 'payment.charge')).code).toBe(2);
   });

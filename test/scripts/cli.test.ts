@@ -1,6 +1,6 @@
 /**
- * Every script (but the ops CLI and the chaos script, tested with their own
- * code) behaves like a CLI, run as a child process the way npm runs it:
+ * Every script in package.json that takes arguments (scripts/*.ts, bench/*.ts;
+ * the ops CLI and the chaos script with cases of their own) behaves like a CLI, run as a child process the way npm runs it:
  * --help exits 0 with usage, an unknown flag prints usage and exits 2, and
  * under --json every line on stdout and stderr is JSON, errors included.
  */
@@ -21,7 +21,7 @@ function run(script: string, args: string[], env: Record<string, string> = {}): 
   return new Promise((resolve) => {
     execFile(
       process.execPath,
-      ['--import', 'tsx', `scripts/${script}`, ...args],
+      ['--import', 'tsx', script.includes('/') ? script : `scripts/${script}`, ...args],
       // Unreachable services by default: nothing here may touch a real database by accident.
       {
         cwd: root,
@@ -45,6 +45,9 @@ const scripts = [
   { file: 'migrate.ts', json: true },
   { file: 'ensure-temporal.ts', json: true },
   { file: 'client-generate.ts', json: true },
+  { file: 'seed.ts', json: true },
+  { file: 'bench/ledger.ts', json: false },
+  { file: 'bench/e2e.ts', json: false },
 ];
 
 describe.each(scripts)('scripts/$file', ({ file }) => {
@@ -82,10 +85,90 @@ describe.each(scripts.filter((s) => s.json))('scripts/$file --json', ({ file }) 
   });
 });
 
+describe('scripts/chaos.ts (its own parser)', () => {
+  it('answers --help with exit 0 and refuses an unknown flag with usage and exit 2', async () => {
+    const help = await run('chaos.ts', ['--help']);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/^usage: npm run chaos/i);
+    const bad = await run('chaos.ts', ['--no-such-flag']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/--no-such-flag/);
+    expect(bad.stderr).toMatch(/usage: npm run chaos/i);
+    expect(bad.stdout).toBe('');
+  });
+});
+
+describe('scripts/ops.ts: per-command options and help (commander)', () => {
+  it("--help lists the commands; <command> --help shows that command's own options", async () => {
+    const top = await run('ops.ts', ['--help']);
+    expect(top.code).toBe(0);
+    expect(top.stdout).toMatch(/^Usage: ops <command>/);
+    for (const c of ['list', 'show', 'reconcile', 'resolve', 'redrive', 'attention', 'audit']) {
+      expect(top.stdout).toContain(c);
+    }
+    const reconcile = await run('ops.ts', ['reconcile', '--help']);
+    expect(reconcile.code).toBe(0);
+    expect(reconcile.stdout).toMatch(/^Usage: ops reconcile \[options\] <tenant> <type> <key>/);
+    expect(reconcile.stdout).toContain('--reason <text>');
+    expect(reconcile.stdout).not.toContain('--outcome');
+    const resolve = await run('ops.ts', ['resolve', '--help']);
+    expect(resolve.stdout).toContain('--outcome <outcome>');
+    expect(resolve.stderr).toBe('');
+  });
+
+  it("an unknown flag, a missing argument or a bad value prints that command's usage and exits 2", async () => {
+    for (const args of [
+      ['list', '--no-such-flag'],
+      ['show', 'acme', 'payment.charge'],
+      ['list', '--state', 'weird'],
+      ['audit', '--limit', '0'],
+      ['resolve', 'acme', 'payment.charge', 'k', '--outcome', 'succeeded'],
+      ['redrive', 'acme', 'ord_1', '--reason', '  '],
+    ]) {
+      const r = await run('ops.ts', args);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stdout, args.join(' ')).toBe('');
+      expect(r.stderr, args.join(' ')).toContain(`Usage: ops ${args[0]} [options]`);
+    }
+    const none = await run('ops.ts', []);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toMatch(/a command is required/);
+    const unknown = await run('ops.ts', ['frobnicate']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toMatch(/unknown command 'frobnicate'/);
+  });
+
+  it('under --json, usage errors and failures are one JSON error object', async () => {
+    const bad = await run('ops.ts', ['list', '--no-such-flag', '--json']);
+    expect(bad.code).toBe(2);
+    expect(bad.stdout).toBe('');
+    expect(allJson(bad.stderr)).toEqual([
+      {
+        error: {
+          code: 'usage',
+          message: expect.stringContaining('--no-such-flag'),
+          usage: expect.stringMatching(/^Usage: ops list/),
+        },
+      },
+    ]);
+    const help = await run('ops.ts', ['audit', '--help', '--json']);
+    expect(help.code).toBe(0);
+    expect(allJson(help.stdout)).toEqual([{ usage: expect.stringMatching(/^Usage: ops audit/) }]);
+    // Postgres unreachable: a failure, as JSON, exit 1.
+    const down = await run('ops.ts', ['audit', '--json']);
+    expect(down.code).toBe(1);
+    expect(down.stdout).toBe('');
+    expect(allJson(down.stderr)).toEqual([
+      { error: { code: 'failed', message: expect.stringContaining('127.0.0.1:1') } },
+    ]);
+  });
+});
+
 describe('--json outputs', () => {
   it('a failure (Postgres unreachable) is one JSON error line and exit 1', async () => {
     for (const [file, args] of [
       ['migrate.ts', ['--json']],
+      ['seed.ts', ['--json']],
       ['api-key.ts', ['acme', '--json']],
     ] as const) {
       const r = await run(file, [...args]);

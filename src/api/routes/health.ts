@@ -4,7 +4,7 @@ import { ping, withClient } from '../../db/index.ts';
 import { errorFields, log } from '../../log.ts';
 import type { ApiContext } from '../context.ts';
 import { ProblemError } from '../problems.ts';
-import { problemResponse } from '../schemas.ts';
+import { Health, jsonResponse, problemResponse } from '../schemas.ts';
 
 const CHECK_TIMEOUT_MS = 2000;
 
@@ -19,19 +19,16 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
 }
 
 export const healthRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app, { ctx }) => {
-  const health = {
-    type: 'object',
-    properties: {
-      status: { type: 'string' },
-      checks: { type: 'object', additionalProperties: { type: 'string' } },
-    },
-  };
-
   app.get(
     '/healthz',
     {
       config: { rateLimit: false },
-      schema: { summary: 'Liveness: the process serves HTTP', tags: ['health'], response: { 200: health } },
+      schema: {
+        operationId: 'getLiveness',
+        summary: 'Liveness: the process serves HTTP',
+        tags: ['health'],
+        response: { 200: jsonResponse('The process is up', Health) },
+      },
     },
     async () => ({ status: 'ok' }),
   );
@@ -41,9 +38,13 @@ export const healthRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app,
     {
       config: { rateLimit: false },
       schema: {
+        operationId: 'getReadiness',
         summary: 'Readiness: Postgres and Temporal answer',
         tags: ['health'],
-        response: { 200: health, 503: problemResponse('A dependency is down') },
+        response: {
+          200: jsonResponse('Postgres and Temporal answer', Health),
+          503: problemResponse('A dependency is down (`checks` says which)'),
+        },
       },
     },
     async () => {

@@ -32,6 +32,12 @@ import {
   OrderIdParams,
   OrderList,
   MAX_ORDER_TOTAL,
+  LOCATION_HEADER,
+  RATE_LIMIT_HEADERS,
+  REPLAYED_HEADER,
+  RETRY_AFTER_HEADER,
+  always,
+  jsonResponse,
   problemResponse,
 } from '../schemas.ts';
 import {
@@ -54,6 +60,12 @@ type StoredResponse = {
   headers: { location: string };
   body: ReturnType<typeof orderView>;
 };
+
+/** Per-tenant limit (with the rate-limit headers) or too many failed API keys from an address. */
+const TOO_MANY_REQUESTS = problemResponse('Rate limited (nothing stored); retry after Retry-After', {
+  ...always(RETRY_AFTER_HEADER),
+  ...RATE_LIMIT_HEADERS,
+});
 
 export function newOrderId(): string {
   return `ord_${randomBytes(12).toString('hex')}`;
@@ -152,27 +164,41 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
     {
       config: { auth: true },
       schema: {
+        operationId: 'createOrder',
         summary: 'Create an order (idempotent)',
         description:
           'Requires an Idempotency-Key. The same key and body replays the original 202 with ' +
           '`Idempotent-Replayed: true`; a different body gets 422; a request still in progress gets 409 ' +
           'with Retry-After.',
         tags: ['orders'],
-        security: [{ bearer: [] }],
+        security: [{ apiKey: [] }],
         headers: CreateOrderHeaders,
         body: CreateOrderBody,
         response: {
-          202: { description: 'Accepted: the order exists and its workflow will run', ...CreatedOrder },
-          400: problemResponse('Schema violation or a missing/invalid Idempotency-Key (nothing stored)'),
+          202: jsonResponse(
+            'Accepted: the order exists and its workflow will run (or the stored answer, replayed)',
+            CreatedOrder,
+            { ...always(LOCATION_HEADER), ...REPLAYED_HEADER, ...RATE_LIMIT_HEADERS },
+          ),
+          400: problemResponse(
+            'Schema violation or a missing/invalid Idempotency-Key (nothing stored)',
+            RATE_LIMIT_HEADERS,
+          ),
           401: problemResponse('Missing or invalid API key (nothing stored)'),
           409: problemResponse(
             'The first request with this key is still in progress; retry after Retry-After',
+            {
+              ...always(RETRY_AFTER_HEADER),
+              ...RATE_LIMIT_HEADERS,
+            },
           ),
           413: problemResponse('Body larger than 64 KiB'),
+          415: problemResponse('The body is not application/json'),
           422: problemResponse(
             "The key was used with a different request (idempotency-key-reused), or the total is above the provider's limit (amount-too-large)",
+            RATE_LIMIT_HEADERS,
           ),
-          429: problemResponse('Rate limited (nothing stored)'),
+          429: TOO_MANY_REQUESTS,
         },
       },
     },
@@ -262,17 +288,21 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
     {
       config: { auth: true },
       schema: {
+        operationId: 'getOrder',
         summary: 'Get an order with its steps',
         description:
           'With ?wait=N (at most 30) the call long-polls until the order reaches a terminal status ' +
           '(completed, rejected, needs_attention) or N seconds pass.',
         tags: ['orders'],
-        security: [{ bearer: [] }],
+        security: [{ apiKey: [] }],
         params: OrderIdParams,
         querystring: GetOrderQuery,
         response: {
-          200: { description: 'The order', ...OrderDetail },
-          404: problemResponse('No such order for this tenant'),
+          200: jsonResponse('The order', OrderDetail, RATE_LIMIT_HEADERS),
+          400: problemResponse('A query or path parameter is not valid', RATE_LIMIT_HEADERS),
+          401: problemResponse('Missing or invalid API key'),
+          404: problemResponse('No such order for this tenant', RATE_LIMIT_HEADERS),
+          429: TOO_MANY_REQUESTS,
         },
       },
     },
@@ -316,11 +346,17 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
     {
       config: { auth: true },
       schema: {
+        operationId: 'listOrders',
         summary: 'List orders, newest first',
         tags: ['orders'],
-        security: [{ bearer: [] }],
+        security: [{ apiKey: [] }],
         querystring: ListOrdersQuery,
-        response: { 200: { description: 'A page of orders', ...OrderList } },
+        response: {
+          200: jsonResponse('A page of orders', OrderList, RATE_LIMIT_HEADERS),
+          400: problemResponse('A query parameter or the cursor is not valid', RATE_LIMIT_HEADERS),
+          401: problemResponse('Missing or invalid API key'),
+          429: TOO_MANY_REQUESTS,
+        },
       },
     },
     async (request, reply) => {

@@ -22,7 +22,7 @@ import { SIGNATURE_HEADER, WebhookSignatureError, verifyWebhook } from '../../pr
 import { paymentEventSignal, type PaymentEvent } from '../../orders/contract.ts';
 import type { ApiContext } from '../context.ts';
 import { ProblemError } from '../problems.ts';
-import { problemResponse } from '../schemas.ts';
+import { RETRY_AFTER_HEADER, WebhookAck, jsonResponse, problemResponse } from '../schemas.ts';
 import { getOrder } from '../../orders/sql.ts';
 import { getOutbox } from '../../outbox/sql.ts';
 import { recordWebhookEvent, setWebhookEventOutcome } from '../../webhooks/sql.ts';
@@ -110,19 +110,16 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
       schema: {
         summary: 'Payment provider webhook (signed)',
         description: `Verified with the ${SIGNATURE_HEADER} header (t=<unix>,v1=<hex HMAC-SHA256>). Events are processed once per (provider, event id, consumer).`,
+        operationId: 'receivePaymentWebhook',
         tags: ['webhooks'],
         response: {
-          200: {
-            description: 'Received (or already received)',
-            type: 'object',
-            properties: {
-              received: { type: 'boolean' },
-              duplicate: { type: 'boolean' },
-              outcome: { type: 'string' },
-            },
-          },
+          200: jsonResponse('Received (or already received)', WebhookAck),
+          400: problemResponse('The body is not a JSON event with id, type and data.object.id'),
           401: problemResponse('Bad, missing or stale signature'),
-          503: problemResponse('The order workflow is not reachable yet; the provider should retry'),
+          503: problemResponse(
+            'The order workflow is not reachable yet; the provider should retry',
+            RETRY_AFTER_HEADER,
+          ),
         },
       },
     },

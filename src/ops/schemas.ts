@@ -1,0 +1,172 @@
+/**
+ * Response schemas of the admin routes (src/ops/routes.ts), for the OpenAPI
+ * document only: responses are sent as built, never serialised through them.
+ * Each has a `title`, so the document names it (components/schemas/<title>,
+ * see nameSchemas in src/api/app.ts). They describe what the Operator
+ * returns (src/ops/operator.ts); the contract test (test/api/contract.test.ts)
+ * checks real answers against them.
+ */
+import { Type } from '@fastify/type-provider-typebox';
+
+const DateTime = Type.String({ format: 'date-time' });
+const Nullable = <T extends ReturnType<typeof Type.String>>(t: T) => Type.Union([t, Type.Null()]);
+const Str = Type.String();
+const OperationState = Type.Union(
+  [Type.Literal('in_progress'), Type.Literal('unknown'), Type.Literal('succeeded'), Type.Literal('failed')],
+  { title: 'OperationState' },
+);
+
+const recordFields = {
+  tenantId: Str,
+  operationType: Str,
+  key: Str,
+  fingerprint: Str,
+  schemaVersion: Type.Integer(),
+  state: OperationState,
+  leaseExpiresAt: Nullable(DateTime),
+  attempts: Type.Integer(),
+  downstreamKey: Nullable(Str),
+  providerRef: Nullable(Str),
+  result: Type.Unknown({ description: 'The stored outcome (for failed, the failure body), or null' }),
+  error: Type.Unknown({ description: 'Why the outcome became unknown (latest reason), or null' }),
+  createdAt: DateTime,
+  updatedAt: DateTime,
+  completedAt: Nullable(DateTime),
+};
+
+/** A ledger record as the admin routes show it: without its owner (fencing) token. */
+export const OperationRecord = Type.Object(recordFields, { title: 'OperationRecord' });
+
+export const OperationListItem = Type.Object(
+  {
+    ...recordFields,
+    ageSeconds: Type.Number(),
+    workflowId: Nullable(Str),
+  },
+  { title: 'OperationListItem' },
+);
+
+export const OperationList = Type.Object({ data: Type.Array(OperationListItem) }, { title: 'OperationList' });
+
+export const AuditEntry = Type.Object(
+  {
+    id: Type.String({ description: 'The audit row ID (bigserial, as a string)' }),
+    createdAt: DateTime,
+    actor: Str,
+    source: Type.Union([Type.Literal('cli'), Type.Literal('api')]),
+    action: Type.Union([Type.Literal('reconcile'), Type.Literal('resolve'), Type.Literal('redrive')]),
+    reason: Nullable(Str),
+    tenantId: Str,
+    operationType: Nullable(Str),
+    operationKey: Nullable(Str),
+    workflowId: Nullable(Str),
+    before: Type.Unknown(),
+    after: Type.Unknown(),
+  },
+  { title: 'AuditEntry' },
+);
+
+export const AuditLog = Type.Object({ data: Type.Array(AuditEntry) }, { title: 'AuditLog' });
+
+export const ProviderView = Type.Object(
+  {
+    provider: Type.Union([Type.Literal('payments'), Type.Literal('email'), Type.Null()]),
+    lookedUpBy: Nullable(Str),
+    found: Type.Boolean(),
+    object: Type.Unknown({ description: "The provider's charge or message as it reports it now, or null" }),
+    error: Type.Optional(Str),
+  },
+  { title: 'ProviderView' },
+);
+
+const orderFields = {
+  tenantId: Str,
+  orderId: Str,
+  workflowId: Str,
+  status: Str,
+  statusSeq: Type.Integer(),
+  amount: Type.Integer(),
+  currency: Str,
+  chargeId: Nullable(Str),
+  receiptId: Nullable(Str),
+  lastError: Nullable(Str),
+  reason: Nullable(Str),
+  createdAt: DateTime,
+  updatedAt: DateTime,
+};
+
+export const AdminOrder = Type.Object(orderFields, { title: 'AdminOrder' });
+
+export const OperationStory = Type.Object(
+  {
+    record: OperationRecord,
+    downstreamKey: Nullable(Str),
+    provider: ProviderView,
+    workflowId: Nullable(Str),
+    temporalUiUrl: Nullable(Str),
+    order: Type.Union([AdminOrder, Type.Null()]),
+    audit: Type.Array(AuditEntry),
+  },
+  { title: 'OperationStory' },
+);
+
+export const ReconcileOutcome = Type.Object(
+  {
+    changed: Type.Boolean(),
+    before: OperationState,
+    after: OperationState,
+    auditId: Str,
+    error: Type.Optional(Str),
+  },
+  { title: 'ReconcileOutcome' },
+);
+
+export const ResolveOutcome = Type.Object(
+  {
+    before: OperationState,
+    after: OperationState,
+    auditId: Str,
+    workflowId: Nullable(Str),
+    signalled: Type.Boolean(),
+    signalError: Type.Optional(Str),
+  },
+  { title: 'ResolveOutcome' },
+);
+
+export const RedriveOutcome = Type.Object(
+  {
+    workflowId: Str,
+    status: Str,
+    auditId: Str,
+    parkedAs: Type.Object(
+      {
+        status: Str,
+        reason: Nullable(Str),
+        lastError: Nullable(Str),
+        redrives: Type.Integer(),
+      },
+      { title: 'RedriveParkedAs' },
+    ),
+    temporalUiUrl: Str,
+  },
+  { title: 'RedriveOutcome' },
+);
+
+export const AttentionItem = Type.Object(
+  {
+    ...orderFields,
+    temporalUiUrl: Str,
+    source: Type.Union([Type.Literal('order_row'), Type.Literal('workflow')]),
+  },
+  { title: 'AttentionItem' },
+);
+
+export const AttentionList = Type.Object(
+  {
+    data: Type.Array(AttentionItem),
+    visibilityError: Type.Optional(
+      Type.String({ description: 'Set when Temporal visibility could not be read' }),
+    ),
+  },
+  { title: 'AttentionList' },
+);

@@ -43,6 +43,7 @@ import {
   type OrderRow,
 } from '../sql.ts';
 import { ORDER_WORKFLOW_TYPE } from '../outbox.ts';
+import { requestTraceCarrier } from '../../tracing/index.ts';
 
 /** Bump when the meaning of a field of the create request changes (it is part of the fingerprint). */
 const CREATE_ORDER_SCHEMA_VERSION = 1;
@@ -218,6 +219,8 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
               workflowType: ORDER_WORKFLOW_TYPE,
               taskQueue: ctx.config.temporal.taskQueue,
               input,
+              // So the workflow joins this request's trace, whoever starts it and whenever.
+              traceContext: requestTraceCarrier(request),
             });
             return {
               statusCode: 202,

@@ -23,6 +23,7 @@ import { healthRoutes } from './routes/health.ts';
 import { orderRoutes } from './routes/orders.ts';
 import { webhookRoutes } from './routes/webhooks.ts';
 import { BODY_LIMIT_BYTES } from './schemas.ts';
+import { traceHttpServer } from '../tracing/index.ts';
 
 export interface ApiDeps {
   pool: Pool;
@@ -103,6 +104,8 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
   }).withTypeProvider<TypeBoxTypeProvider>();
   // Connections beyond this are dropped at accept, before they cost a parser or a request.
   app.server.maxConnections = limits.maxConnections;
+  // A server span per request when tracing is on (src/tracing); no hooks at all otherwise.
+  traceHttpServer(app);
 
   // JSON only: without this, Fastify's built-in text/plain parser would turn a wrong media type into a 400.
   app.removeContentTypeParser('text/plain');

@@ -20,6 +20,7 @@ import { OutboxRelay } from './outbox.ts';
 import { buildApiServer } from './server.ts';
 import { createMetrics } from '../metrics/index.ts';
 import { listParkedWorkflows } from '../orders/attention.ts';
+import { startTracing } from '../tracing/index.ts';
 
 const config = loadConfig();
 setLogLevel(config.logLevel);
@@ -31,10 +32,16 @@ try {
   process.exit(1);
 }
 const address = config.temporal.address ?? `127.0.0.1:${config.ports.temporal}`;
+// Tracing first (OTEL_EXPORTER_OTLP_ENDPOINT; a no-op when unset): the HTTP app and the client read it.
+const tracing = startTracing(config.tracing, 'api');
 
 const pool = createPool(config.databaseUrl, { max: 20 });
 const connection = Connection.lazy(connectionSettings(address));
-const temporal = new Client({ connection, namespace: config.temporal.namespace });
+const temporal = new Client({
+  connection,
+  namespace: config.temporal.namespace,
+  interceptors: tracing.clientInterceptors,
+});
 const metrics = createMetrics({
   pool,
   defaultLabels: { service: 'api' },
@@ -63,6 +70,7 @@ try {
   await app.close().catch(() => undefined);
   await connection.close().catch(() => undefined);
   await pool.end().catch(() => undefined);
+  await tracing.shutdown().catch(() => undefined);
   process.exit(1);
 }
 relay.start();
@@ -84,6 +92,7 @@ async function shutdown(signal: string): Promise<void> {
     await relay.stop();
     await connection.close();
     await pool.end();
+    await tracing.shutdown();
     log.info('api stopped');
     process.exit(0);
   } catch (err) {

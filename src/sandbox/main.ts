@@ -8,10 +8,13 @@ import { createPool } from '../db/index.ts';
 import { redactUrl } from '../db/migrate.ts';
 import { errorFields, log, setLogLevel } from '../log.ts';
 import { startSandbox } from './server.ts';
+import { startTracing } from '../tracing/index.ts';
 
 async function main(): Promise<void> {
   const config = loadConfig();
   setLogLevel(config.logLevel);
+  // Tracing (OTEL_EXPORTER_OTLP_ENDPOINT; a no-op when unset): before the app, which reads it.
+  const tracing = startTracing(config.tracing, 'sandbox');
   const pool = createPool(config.databaseUrl);
   try {
     const { rows } = await pool.query<{ t: string | null }>(
@@ -49,6 +52,7 @@ async function main(): Promise<void> {
     try {
       await sandbox.close();
       await pool.end();
+      await tracing.shutdown();
       process.exit(0);
     } catch (err) {
       log.error('sandbox shutdown failed', errorFields(err));

@@ -17,6 +17,7 @@ import { createMetrics, startMetricsServer } from '../metrics/index.ts';
 import { installWorkerRuntime } from '../metrics/worker-runtime.ts';
 import { DefaultLogger, type LogLevel } from '@temporalio/worker';
 import { PortInUseError } from '../devserver/ports.ts';
+import { startTracing } from '../tracing/index.ts';
 
 const config = loadConfig();
 setLogLevel(config.logLevel);
@@ -24,6 +25,8 @@ const timeoutProblem = timeoutOrderingProblem(config);
 if (timeoutProblem)
   log.warn('timeouts are ordered unusually; expect extra retries', { problem: timeoutProblem });
 const address = config.temporal.address ?? `127.0.0.1:${config.ports.temporal}`;
+// Tracing (OTEL_EXPORTER_OTLP_ENDPOINT; a no-op when unset): activity interceptors and the workflow span sink.
+const tracing = startTracing(config.tracing, 'worker');
 // First, before any connection: the SDK runtime (its logger and Prometheus exporter) is process-wide.
 const { sdkMetricsUrl } = await installWorkerRuntime({
   sdkMetricsPort: config.ports.workerSdkMetrics,
@@ -63,6 +66,7 @@ const worker = await createWorker({
   ...(config.workflowBundlePath ? { workflowBundlePath: config.workflowBundlePath } : {}),
   overrides: { shutdownGraceTime: '10 seconds' },
   log: (line) => log.info(line),
+  tracing,
 });
 // The retention Schedule is created once, by whichever worker starts first.
 const clientConnection = await Connection.connect(connectionSettings(address));
@@ -91,5 +95,6 @@ try {
   await connection.close();
   await metricsServer.close();
   await pool.end();
+  await tracing.shutdown();
   log.info('worker stopped');
 }

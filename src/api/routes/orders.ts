@@ -43,7 +43,7 @@ import {
   type OrderRow,
 } from '../sql.ts';
 import { ORDER_WORKFLOW_TYPE } from '../outbox.ts';
-import { requestTraceCarrier } from '../../tracing/index.ts';
+import { requestSpan, requestTraceCarrier } from '../../tracing/index.ts';
 
 /** Bump when the meaning of a field of the create request changes (it is part of the fingerprint). */
 const CREATE_ORDER_SCHEMA_VERSION = 1;
@@ -251,6 +251,8 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
         throw err;
       }
       const { result, replayed } = outcome;
+      // Searchable in a trace viewer: the order's trace by its workflow ID.
+      requestSpan(request)?.setAttribute('onceflow.workflow_id', result.body.workflowId);
       if (!replayed) relay.kick(result.body.workflowId);
       if (replayed) void reply.header('idempotent-replayed', 'true');
       return reply

@@ -33,7 +33,7 @@ try {
 }
 const address = config.temporal.address ?? `127.0.0.1:${config.ports.temporal}`;
 // Tracing first (OTEL_EXPORTER_OTLP_ENDPOINT; a no-op when unset): the HTTP app and the client read it.
-const tracing = startTracing(config.tracing, 'api');
+const tracing = await startTracing(config.tracing, 'api');
 
 const pool = createPool(config.databaseUrl, { max: 20 });
 const connection = Connection.lazy(connectionSettings(address));

@@ -14,7 +14,7 @@ async function main(): Promise<void> {
   const config = loadConfig();
   setLogLevel(config.logLevel);
   // Tracing (OTEL_EXPORTER_OTLP_ENDPOINT; a no-op when unset): before the app, which reads it.
-  const tracing = startTracing(config.tracing, 'sandbox');
+  const tracing = await startTracing(config.tracing, 'sandbox');
   const pool = createPool(config.databaseUrl);
   try {
     const { rows } = await pool.query<{ t: string | null }>(

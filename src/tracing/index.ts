@@ -31,17 +31,8 @@ import {
   type Link,
   type Span,
 } from '@opentelemetry/api';
-import { Resource } from '@opentelemetry/resources';
-import { BatchSpanProcessor, type SpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
-import {
-  OpenTelemetryActivityInboundInterceptor,
-  OpenTelemetryActivityOutboundInterceptor,
-  OpenTelemetryWorkflowClientInterceptor,
-  makeWorkflowExporter,
-  type OpenTelemetrySinks,
-} from '@temporalio/interceptors-opentelemetry';
+import type { SpanProcessor } from '@opentelemetry/sdk-trace-base';
+import type { OpenTelemetrySinks } from '@temporalio/interceptors-opentelemetry';
 import type { ClientInterceptors } from '@temporalio/client';
 import type { InjectedSinks, WorkerOptions } from '@temporalio/worker';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
@@ -93,11 +84,11 @@ export const UNTRACED_WORKER: Pick<WorkerOptions, 'interceptors' | 'sinks'> = { 
  * `<endpoint>/v1/traces` as protobuf. `spanProcessor` replaces the exporter
  * (tests pass an in-memory one). With neither, nothing is registered.
  */
-export function startTracing(
+export async function startTracing(
   settings: { otlpEndpoint: string | undefined },
   serviceName: ServiceName,
   opts: { spanProcessor?: SpanProcessor } = {},
-): Tracing {
+): Promise<Tracing> {
   if (!settings.otlpEndpoint && !opts.spanProcessor) {
     return {
       enabled: false,
@@ -108,6 +99,16 @@ export function startTracing(
     };
   }
   if (active) throw new Error('startTracing was called twice in one process');
+  // Loaded only when tracing is on: the SDK, the exporter and the interceptors take a second or
+  // more to import on a small machine, which a process without tracing shouldn't pay at start-up.
+  const [{ Resource }, { BatchSpanProcessor }, { NodeTracerProvider }, { OTLPTraceExporter }, temporalOtel] =
+    await Promise.all([
+      import('@opentelemetry/resources'),
+      import('@opentelemetry/sdk-trace-base'),
+      import('@opentelemetry/sdk-trace-node'),
+      import('@opentelemetry/exporter-trace-otlp-proto'),
+      import('@temporalio/interceptors-opentelemetry'),
+    ]);
   const processor =
     opts.spanProcessor ??
     new BatchSpanProcessor(
@@ -122,18 +123,18 @@ export function startTracing(
   return {
     enabled: true,
     serviceName,
-    clientInterceptors: { workflow: [new OpenTelemetryWorkflowClientInterceptor()] },
+    clientInterceptors: { workflow: [new temporalOtel.OpenTelemetryWorkflowClientInterceptor()] },
     worker: {
       interceptors: {
         activity: [
           (ctx) => ({
-            inbound: new OpenTelemetryActivityInboundInterceptor(ctx),
-            outbound: new OpenTelemetryActivityOutboundInterceptor(ctx),
+            inbound: new temporalOtel.OpenTelemetryActivityInboundInterceptor(ctx),
+            outbound: new temporalOtel.OpenTelemetryActivityOutboundInterceptor(ctx),
           }),
         ],
       },
       sinks: {
-        exporter: makeWorkflowExporter(processor, resource),
+        exporter: temporalOtel.makeWorkflowExporter(processor, resource),
       } satisfies InjectedSinks<OpenTelemetrySinks>,
     },
     shutdown() {

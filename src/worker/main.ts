@@ -26,7 +26,7 @@ if (timeoutProblem)
   log.warn('timeouts are ordered unusually; expect extra retries', { problem: timeoutProblem });
 const address = config.temporal.address ?? `127.0.0.1:${config.ports.temporal}`;
 // Tracing (OTEL_EXPORTER_OTLP_ENDPOINT; a no-op when unset): activity interceptors and the workflow span sink.
-const tracing = startTracing(config.tracing, 'worker');
+const tracing = await startTracing(config.tracing, 'worker');
 // First, before any connection: the SDK runtime (its logger and Prometheus exporter) is process-wide.
 const { sdkMetricsUrl } = await installWorkerRuntime({
   sdkMetricsPort: config.ports.workerSdkMetrics,

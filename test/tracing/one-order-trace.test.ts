@@ -57,7 +57,7 @@ describe('tracing: one order, one trace', () => {
 
   beforeAll(async () => {
     // First: the HTTP apps install their server-span hooks only while tracing is active.
-    tracing = startTracing({ otlpEndpoint: undefined }, 'api', {
+    tracing = await startTracing({ otlpEndpoint: undefined }, 'api', {
       spanProcessor: new SimpleSpanProcessor(exporter),
     });
     // A database of its own: the relay starts every due row of its database, and only ours may be there.

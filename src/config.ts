@@ -109,6 +109,13 @@ export interface Config {
     /** How often the retention Schedule runs. */
     intervalMs: number;
   };
+  tracing: {
+    /**
+     * OTEL_EXPORTER_OTLP_ENDPOINT: OTLP/HTTP base URL (spans go to <url>/v1/traces).
+     * Unset: no tracer provider is registered and nothing is traced (src/tracing).
+     */
+    otlpEndpoint: string | undefined;
+  };
 }
 
 export class ConfigError extends Error {
@@ -247,6 +254,21 @@ function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
   return n;
 }
 
+function otlpEndpoint(env: NodeJS.ProcessEnv): string | undefined {
+  const raw = env.OTEL_EXPORTER_OTLP_ENDPOINT;
+  if (raw === undefined || raw.trim() === '') return undefined;
+  let url: URL;
+  try {
+    url = new URL(raw.trim());
+  } catch {
+    throw new ConfigError(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(raw)}`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new ConfigError(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(raw)}`);
+  }
+  return raw.trim();
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.cwd()): Config {
   const ports = {
     temporal: int(env, 'TEMPORAL_PORT', 7233),
@@ -323,6 +345,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
       windowMs: duration(env, 'RETENTION_WINDOW_MS', 7 * 24 * 60 * 60 * 1000),
       intervalMs: duration(env, 'RETENTION_INTERVAL_MS', 60 * 60 * 1000),
     },
+    tracing: { otlpEndpoint: otlpEndpoint(env) },
   } as Omit<Config, Credential> as Config;
   defineCredential(config, 'adminToken', env, bindHost);
   defineCredential(config, 'webhookSecret', env, bindHost);

@@ -26,6 +26,7 @@ import { webhookRoutes } from './routes/webhooks.ts';
 import { BODY_LIMIT_BYTES, DOCUMENTED_REQUIRED } from './schemas.ts';
 import { rootLogger, type Logger } from '../log.ts';
 import { logRequests, requestIdFor } from './request-log.ts';
+import { traceHttpServer } from '../tracing/index.ts';
 
 export interface ApiDeps {
   pool: Pool;
@@ -188,6 +189,8 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
   }).withTypeProvider<TypeBoxTypeProvider>();
   // Connections beyond this are dropped at accept, before they cost a parser or a request.
   app.server.maxConnections = limits.maxConnections;
+  // A server span per request when tracing is on (src/tracing); no hooks at all otherwise.
+  traceHttpServer(app);
 
   // JSON only: without this, Fastify's built-in text/plain parser would turn a wrong media type into a 400.
   app.removeContentTypeParser('text/plain');

@@ -18,15 +18,18 @@ import { runProcess, untilAborted } from '../process/run.ts';
 import { createLedger, openPool, openTemporalClient } from '../process/wiring.ts';
 import { OutboxRelay } from './outbox.ts';
 import { buildApiServer } from './server.ts';
+import { startTracing } from '../tracing/index.ts';
 
 await runProcess('api', async ({ resources, stopping, started }) => {
   const config = loadConfig();
   configureLogging({ level: config.logLevel, pretty: config.logPretty, service: 'api' });
   // Off loopback, published default credentials stop the API here, with the variable to set.
   requireCredentials(config, ['adminToken', 'webhookSecret']);
+  // Tracing first (OTEL_EXPORTER_OTLP_ENDPOINT; a no-op when unset): the HTTP app and the client read it.
+  const tracing = resources.add('tracing', await startTracing(config.tracing, 'api'), (t) => t.shutdown());
 
   const pool = openPool(resources, config, { max: 20 });
-  const temporal = openTemporalClient(resources, config);
+  const temporal = openTemporalClient(resources, config, { interceptors: tracing.clientInterceptors });
   const metrics = createMetrics({
     pool,
     defaultLabels: { service: 'api' },

@@ -22,7 +22,9 @@
  * policy (ALLOW_DUPLICATE) would start a second run of a completed order.
  */
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client } from '@temporalio/client';
+import { context } from '@opentelemetry/api';
 import type { Pool } from '../db/index.ts';
+import { contextFromCarrier } from '../tracing/index.ts';
 import { errorFields, log } from '../log.ts';
 import {
   claimDueOutbox,
@@ -134,13 +136,18 @@ export class OutboxRelay {
     let outcome: StartOutcome;
     let startedAt: Date | null = null;
     try {
-      await temporal.connection.withDeadline(Date.now() + this.startTimeoutMs, () =>
-        temporal.workflow.start(row.workflow_type, {
-          taskQueue: row.task_queue,
-          workflowId: row.workflow_id,
-          args: [row.input],
-          workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
-        }),
+      // Under the accepting request's trace context (stored with the row), not whichever pass or
+      // request happens to run this: the client interceptor's StartWorkflow span, and the workflow
+      // after it, are children of that POST.
+      await context.with(contextFromCarrier(row.trace_context), () =>
+        temporal.connection.withDeadline(Date.now() + this.startTimeoutMs, () =>
+          temporal.workflow.start(row.workflow_type, {
+            taskQueue: row.task_queue,
+            workflowId: row.workflow_id,
+            args: [row.input],
+            workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+          }),
+        ),
       );
       outcome = 'started';
     } catch (err) {

@@ -7,6 +7,7 @@
  */
 import type { Queryable } from '../db/index.ts';
 import type { OrderWorkflowInput } from '../orders/model.ts';
+import type { TraceCarrier } from '../tracing/index.ts';
 
 export interface OutboxRow {
   workflow_id: string;
@@ -17,6 +18,8 @@ export interface OutboxRow {
   input: OrderWorkflowInput;
   attempts: number;
   started_at: Date | null;
+  /** The accepting request's W3C trace context (src/tracing); null when tracing was off. */
+  trace_context: TraceCarrier | null;
 }
 
 export async function insertOutbox(
@@ -28,16 +31,26 @@ export async function insertOutbox(
     workflowType: string;
     taskQueue: string;
     input: OrderWorkflowInput;
+    traceContext?: TraceCarrier | null;
   },
 ): Promise<void> {
   await db.query(
-    `insert into workflow_outbox (workflow_id, tenant_id, order_id, workflow_type, task_queue, input)
-     values ($1, $2, $3, $4, $5, $6) returning workflow_id`,
-    [r.workflowId, r.tenantId, r.orderId, r.workflowType, r.taskQueue, JSON.stringify(r.input)],
+    `insert into workflow_outbox (workflow_id, tenant_id, order_id, workflow_type, task_queue, input, trace_context)
+     values ($1, $2, $3, $4, $5, $6, $7) returning workflow_id`,
+    [
+      r.workflowId,
+      r.tenantId,
+      r.orderId,
+      r.workflowType,
+      r.taskQueue,
+      JSON.stringify(r.input),
+      r.traceContext ? JSON.stringify(r.traceContext) : null,
+    ],
   );
 }
 
-const OUTBOX_COLUMNS = `workflow_id, tenant_id, order_id, workflow_type, task_queue, input, attempts, started_at`;
+const OUTBOX_COLUMNS = `workflow_id, tenant_id, order_id, workflow_type, task_queue, input, attempts, started_at,
+  trace_context`;
 
 /**
  * Claims up to `limit` due, unstarted rows of every task queue, in one
@@ -68,7 +81,7 @@ export async function claimDueOutbox(db: Queryable, limit: number, leaseMs: numb
        from due
       where o.workflow_id = due.workflow_id
      returning o.workflow_id, o.tenant_id, o.order_id, o.workflow_type, o.task_queue, o.input, o.attempts,
-               o.started_at`,
+               o.started_at, o.trace_context`,
     [limit, leaseMs],
   );
   return rows;

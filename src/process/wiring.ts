@@ -5,7 +5,7 @@
  * `Resources`, so the order of the calls in a `main()` is the order of the
  * closes, reversed.
  */
-import { Client, Connection } from '@temporalio/client';
+import { Client, Connection, type ClientInterceptors } from '@temporalio/client';
 import type { Config } from '../config.ts';
 import { createPool, type Pool } from '../db/index.ts';
 import { Ledger, type LedgerHooks } from '../ledger/index.ts';
@@ -32,13 +32,17 @@ export function createLedger(pool: Pool, config: Config, hooks?: LedgerHooks): L
  * the first call, so a process can start (and the API accept orders) while
  * Temporal is unreachable.
  */
-export function openTemporalClient(resources: Resources, config: Config): Client {
+export function openTemporalClient(
+  resources: Resources,
+  config: Config,
+  opts: { interceptors?: ClientInterceptors } = {},
+): Client {
   const connection = resources.add(
     'temporal client connection',
     Connection.lazy(connectionSettings(config.temporal.address)),
     (c) => c.close(),
   );
-  return new Client({ connection, namespace: config.temporal.namespace });
+  return new Client({ connection, namespace: config.temporal.namespace, interceptors: opts.interceptors });
 }
 
 export function sandboxProviders(config: Config): { payments: PaymentProvider; email: EmailProvider } {

@@ -23,6 +23,7 @@ import {
   type MessageRequest,
   type PaymentProvider,
 } from './types.ts';
+import { httpClientSpan } from '../tracing/index.ts';
 
 export interface SandboxClientOptions {
   /** e.g. http://127.0.0.1:4010 */
@@ -88,14 +89,16 @@ async function request(
   let status: number;
   let text: string;
   try {
-    const res = await fetch(new URL(path, opts.baseUrl), {
-      method,
-      headers,
-      body: init.body === undefined ? null : JSON.stringify(init.body),
-      signal,
-    });
-    status = res.status;
-    text = await res.text();
+    // A client span (child of the running activity's), with `traceparent` in the headers.
+    ({ status, text } = await httpClientSpan(method, new URL(path, opts.baseUrl), headers, async () => {
+      const res = await fetch(new URL(path, opts.baseUrl), {
+        method,
+        headers,
+        body: init.body === undefined ? null : JSON.stringify(init.body),
+        signal,
+      });
+      return { status: res.status, text: await res.text() };
+    }));
   } catch (err) {
     // No (complete) response: the request may or may not have been acted on,
     // unless it provably never left.

@@ -29,6 +29,7 @@ import {
   newId,
   unixSeconds,
 } from './objects.ts';
+import { traceHttpServer } from '../tracing/index.ts';
 import {
   AuditQuery,
   CreateChargeBody,
@@ -127,6 +128,8 @@ export function buildSandboxApp(deps: SandboxDeps): SandboxApp {
   const app = Fastify({ logger: false, forceCloseConnections: true })
     .withTypeProvider<TypeBoxTypeProvider>()
     .setValidatorCompiler(TypeBoxValidatorCompiler);
+  // A server span per request when tracing is on, a child of the caller's `traceparent` (src/tracing).
+  traceHttpServer(app);
 
   app.setErrorHandler((err: Error & { statusCode?: number; validation?: unknown }, req, reply) => {
     if (err.validation) {

@@ -9,10 +9,13 @@ import { configureLogging, log } from '../log.ts';
 import { runProcess, untilAborted } from '../process/run.ts';
 import { openPool } from '../process/wiring.ts';
 import { startSandbox } from './server.ts';
+import { startTracing } from '../tracing/index.ts';
 
 await runProcess('sandbox', async ({ resources, stopping, started }) => {
   const config = loadConfig();
   configureLogging({ level: config.logLevel, pretty: config.logPretty, service: 'sandbox' });
+  // Tracing (OTEL_EXPORTER_OTLP_ENDPOINT; a no-op when unset): before the app, which reads it.
+  resources.add('tracing', await startTracing(config.tracing, 'sandbox'), (t) => t.shutdown());
   const pool = openPool(resources, config);
   const { rows } = await pool.query<{ t: string | null }>(`select to_regclass('sandbox.charges')::text as t`);
   if (!rows[0]?.t) {

@@ -19,10 +19,17 @@ import { bundleWorkflowCode } from '@temporalio/worker';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const WORKFLOWS_PATH = path.join(ROOT, 'workflows/index.ts');
+/**
+ * Workflow interceptor modules built into the bundle (tracing, see
+ * src/tracing). A worker given a pre-built bundle ignores
+ * WorkerOptions.interceptors.workflowModules, so they must be bundled here.
+ * Their sources (and the imports they reach) are part of the hash.
+ */
+export const WORKFLOW_INTERCEPTOR_MODULES = [path.join(ROOT, 'workflows/interceptors.ts')];
 /** Git-ignored; the Dockerfile builds into the same place inside the image. */
 export const DEFAULT_BUNDLE_DIR = path.join(ROOT, 'dist/workflow-bundle');
 /** Bump when the way bundles are built changes, so older files are not reused. */
-const BUNDLE_FORMAT = 1;
+const BUNDLE_FORMAT = 2;
 
 /**
  * Files the bundle is built from: the entry and every module it reaches by
@@ -65,14 +72,31 @@ function packageVersion(name: string): string {
   }
 }
 
+/** The interceptor modules bundled with `entry`: ours for our workflows, none for another entry (tests, bench). */
+function defaultInterceptorModules(entry: string): string[] {
+  return path.resolve(entry) === WORKFLOWS_PATH ? WORKFLOW_INTERCEPTOR_MODULES : [];
+}
+
 /** Hash of the bundle's inputs: source paths and contents, SDK versions, bundle format. */
-export function workflowBundleHash(entry: string = WORKFLOWS_PATH): string {
+export function workflowBundleHash(
+  entry: string = WORKFLOWS_PATH,
+  interceptorModules: string[] = defaultInterceptorModules(entry),
+): string {
   const hash = createHash('sha256');
   hash.update(`format ${BUNDLE_FORMAT}\n`);
-  for (const pkg of ['@temporalio/workflow', '@temporalio/worker', '@temporalio/common'])
+  for (const pkg of [
+    '@temporalio/workflow',
+    '@temporalio/worker',
+    '@temporalio/common',
+    '@temporalio/interceptors-opentelemetry',
+    '@opentelemetry/api',
+    '@opentelemetry/sdk-trace-base',
+  ])
     hash.update(`${pkg}@${packageVersion(pkg)}\n`);
   const base = path.dirname(path.resolve(entry));
-  for (const file of workflowSourceFiles(entry)) {
+  const files = new Set([entry, ...interceptorModules].flatMap((f) => workflowSourceFiles(f)));
+  for (const m of interceptorModules) hash.update(`interceptors ${path.relative(base, path.resolve(m))}\n`);
+  for (const file of [...files].sort()) {
     hash.update(`${path.relative(base, file)}\n`);
     hash.update(fs.readFileSync(file));
     hash.update('\n');
@@ -102,16 +126,27 @@ const quietLogger = {
  * renames it into place, so a reader never sees half a bundle.
  */
 export async function ensureWorkflowBundle(
-  opts: { workflowsPath?: string; dir?: string; log?: (line: string) => void } = {},
+  opts: {
+    workflowsPath?: string;
+    /** Defaults to WORKFLOW_INTERCEPTOR_MODULES (for the default entry) or none (another entry). */
+    interceptorModules?: string[];
+    dir?: string;
+    log?: (line: string) => void;
+  } = {},
 ): Promise<EnsuredBundle> {
   const entry = opts.workflowsPath ?? WORKFLOWS_PATH;
   const dir = opts.dir ?? DEFAULT_BUNDLE_DIR;
-  const hash = workflowBundleHash(entry);
+  const interceptorModules = opts.interceptorModules ?? defaultInterceptorModules(entry);
+  const hash = workflowBundleHash(entry, interceptorModules);
   const file = path.join(dir, `workflows-${hash}.js`);
   if (fs.existsSync(file)) return { path: file, hash, built: false };
 
   opts.log?.(`workflow code changed or never bundled; building ${path.relative(ROOT, file)}`);
-  const { code } = await bundleWorkflowCode({ workflowsPath: entry, logger: quietLogger });
+  const { code } = await bundleWorkflowCode({
+    workflowsPath: entry,
+    workflowInterceptorModules: interceptorModules,
+    logger: quietLogger,
+  });
   fs.mkdirSync(dir, { recursive: true });
   const tmp = `${file}.${process.pid}.${randomBytes(3).toString('hex')}.tmp`;
   fs.writeFileSync(tmp, code);

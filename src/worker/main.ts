@@ -21,11 +21,14 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
   const timeoutProblem = timeoutOrderingProblem(config);
   if (timeoutProblem)
     log.warn('timeouts are ordered unusually; expect extra retries', { problem: timeoutProblem });
+  // Tracing (OTEL_EXPORTER_OTLP_ENDPOINT; a no-op when unset): activity interceptors and the workflow span sink.
+  const tracing = resources.add('tracing', await startTracing(config.tracing, 'worker'), (t) => t.shutdown());
   // First, before any connection: the SDK runtime (its logger and Prometheus exporter) is process-wide.
   // Its own log lines (worker state, activity failures, the core's warnings) go through our logger.
   const { sdkMetricsUrl } = await installWorkerRuntime({
     sdkMetricsPort: config.ports.workerSdkMetrics,
     logger: temporalSdkLogger(),
+import { startTracing } from '../tracing/index.ts';
   });
   const pool = openPool(resources, config);
   const metrics = createMetrics({ pool, defaultLabels: { service: 'worker' } });
@@ -53,6 +56,7 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
     ...(config.workflowBundlePath ? { workflowBundlePath: config.workflowBundlePath } : {}),
     overrides: { shutdownGraceTime: '10 seconds' },
     log: (line) => log.info(line),
+    tracing,
   });
   // The retention Schedule is created once, by whichever worker starts first.
   const created = await ensureRetentionSchedule(openTemporalClient(resources, config), {

@@ -6,6 +6,7 @@ import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker
 import { createActivities, type ActivityDeps } from '../../activities/index.ts';
 import { DEFAULT_TIMING } from '../../workflows/policies.ts';
 import { ensureWorkflowBundle, WORKFLOWS_PATH } from './bundle.ts';
+import { UNTRACED_WORKER, type Tracing } from '../tracing/index.ts';
 
 export { WORKFLOWS_PATH };
 
@@ -53,6 +54,11 @@ export interface CreateWorkerOptions {
   workflowBundlePath?: string;
   overrides?: Partial<WorkerOptions>;
   log?: (line: string) => void;
+  /**
+   * The process's tracing (src/tracing): activity interceptors and the sink the
+   * bundled workflow interceptors export spans through. Without it, workflow spans are dropped.
+   */
+  tracing?: Pick<Tracing, 'worker'>;
 }
 
 /**
@@ -90,6 +96,7 @@ export async function createWorker(opts: CreateWorkerOptions): Promise<Worker> {
     taskQueue: opts.taskQueue,
     workflowBundle: { codePath },
     activities: createActivities(opts.deps),
+    ...(opts.tracing?.worker ?? UNTRACED_WORKER),
     ...WORKER_TUNING,
     ...opts.overrides,
   });

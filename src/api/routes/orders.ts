@@ -49,6 +49,7 @@ import {
 } from '../../orders/sql.ts';
 import { insertOutbox } from '../../outbox/sql.ts';
 import { ORDER_WORKFLOW_TYPE } from '../outbox.ts';
+import { requestSpan, requestTraceCarrier } from '../../tracing/index.ts';
 
 /** Bump when the meaning of a field of the create request changes (it is part of the fingerprint). */
 const CREATE_ORDER_SCHEMA_VERSION = 1;
@@ -244,6 +245,8 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
               workflowType: ORDER_WORKFLOW_TYPE,
               taskQueue: ctx.config.temporal.taskQueue,
               input,
+              // So the workflow joins this request's trace, whoever starts it and whenever.
+              traceContext: requestTraceCarrier(request),
             });
             return {
               statusCode: 202,
@@ -274,6 +277,8 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
         throw err;
       }
       const { result, replayed } = outcome;
+      // Searchable in a trace viewer: the order's trace by its workflow ID.
+      requestSpan(request)?.setAttribute('onceflow.workflow_id', result.body.workflowId);
       if (!replayed) relay.kick(result.body.workflowId);
       if (replayed) void reply.header('idempotent-replayed', 'true');
       return reply

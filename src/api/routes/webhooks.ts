@@ -14,12 +14,14 @@
  *    This route never touches the order's status.
  */
 import type { FastifyPluginAsync } from 'fastify';
+import { SpanKind } from '@opentelemetry/api';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { withClient, withTransaction } from '../../db/index.ts';
 import { errorFields, log } from '../../log.ts';
 import { TERMINAL_STATUSES } from '../../orders/model.ts';
 import { SIGNATURE_HEADER, WebhookSignatureError, verifyWebhook } from '../../providers/webhook-signature.ts';
 import { paymentEventSignal, type PaymentEvent } from '../../orders/contract.ts';
+import { contextFromCarrier, inSpan, requestSpan, tracingActive } from '../../tracing/index.ts';
 import type { ApiContext } from '../context.ts';
 import { ProblemError } from '../problems.ts';
 import { RETRY_AFTER_HEADER, WebhookAck, jsonResponse, problemResponse } from '../schemas.ts';
@@ -148,53 +150,77 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
 
       const order =
         tenantId && orderId ? await withClient(pool, (c) => getOrder(c, tenantId, orderId)) : null;
-      const result = await withTransaction(pool, async (tx) => {
-        const base = {
-          provider: WEBHOOK_PROVIDER,
-          eventId: event.id,
-          consumer: ORDER_SIGNAL_CONSUMER,
-          eventType: event.type,
-          tenantId: tenantId ?? null,
-          orderId: orderId ?? null,
-        };
-        if (!outcome || !order) {
-          const why = !outcome ? 'ignored_event_type' : 'ignored_unknown_order';
-          const fresh = await recordWebhookEvent(tx, { ...base, outcome: why });
-          return { duplicate: !fresh, outcome: why };
-        }
-        const fresh = await recordWebhookEvent(tx, { ...base, outcome: 'signalled' });
-        if (!fresh) return { duplicate: true, outcome: 'duplicate' };
-        const signal: PaymentEvent = {
-          source: 'webhook',
-          outcome,
-          eventId: event.id,
-          chargeId: event.charge.id,
-          ...(event.charge.failureCode ? { reason: event.charge.failureCode } : {}),
-        };
-        try {
-          await temporal.workflow.getHandle(order.workflow_id).signal(paymentEventSignal, signal);
-          return { duplicate: false, outcome: 'signalled' };
-        } catch (err) {
-          if (!(err instanceof WorkflowNotFoundError)) throw err;
-          // Closed workflows can't be signalled; that is fine: the order is settled already.
-          const closed =
-            TERMINAL_STATUSES.includes(order.status) ||
-            Boolean((await getOutbox(tx, order.workflow_id))?.started_at);
-          if (closed) {
-            await setWebhookEventOutcome(tx, { ...base, outcome: 'workflow_closed' });
-            return { duplicate: false, outcome: 'workflow_closed' };
-          }
-          // Not started yet (the outbox relay will start it): roll back so the provider retries.
-          throw new ProblemError(
-            'unavailable',
-            'The order is not ready for events yet; retry later.',
-            {},
-            {
-              'retry-after': '5',
-            },
-          );
-        }
-      }).catch((err: unknown) => {
+      // The provider doesn't send our trace context back, so the event joins the order's trace
+      // through the context stored with its start intent (linked to this request's own span).
+      const orderTrace =
+        order && tracingActive()
+          ? (await withClient(pool, (c) => getOutbox(c, order.workflow_id)))?.trace_context
+          : null;
+      const requestSpanContext = requestSpan(request)?.spanContext();
+      const result = await inSpan(
+        `webhook ${event.type}`,
+        {
+          kind: SpanKind.CONSUMER,
+          attributes: {
+            'onceflow.webhook.event_id': event.id,
+            ...(order ? { 'onceflow.workflow_id': order.workflow_id } : {}),
+          },
+          ...(orderTrace
+            ? {
+                parent: contextFromCarrier(orderTrace),
+                ...(requestSpanContext ? { links: [{ context: requestSpanContext }] } : {}),
+              }
+            : {}),
+        },
+        () =>
+          withTransaction(pool, async (tx) => {
+            const base = {
+              provider: WEBHOOK_PROVIDER,
+              eventId: event.id,
+              consumer: ORDER_SIGNAL_CONSUMER,
+              eventType: event.type,
+              tenantId: tenantId ?? null,
+              orderId: orderId ?? null,
+            };
+            if (!outcome || !order) {
+              const why = !outcome ? 'ignored_event_type' : 'ignored_unknown_order';
+              const fresh = await recordWebhookEvent(tx, { ...base, outcome: why });
+              return { duplicate: !fresh, outcome: why };
+            }
+            const fresh = await recordWebhookEvent(tx, { ...base, outcome: 'signalled' });
+            if (!fresh) return { duplicate: true, outcome: 'duplicate' };
+            const signal: PaymentEvent = {
+              source: 'webhook',
+              outcome,
+              eventId: event.id,
+              chargeId: event.charge.id,
+              ...(event.charge.failureCode ? { reason: event.charge.failureCode } : {}),
+            };
+            try {
+              await temporal.workflow.getHandle(order.workflow_id).signal(paymentEventSignal, signal);
+              return { duplicate: false, outcome: 'signalled' };
+            } catch (err) {
+              if (!(err instanceof WorkflowNotFoundError)) throw err;
+              // Closed workflows can't be signalled; that is fine: the order is settled already.
+              const closed =
+                TERMINAL_STATUSES.includes(order.status) ||
+                Boolean((await getOutbox(tx, order.workflow_id))?.started_at);
+              if (closed) {
+                await setWebhookEventOutcome(tx, { ...base, outcome: 'workflow_closed' });
+                return { duplicate: false, outcome: 'workflow_closed' };
+              }
+              // Not started yet (the outbox relay will start it): roll back so the provider retries.
+              throw new ProblemError(
+                'unavailable',
+                'The order is not ready for events yet; retry later.',
+                {},
+                {
+                  'retry-after': '5',
+                },
+              );
+            }
+          }),
+      ).catch((err: unknown) => {
         if (!(err instanceof ProblemError)) {
           log.error('webhook processing failed', { eventId: event.id, ...errorFields(err) });
           throw new ProblemError('unavailable', 'The event could not be processed; retry later.');

@@ -13,6 +13,7 @@ import { configureLogging, log, temporalSdkLogger } from '../log.ts';
 import { createMetrics, startMetricsServer } from '../metrics/index.ts';
 import { installWorkerRuntime } from '../metrics/worker-runtime.ts';
 import { runProcess } from '../process/run.ts';
+import { startTracing } from '../tracing/index.ts';
 import { createLedger, openPool, openTemporalClient, sandboxProviders } from '../process/wiring.ts';
 
 await runProcess('worker', async ({ resources, stopping, started }) => {
@@ -28,7 +29,6 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
   const { sdkMetricsUrl } = await installWorkerRuntime({
     sdkMetricsPort: config.ports.workerSdkMetrics,
     logger: temporalSdkLogger(),
-import { startTracing } from '../tracing/index.ts';
   });
   const pool = openPool(resources, config);
   const metrics = createMetrics({ pool, defaultLabels: { service: 'worker' } });

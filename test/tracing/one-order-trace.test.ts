@@ -19,7 +19,7 @@ import { SpanKind } from '@opentelemetry/api';
 import { buildApiApp } from '../../src/api/app.ts';
 import { hashApiKey } from '../../src/api/auth.ts';
 import { OutboxRelay } from '../../src/api/outbox.ts';
-import { insertApiKey, insertTenant } from '../../src/api/sql.ts';
+import { insertApiKey, insertTenant } from '../../src/tenants/sql.ts';
 import { loadConfig } from '../../src/config.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { Ledger } from '../../src/ledger/index.ts';

@@ -12,7 +12,15 @@ import { uniq } from '../support/env.ts';
 
 /** Longer than any wait in these tests: a re-read on this interval never happens within one. */
 const NEVER_MS = 600_000;
-const WAIT_S = 20;
+/**
+ * The long-poll's own deadline (the API's maximum). The route reads the order
+ * once more when the deadline passes, so a request that was never woken would
+ * still answer `completed` then: what proves the wake is that it answers
+ * before the deadline. Tests that wait on it therefore have their own timeout
+ * (TEST_MS) shorter than WAIT_S: a request that is not woken makes them fail.
+ */
+const WAIT_S = 30;
+const TEST_MS = 25_000;
 
 type OrderBody = { id: string; status: string };
 
@@ -71,11 +79,15 @@ describe('GET /v1/orders/{id}?wait=: woken by the status notification', () => {
     await api?.close();
   });
 
-  it('returns the new status once it changes, with no re-read due before the wait ends', async () => {
-    const body = await completeWhileWaiting(api, waits, tenant);
-    expect(body.status).toBe('completed');
-    expect(waits.waiting).toBe(0);
-  });
+  it(
+    'returns the new status once it changes, with no re-read due before the wait ends',
+    async () => {
+      const body = await completeWhileWaiting(api, waits, tenant);
+      expect(body.status).toBe('completed');
+      expect(waits.waiting).toBe(0);
+    },
+    TEST_MS,
+  );
 
   it('a change to another order does not end the wait early', async () => {
     const id = await createOrder(api, tenant.key);
@@ -90,15 +102,19 @@ describe('GET /v1/orders/{id}?wait=: woken by the status notification', () => {
     expect((res.body as OrderBody).status).toBe('accepted');
   });
 
-  it('still wakes after its listening connection is killed (pg_terminate_backend): it reconnects', async () => {
-    const pid = waits.backendPid;
-    expect(pid).not.toBeNull();
-    const { rows } = await api.pool.query<{ ok: boolean }>('select pg_terminate_backend($1) as ok', [pid]);
-    expect(rows[0]?.ok).toBe(true);
-    await expect.poll(() => waits.listening && waits.backendPid !== pid, { timeout: 15_000 }).toBe(true);
-    const body = await completeWhileWaiting(api, waits, tenant);
-    expect(body.status).toBe('completed');
-  });
+  it(
+    'still wakes after its listening connection is killed (pg_terminate_backend): it reconnects',
+    async () => {
+      const pid = waits.backendPid;
+      expect(pid).not.toBeNull();
+      const { rows } = await api.pool.query<{ ok: boolean }>('select pg_terminate_backend($1) as ok', [pid]);
+      expect(rows[0]?.ok).toBe(true);
+      await expect.poll(() => waits.listening && waits.backendPid !== pid, { timeout: 15_000 }).toBe(true);
+      const body = await completeWhileWaiting(api, waits, tenant);
+      expect(body.status).toBe('completed');
+    },
+    TEST_MS,
+  );
 });
 
 describe('GET /v1/orders/{id}?wait=: while nothing listens', () => {
@@ -115,9 +131,13 @@ describe('GET /v1/orders/{id}?wait=: while nothing listens', () => {
   });
   afterAll(async () => api?.close());
 
-  it('falls back to re-reading the row and still returns the new status', async () => {
-    expect(waits.listening).toBe(false);
-    const body = await completeWhileWaiting(api, waits, tenant);
-    expect(body.status).toBe('completed');
-  });
+  it(
+    'falls back to re-reading the row and still returns the new status',
+    async () => {
+      expect(waits.listening).toBe(false);
+      const body = await completeWhileWaiting(api, waits, tenant);
+      expect(body.status).toBe('completed');
+    },
+    TEST_MS,
+  );
 });

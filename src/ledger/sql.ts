@@ -254,6 +254,10 @@ export async function finishLocalClaimAndCommit(
       throw new Error(LOCAL_CLAIM_VANISHED);
     throw err;
   }
+  if ((finish.value.rows[0] as { finished?: number } | undefined)?.finished !== 1) {
+    // Unreachable: the statement fails rather than answer anything else.
+    throw new Error(LOCAL_CLAIM_VANISHED);
+  }
   const done = settledValue(commit);
   // An aborted transaction answers COMMIT with ROLLBACK; after a successful
   // completion that cannot happen, but if it ever does, nothing was stored.

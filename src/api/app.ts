@@ -15,6 +15,7 @@ import { withClient, type Pool } from '../db/index.ts';
 import type { Ledger } from '../ledger/index.ts';
 import { ApiKeyAuth } from './auth.ts';
 import type { ApiContext } from './context.ts';
+import { OrderWaits } from './order-waits.ts';
 import { OutboxRelay } from './outbox.ts';
 import { PROBLEMS, ProblemError, frameworkErrorHandler, sendProblem, toProblem } from './problems.ts';
 import { docsCsp, securityHeaders } from './security-headers.ts';
@@ -35,6 +36,11 @@ export interface ApiDeps {
   config: Config;
   /** Defaults to a relay built from `config` whose loop is NOT started (the composition root starts it). */
   relay?: OutboxRelay;
+  /**
+   * Wakes `?wait=` long-polls when an order's status changes. Defaults to one
+   * listening on a connection of its own, started here and stopped with the app.
+   */
+  orderWaits?: OrderWaits;
   /** Called once per response, e.g. to feed Prometheus. `route` is the route pattern, not the URL. */
   onRequestMetrics?: (route: string, status: number, durationMs: number) => void;
   /** Fastify's logger; default the process's (src/log.ts). Tests pass one writing to memory. */
@@ -132,7 +138,8 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
       enabled: deps.config.api.outboxRelay,
       pollMs: deps.config.api.outboxPollMs,
     });
-  const ctx: ApiContext = { ...deps, relay };
+  const orderWaits = deps.orderWaits ?? new OrderWaits({ pool: deps.pool });
+  const ctx: ApiContext = { ...deps, relay, orderWaits };
   const limits = deps.config.api;
 
   const app = Fastify({
@@ -191,6 +198,10 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
   app.server.maxConnections = limits.maxConnections;
   // A server span per request when tracing is on (src/tracing); no hooks at all otherwise.
   traceHttpServer(app);
+  if (!deps.orderWaits) {
+    orderWaits.start();
+    app.addHook('onClose', () => orderWaits.stop());
+  }
 
   // JSON only: without this, Fastify's built-in text/plain parser would turn a wrong media type into a 400.
   app.removeContentTypeParser('text/plain');

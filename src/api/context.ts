@@ -3,6 +3,7 @@ import type { Client } from '@temporalio/client';
 import type { Config } from '../config.ts';
 import type { Pool } from '../db/index.ts';
 import type { Ledger } from '../ledger/index.ts';
+import type { OrderWaits } from './order-waits.ts';
 import type { OutboxRelay } from './outbox.ts';
 
 export interface ApiContext {
@@ -11,6 +12,7 @@ export interface ApiContext {
   temporal: Client;
   config: Config;
   relay: OutboxRelay;
+  orderWaits: OrderWaits;
 }
 
 declare module 'fastify' {

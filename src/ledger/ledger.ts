@@ -256,7 +256,8 @@ export class Ledger {
       const existing = await sql.selectProbe(client, scope);
       if (existing) return this.#replayLocal<T>(scope, fp, existing);
 
-      await client.query('BEGIN'); // the claim INSERT bounds its own wait (see insertLocalClaim)
+      // From here the transaction may be open: BEGIN goes out with the claim
+      // (one round trip), and the claim INSERT bounds its own wait (see beginLocalClaim).
       let open = true;
       // A failed ROLLBACK means a dead connection (the pool discards it); it must not mask the real error.
       const rollback = async () => {
@@ -267,7 +268,7 @@ export class Ledger {
         const ownerToken = randomUUID();
         let claimed: boolean;
         try {
-          claimed = await sql.insertLocalClaim(client, scope, {
+          claimed = await sql.beginLocalClaim(client, scope, {
             fingerprint: fp,
             schemaVersion,
             ownerToken,
@@ -307,12 +308,12 @@ export class Ledger {
           value = err.result;
         }
         const stored = toStoredJson(value, state === 'failed' ? 'FinalFailure.result' : 'result');
-        if (!(await sql.finishLocalClaim(client, scope, ownerToken, state, stored.text))) {
-          // Unreachable while we hold the uncommitted row; refuse rather than commit a half-state.
-          throw new Error('ledger invariant: local claim vanished inside its own transaction');
-        }
+        // The completion and COMMIT in one round trip. A completion that matches
+        // no row (unreachable while we hold the uncommitted row) fails, and the
+        // COMMIT behind it then rolls back: never a half-state. If either fails,
+        // the ROLLBACK below is at most a no-op (the transaction already ended).
+        await sql.finishLocalClaimAndCommit(client, scope, ownerToken, state, stored.text);
         open = false;
-        await client.query('COMMIT');
         this.#emit('complete', scope, state);
         if (state === 'failed') throw new FinalFailure(stored.value, { replayed: false });
         return { result: stored.value as T, replayed: false };

@@ -114,9 +114,50 @@ export async function selectOperationForUpdate(db: Queryable, scope: Scope): Pro
 }
 
 /**
- * Local-mode claim, inside the caller's transaction (opened by a plain
- * BEGIN). The row stays uncommitted until the business write commits with
- * it, so:
+ * Sends several statements in one network write and waits for every answer.
+ * node-postgres' pipeline mode (a client option since pg 8.23) writes each
+ * query as soon as it is issued, each with its own Sync, and matches the
+ * answers in order; here it is switched on for one checked-out client only
+ * while these statements are in flight, so every other statement on the
+ * connection (the caller's body among them) runs exactly as before. Each
+ * statement keeps its own Sync, so the server runs them one after another,
+ * as if they had been sent separately: an error in one does not skip the
+ * next (a statement after an error inside a transaction fails with 25P02, and
+ * a COMMIT there rolls back). What the pipeline saves is the wait between
+ * them: one round trip instead of one per statement.
+ */
+async function pipelined<T extends readonly unknown[]>(
+  client: Queryable,
+  send: () => { readonly [K in keyof T]: Promise<T[K]> },
+): Promise<{ -readonly [K in keyof T]: PromiseSettledResult<T[K]> }> {
+  // `pipeline` is a ClientConfig option; pg reads the client's field at every
+  // send, so it can be set per client (its typings declare it read-only).
+  const mode = client as unknown as { pipeline?: boolean };
+  if (typeof mode.pipeline !== 'boolean' || mode.pipeline) {
+    // Not a node-postgres client (or one that pipelines anyway): plain sends, same results.
+    return Promise.allSettled(send()) as never;
+  }
+  mode.pipeline = true;
+  try {
+    return (await Promise.allSettled(send())) as never;
+  } finally {
+    // Every statement has answered (or failed): nothing is on the wire that the
+    // non-pipelined mode would not expect, except the ReadyForQuery of a
+    // statement that failed, which that mode handles like any other.
+    mode.pipeline = false;
+  }
+}
+
+function settledValue<T>(outcome: PromiseSettledResult<T>): T {
+  if (outcome.status === 'rejected') throw outcome.reason;
+  return outcome.value;
+}
+
+/**
+ * Local-mode claim, inside a transaction opened here: `BEGIN` and the claim
+ * INSERT go out in one network write (see `pipelined`), so a fresh claim
+ * costs one round trip, not two. The row stays uncommitted until the
+ * business write commits with it, so:
  * - a concurrent duplicate's identical INSERT blocks on our row (bounded by
  *   lock_timeout) and, when we commit, takes the conflict path and replays;
  *   if we roll back, it inserts and runs instead. Without ON CONFLICT on the
@@ -130,9 +171,12 @@ export async function selectOperationForUpdate(db: Queryable, scope: Scope): Pro
  * lock_timeout change takes effect at the next lock wait, mid-statement.
  * RETURNING restores the session's value once the claim is ours, so the
  * caller's body runs with its own lock settings (evaluated after any wait).
+ * `BEGIN` cannot fail on a healthy connection that is idle outside a
+ * transaction (which is how the pool hands it over); a dead connection fails
+ * both. Either failure is thrown, BEGIN's first; the caller rolls back.
  * Returns true when this call claimed the operation.
  */
-export async function insertLocalClaim(
+export async function beginLocalClaim(
   client: Queryable,
   scope: Scope,
   args: {
@@ -143,46 +187,81 @@ export async function insertLocalClaim(
     lockTimeoutMs: number;
   },
 ): Promise<boolean> {
-  const { rowCount } = await client.query({
-    name: 'ledger_insert_local_claim',
-    text: `with prev as materialized (select current_setting('lock_timeout') as v),
-                bound as materialized (select set_config('lock_timeout', $8::int::text, true) as v from prev)
-           insert into operations (tenant_id, operation_type, key, fingerprint, schema_version, state,
-             owner_token, lease_expires_at)
-           select $1::text, $2::text, $3::text, $4::text, $5::int, 'in_progress', $6::text,
-                  now() + $7::float8 * interval '1 millisecond'
-             from bound
-           on conflict (tenant_id, operation_type, key) do nothing
-           returning set_config('lock_timeout', (select v from prev), true)`,
-    values: [
-      ...pk(scope),
-      args.fingerprint,
-      args.schemaVersion,
-      args.ownerToken,
-      args.leaseMs,
-      args.lockTimeoutMs,
-    ],
-  });
-  return rowCount === 1;
+  const [begin, claim] = await pipelined<[pg.QueryResult, pg.QueryResult]>(client, () => [
+    client.query('BEGIN'),
+    client.query({
+      name: 'ledger_insert_local_claim',
+      text: `with prev as materialized (select current_setting('lock_timeout') as v),
+                  bound as materialized (select set_config('lock_timeout', $8::int::text, true) as v from prev)
+             insert into operations (tenant_id, operation_type, key, fingerprint, schema_version, state,
+               owner_token, lease_expires_at)
+             select $1::text, $2::text, $3::text, $4::text, $5::int, 'in_progress', $6::text,
+                    now() + $7::float8 * interval '1 millisecond'
+               from bound
+             on conflict (tenant_id, operation_type, key) do nothing
+             returning set_config('lock_timeout', (select v from prev), true)`,
+      values: [
+        ...pk(scope),
+        args.fingerprint,
+        args.schemaVersion,
+        args.ownerToken,
+        args.leaseMs,
+        args.lockTimeoutMs,
+      ],
+    }),
+  ]);
+  settledValue(begin);
+  return settledValue(claim).rowCount === 1;
 }
 
-/** Local-mode completion in the same transaction as the claim; fenced like every completion. */
-export async function finishLocalClaim(
+/** The message finishLocalClaimAndCommit fails with if the claim is not ours inside our own transaction. */
+export const LOCAL_CLAIM_VANISHED = 'ledger invariant: local claim vanished inside its own transaction';
+
+/**
+ * Local-mode completion and `COMMIT`, in one network write (see `pipelined`);
+ * the completion is fenced like every completion. It must never let the
+ * COMMIT behind it commit a half-state: if it matches no row (unreachable
+ * while we hold the uncommitted claim) the statement itself fails (casting
+ * the message to int raises 22P02), the transaction is aborted, and the
+ * COMMIT that follows in the pipeline rolls back instead. Throws the
+ * completion's error (LOCAL_CLAIM_VANISHED for the invariant), else COMMIT's.
+ */
+export async function finishLocalClaimAndCommit(
   client: Queryable,
   scope: Scope,
   ownerToken: string,
   state: FinalState,
   resultJson: string,
-): Promise<boolean> {
-  const { rowCount } = await client.query({
-    name: 'ledger_finish_local_claim',
-    text: `update operations
-              set state = $5, result = $6::json, owner_token = null, lease_expires_at = null,
-                  completed_at = now(), updated_at = now()
-            where tenant_id = $1 and operation_type = $2 and key = $3 and owner_token = $4`,
-    values: [...pk(scope), ownerToken, state, resultJson],
-  });
-  return rowCount === 1;
+): Promise<void> {
+  const [finish, commit] = await pipelined<[pg.QueryResult, pg.QueryResult]>(client, () => [
+    client.query({
+      name: 'ledger_finish_local_claim',
+      text: `with done as (
+               update operations
+                  set state = $5, result = $6::json, owner_token = null, lease_expires_at = null,
+                      completed_at = now(), updated_at = now()
+                where tenant_id = $1 and operation_type = $2 and key = $3 and owner_token = $4
+               returning 1)
+             select (case when count(*) = 1 then '1' else '${LOCAL_CLAIM_VANISHED}' end)::int as finished
+               from done`,
+      values: [...pk(scope), ownerToken, state, resultJson],
+    }),
+    client.query('COMMIT'),
+  ]);
+  if (finish.status === 'rejected') {
+    const err: unknown = finish.reason;
+    if (err instanceof Error && err.message.includes(LOCAL_CLAIM_VANISHED))
+      throw new Error(LOCAL_CLAIM_VANISHED);
+    throw err;
+  }
+  if ((finish.value.rows[0] as { finished?: number } | undefined)?.finished !== 1) {
+    // Unreachable: the statement fails rather than answer anything else.
+    throw new Error(LOCAL_CLAIM_VANISHED);
+  }
+  const done = settledValue(commit);
+  // An aborted transaction answers COMMIT with ROLLBACK; after a successful
+  // completion that cannot happen, but if it ever does, nothing was stored.
+  if (done.command !== 'COMMIT') throw new Error(`ledger: COMMIT answered ${done.command}`);
 }
 
 /**

@@ -40,6 +40,8 @@ export async function startApi(
     localWaitMs?: number;
     poolMax?: number;
     onRequestMetrics?: ApiDeps['onRequestMetrics'];
+    /** Replaces the app's own long-poll waker (which it would start and stop itself). */
+    orderWaits?: (pool: Pool) => NonNullable<ApiDeps['orderWaits']>;
   } = {},
 ): Promise<TestApi> {
   const config = testConfig(opts.env);
@@ -59,6 +61,7 @@ export async function startApi(
     config,
     relay,
     ...(opts.onRequestMetrics ? { onRequestMetrics: opts.onRequestMetrics } : {}),
+    ...(opts.orderWaits ? { orderWaits: opts.orderWaits(pool) } : {}),
   });
   const port = await freePort();
   await app.listen({ host: '127.0.0.1', port });

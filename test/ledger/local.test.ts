@@ -5,6 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Pool, PoolClient } from '../../src/db/index.ts';
 import { FinalFailure, Ledger, LedgerError, type Json, type Scope } from '../../src/ledger/index.ts';
+import { LOCAL_CLAIM_VANISHED } from '../../src/ledger/sql.ts';
 import { deferred, eventLog, lockWaiters, namedPool, scopeFor, tableName, until } from './support.ts';
 
 let pool: Pool;
@@ -228,6 +229,34 @@ describe('runLocal', () => {
     expect(await ledger.runLocal(scope, input({ x: 1 }), body)).toEqual({ result: 'ok', replayed: false });
     expect(await ledger.runLocal(scope, input({ x: 1 }), body)).toEqual({ result: 'ok', replayed: true });
     expect(calls).toBe(1);
+    expect(await businessRows(scope)).toEqual(['retry']);
+  });
+
+  it('a completion that matches no claim rolls everything back, though COMMIT is sent with it', async () => {
+    // The completion and COMMIT go out in one network write; a body that breaks
+    // the claim (here by taking its owner token) must not get its writes committed.
+    const ledger = new Ledger(pool);
+    const scope = scopeFor('vanished');
+    await expect(
+      ledger.runLocal(scope, input({ x: 1 }), async (tx) => {
+        await insertBusiness(tx, scope, 'half-state');
+        await tx.query(
+          `update operations set owner_token = 'stolen'
+            where tenant_id = $1 and operation_type = $2 and key = $3`,
+          [scope.tenantId, scope.operationType, scope.key],
+        );
+        return 'ok';
+      }),
+    ).rejects.toThrow(LOCAL_CLAIM_VANISHED);
+    expect(await businessRows(scope)).toEqual([]);
+    expect(await ledger.get(scope)).toBeNull();
+    // Nothing was stored, so a retry runs normally.
+    expect(
+      await ledger.runLocal(scope, input({ x: 1 }), async (tx) => {
+        await insertBusiness(tx, scope, 'retry');
+        return 'ok';
+      }),
+    ).toEqual({ result: 'ok', replayed: false });
     expect(await businessRows(scope)).toEqual(['retry']);
   });
 

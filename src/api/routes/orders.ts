@@ -142,8 +142,6 @@ function stepView(workflowId: string, r: OperationRecord) {
   };
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 function encodeCursor(row: OrderRow): string {
   return Buffer.from(`${row.created_us}.${row.id}`, 'utf8').toString('base64url');
 }
@@ -158,7 +156,7 @@ function decodeCursor(cursor: string): { createdUs: string; id: string } {
 }
 
 export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async (app, { ctx }) => {
-  const { pool, ledger, relay } = ctx;
+  const { pool, ledger, relay, orderWaits } = ctx;
 
   app.post(
     '/v1/orders',
@@ -317,11 +315,18 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
       const waitMs = (request.query.wait ?? 0) * 1000;
       if (waitMs > 0) {
         const deadline = Date.now() + waitMs;
-        for (;;) {
-          const status = await withClient(pool, (c) => getOrderStatus(c, tenantId, id));
-          if (status === null || TERMINAL_STATUSES.includes(status)) break;
-          if (Date.now() >= deadline || request.raw.destroyed) break;
-          await sleep(Math.min(250, Math.max(0, deadline - Date.now())));
+        // Watching before the first read: a change between the read and the wait still wakes it.
+        const wait = orderWaits.watch(id);
+        try {
+          for (;;) {
+            const status = await withClient(pool, (c) => getOrderStatus(c, tenantId, id));
+            if (status === null || TERMINAL_STATUSES.includes(status)) break;
+            if (Date.now() >= deadline || request.raw.destroyed) break;
+            // Woken by the order's status notification, else re-read on the interval.
+            await wait.next(deadline - Date.now());
+          }
+        } finally {
+          wait.done();
         }
       }
       const row = await withClient(pool, (c) => getOrder(c, tenantId, id));

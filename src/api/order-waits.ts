@@ -1,0 +1,198 @@
+/**
+ * Wakes `GET /v1/orders/{id}?wait=N` long-polls the moment the order's
+ * status changes, instead of on the next 250 ms re-read.
+ *
+ * Every status change notifies channel `order_status` with the order's id
+ * (a trigger, migrations/0012_order_status_notify.sql, so every writer does
+ * it, at commit). Each API process listens on ONE dedicated connection,
+ * outside the pool, and wakes the waiters of that id. A notification is only
+ * a hint: the waiter re-reads the row, which stays the truth.
+ *
+ * Liveness: the listening connection can die (Postgres restarted,
+ * pg_terminate_backend, a reset socket). Then every waiter is woken at once,
+ * re-reads, and falls back to re-reading every `fallbackPollMs` (the old
+ * behaviour) while the listener reconnects with backoff; once it listens
+ * again, every waiter is woken once more (a notification sent while it was
+ * down is lost, so each re-reads) and waits for notifications again, with a
+ * slow re-read every `listeningPollMs` as a safety net.
+ */
+import pg from 'pg';
+import type { Pool } from '../db/index.ts';
+import { errorFields, log } from '../log.ts';
+
+export const ORDER_STATUS_CHANNEL = 'order_status';
+
+export interface OrderWaitsOptions {
+  /** Connection settings of the listening connection: the pool's, so it reaches the same database. */
+  pool: Pool;
+  /** Re-read interval while listening: only a safety net. Default 5000 ms. */
+  listeningPollMs?: number;
+  /** Re-read interval while the listener is down. Default 250 ms. */
+  fallbackPollMs?: number;
+  /** First reconnect delay; doubles up to `maxReconnectMs`. Defaults 250 ms and 5000 ms. */
+  reconnectMs?: number;
+  maxReconnectMs?: number;
+}
+
+/** One request's wait on one order. Register (watch) BEFORE reading the status, so no change slips between. */
+export interface OrderWait {
+  /**
+   * Resolves when the order's status may have changed since the last call
+   * (a notification, the listener going down or up) or after the current
+   * re-read interval, whichever is first, and at the latest after `maxMs`.
+   */
+  next(maxMs: number): Promise<void>;
+  /** Stops watching; call it in a finally. */
+  done(): void;
+}
+
+export class OrderWaits {
+  readonly #pool: Pool;
+  readonly #listeningPollMs: number;
+  readonly #fallbackPollMs: number;
+  readonly #reconnectMs: number;
+  readonly #maxReconnectMs: number;
+  readonly #waiters = new Map<string, Set<() => void>>();
+  #client: pg.Client | null = null;
+  #listening = false;
+  #stopped = true;
+  #retryDelayMs: number;
+  #retryTimer: NodeJS.Timeout | null = null;
+
+  constructor(opts: OrderWaitsOptions) {
+    this.#pool = opts.pool;
+    this.#listeningPollMs = opts.listeningPollMs ?? 5000;
+    this.#fallbackPollMs = opts.fallbackPollMs ?? 250;
+    this.#reconnectMs = opts.reconnectMs ?? 250;
+    this.#maxReconnectMs = opts.maxReconnectMs ?? 5000;
+    this.#retryDelayMs = this.#reconnectMs;
+  }
+
+  /** True while the listening connection is up and LISTENing. */
+  get listening(): boolean {
+    return this.#listening;
+  }
+
+  /** Requests waiting right now, over all orders. */
+  get waiting(): number {
+    let n = 0;
+    for (const set of this.#waiters.values()) n += set.size;
+    return n;
+  }
+
+  /** The listening connection's backend PID while it listens (for operators and tests), else null. */
+  get backendPid(): number | null {
+    const client = this.#client as (pg.Client & { processID?: number | null }) | null;
+    return this.#listening ? (client?.processID ?? null) : null;
+  }
+
+  /** Starts listening in the background; never throws (waiters poll until it listens). */
+  start(): void {
+    if (!this.#stopped) return;
+    this.#stopped = false;
+    void this.#connect();
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    if (this.#retryTimer) clearTimeout(this.#retryTimer);
+    this.#retryTimer = null;
+    const client = this.#client;
+    this.#client = null;
+    this.#listening = false;
+    this.#wakeAll();
+    if (client) await client.end().catch(() => undefined);
+  }
+
+  watch(orderId: string): OrderWait {
+    let changed = false;
+    let wake: (() => void) | null = null;
+    const onChange = () => {
+      changed = true;
+      wake?.();
+    };
+    let set = this.#waiters.get(orderId);
+    if (!set) this.#waiters.set(orderId, (set = new Set()));
+    set.add(onChange);
+    return {
+      next: (maxMs) => {
+        if (changed) {
+          changed = false;
+          return Promise.resolve();
+        }
+        const interval = this.#listening ? this.#listeningPollMs : this.#fallbackPollMs;
+        return new Promise<void>((resolve) => {
+          const timer = setTimeout(finish, Math.max(0, Math.min(maxMs, interval)));
+          function finish() {
+            clearTimeout(timer);
+            wake = null;
+            changed = false;
+            resolve();
+          }
+          wake = finish;
+        });
+      },
+      done: () => {
+        wake?.();
+        const current = this.#waiters.get(orderId);
+        current?.delete(onChange);
+        if (current?.size === 0) this.#waiters.delete(orderId);
+      },
+    };
+  }
+
+  #wake(orderId: string): void {
+    for (const onChange of this.#waiters.get(orderId) ?? []) onChange();
+  }
+
+  #wakeAll(): void {
+    for (const set of this.#waiters.values()) for (const onChange of set) onChange();
+  }
+
+  async #connect(): Promise<void> {
+    if (this.#stopped) return;
+    const client = new pg.Client({ ...this.#pool.options, keepAlive: true });
+    this.#client = client;
+    // Registered before connect: an 'error' with no listener would kill the process.
+    client.on('error', (err) => this.#lost(client, err));
+    client.on('end', () => this.#lost(client, new Error('listening connection ended')));
+    client.on('notification', (msg) => {
+      if (msg.channel === ORDER_STATUS_CHANNEL && msg.payload) this.#wake(msg.payload);
+    });
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${ORDER_STATUS_CHANNEL}`);
+    } catch (err) {
+      this.#lost(client, err);
+      return;
+    }
+    if (this.#client !== client) return; // lost or stopped meanwhile
+    this.#listening = true;
+    this.#retryDelayMs = this.#reconnectMs;
+    // Changes made while nobody listened were not announced: every waiter re-reads once.
+    this.#wakeAll();
+  }
+
+  #lost(client: pg.Client, err: unknown): void {
+    if (this.#client !== client) return; // an old connection's late event
+    this.#client = null;
+    const wasListening = this.#listening;
+    this.#listening = false;
+    client.end().catch(() => undefined);
+    if (this.#stopped) return;
+    if (wasListening) {
+      log.warn('order-status listener lost; long-polls re-read every interval until it reconnects', {
+        ...errorFields(err),
+      });
+    }
+    // Waiters switch to the fallback interval now, not after the slow one.
+    this.#wakeAll();
+    const delay = this.#retryDelayMs;
+    this.#retryDelayMs = Math.min(this.#maxReconnectMs, this.#retryDelayMs * 2);
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = null;
+      void this.#connect();
+    }, delay);
+    this.#retryTimer.unref();
+  }
+}

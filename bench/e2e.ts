@@ -54,8 +54,7 @@ import {
 import {
   dropTemporalDatabases,
   ensureTemporalServerTools,
-  freeServerPorts,
-  startTemporalServer,
+  startTemporalServerOnFreePorts,
   TEMPORAL_SERVER_DYNAMIC_CONFIG,
 } from '../src/devserver/temporal-server.ts';
 import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
@@ -284,10 +283,9 @@ async function main(): Promise<void> {
       visibilityDatabase: temporalDbNames[1]!,
     };
     dropTemporalDbs = () => dropTemporalDatabases(temporalDatabases);
-    devServer = await startTemporalServer({
+    devServer = await startTemporalServerOnFreePorts({
       tools,
       databases: temporalDatabases,
-      ports: await freeServerPorts(),
       dataDir: runDir,
       ui: false,
       log: say,

@@ -19,7 +19,7 @@ import pg from 'pg';
 import { Connection } from '@temporalio/client';
 import { msToTs } from '@temporalio/common';
 import { ensureDatabase, redactUrl, withDatabase } from '../db/migrate.ts';
-import { assertPortFree, freePort } from './ports.ts';
+import { assertPortFree, freePort, PortInUseError } from './ports.ts';
 import {
   goInstallWithProgress,
   isExecutable,
@@ -452,9 +452,9 @@ persistence:
   numHistoryShards: ${opts.historyShards ?? TEMPORAL_HISTORY_SHARDS}
   datastores:
     postgres-default:
-${store(opts.databases.database, 8, 2)}
+${store(opts.databases.database, 6, 2)}
     postgres-visibility:
-${store(opts.databases.visibilityDatabase, 4, 1)}
+${store(opts.databases.visibilityDatabase, 2, 1)}
 
 global:
   membership:
@@ -640,6 +640,31 @@ export async function startTemporalServer(opts: TemporalServerOptions): Promise<
     throw err;
   }
   return { address, uiUrl, process: server.child, stop };
+}
+
+/**
+ * For tests and benchmarks: the server on ports the OS says are free. A port
+ * can be taken between asking and binding, so a bind failure is retried on
+ * new ports (the database setup is idempotent, so a retry only re-checks it).
+ */
+export async function startTemporalServerOnFreePorts(
+  opts: Omit<TemporalServerOptions, 'ports'> & { attempts?: number },
+): Promise<DevServer> {
+  const attempts = opts.attempts ?? 4;
+  const logFile = path.join(opts.dataDir, 'temporal-server.log');
+  for (let attempt = 1; ; attempt++) {
+    const logSize = fs.existsSync(logFile) ? fs.statSync(logFile).size : 0;
+    try {
+      return await startTemporalServer({ ...opts, ports: await freeServerPorts() });
+    } catch (err) {
+      const log = fs.existsSync(logFile) ? fs.readFileSync(logFile, 'utf8').slice(logSize) : '';
+      const portClash = err instanceof PortInUseError || /address already in use/i.test(log);
+      if (!portClash || attempt >= attempts) throw err;
+      (opts.log ?? ((l: string) => console.error(l)))(
+        '[temporal] a port was taken while starting; retrying on new ports',
+      );
+    }
+  }
 }
 
 const INDEXED_VALUE_TYPE = { Text: 1, Keyword: 2 } as const;

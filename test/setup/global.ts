@@ -20,8 +20,7 @@ import {
 import {
   dropTemporalDatabases,
   ensureTemporalServerTools,
-  freeServerPorts,
-  startTemporalServer,
+  startTemporalServerOnFreePorts,
 } from '../../src/devserver/temporal-server.ts';
 import { ensureWorkflowBundle } from '../../src/worker/bundle.ts';
 
@@ -80,12 +79,7 @@ export default async function setup(project: TestProject) {
       await waitForTemporal(temporalAddress, 60_000);
     } else if (config.temporal.backend === 'postgres') {
       const tools = await ensureTemporalServerTools({ toolsDir: config.toolsDir });
-      server = await startTemporalServer({
-        tools,
-        databases: temporalDatabases,
-        ports: await freeServerPorts(),
-        dataDir,
-      });
+      server = await startTemporalServerOnFreePorts({ tools, databases: temporalDatabases, dataDir });
       temporalAddress = server.address;
       temporalUiUrl = server.uiUrl ?? temporalUiUrl;
     } else {

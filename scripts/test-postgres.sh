@@ -11,6 +11,7 @@ unset TEMPORAL_ADDRESS # this run starts its own server
 ensure_temporal_cli
 ensure_chromium
 if [ $# -eq 0 ]; then
-  set -- test/orders test/api/outbox.test.ts test/processes test/ui test/activities test/devserver/temporal-server.test.ts
+  set -- test/orders/*.test.ts test/api/outbox.test.ts test/processes/*.test.ts test/ui/*.test.ts \
+    test/activities/*.test.ts test/devserver/temporal-server.test.ts
 fi
 exec npx vitest run "$@"

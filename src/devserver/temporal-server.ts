@@ -14,6 +14,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import pg from 'pg';
 import { Connection } from '@temporalio/client';
@@ -358,7 +359,22 @@ export function describeServerPorts(ports: TemporalServerPorts): [number, string
   ];
 }
 
-/** Free ports for tests and benchmarks (distinct from each other). */
+/** Resolves true if 127.0.0.1:port can be bound right now. */
+function canBind(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = net.createServer();
+    server.once('error', () => resolve(false));
+    server.listen({ port, host: '127.0.0.1', exclusive: true }, () => server.close(() => resolve(true)));
+  });
+}
+
+/**
+ * Free ports for tests and benchmarks (distinct from each other). The
+ * membership ports are stored in a Postgres smallint column
+ * (cluster_membership.rpc_port), so they must stay below 32768, where the
+ * OS's ephemeral ports never are: they are picked at random in 20000-32767
+ * and checked.
+ */
 export async function freeServerPorts(): Promise<TemporalServerPorts> {
   const taken = new Set<number>();
   const next = async () => {
@@ -370,16 +386,25 @@ export async function freeServerPorts(): Promise<TemporalServerPorts> {
       }
     }
   };
+  const low = async () => {
+    for (;;) {
+      const p = 20_000 + Math.floor(Math.random() * 12_768);
+      if (!taken.has(p) && (await canBind(p))) {
+        taken.add(p);
+        return p;
+      }
+    }
+  };
   return {
     frontend: await next(),
     frontendHttp: await next(),
     history: await next(),
     matching: await next(),
     worker: await next(),
-    frontendMembership: await next(),
-    historyMembership: await next(),
-    matchingMembership: await next(),
-    workerMembership: await next(),
+    frontendMembership: await low(),
+    historyMembership: await low(),
+    matchingMembership: await low(),
+    workerMembership: await low(),
     ui: await next(),
   };
 }

@@ -340,6 +340,12 @@ export function derivedServerPorts(frontend: number, ui: number): TemporalServer
     if (port > 65535)
       throw new TemporalCliError(`TEMPORAL_PORT=${frontend} puts the ${name} port past 65535`);
   }
+  // Temporal stores membership ports in a smallint column.
+  if (ports.workerMembership > 32767) {
+    throw new TemporalCliError(
+      `TEMPORAL_PORT=${frontend} puts the Temporal membership ports (TEMPORAL_PORT - 300...) above 32767, which Temporal cannot store; choose a TEMPORAL_PORT below 33062`,
+    );
+  }
   return ports;
 }
 

@@ -10,6 +10,8 @@
  *   --sqlite=default     the CLI's SQLite defaults instead of WAL + synchronous=normal
  *   --eager=off          server flag for eager activity dispatch off
  *   --sdk-defaults       baseline worker with the SDK's slot/cache defaults
+ *   --backend=postgres   the Temporal server on Postgres (per-run databases, dropped at
+ *                        the end) instead of the dev server on SQLite (--backend=dev, default)
  *
  * It starts its own stack, like the test setup: a throwaway Postgres
  * database (dropped at the end), a Temporal dev server on free ports (the
@@ -48,6 +50,12 @@ import {
   waitForHttp,
   type DevServer,
 } from '../src/devserver/temporal.ts';
+import {
+  dropTemporalDatabases,
+  ensureTemporalServerTools,
+  startTemporalServerOnFreePorts,
+  TEMPORAL_SERVER_DYNAMIC_CONFIG,
+} from '../src/devserver/temporal-server.ts';
 import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
 import { TERMINAL_STATUSES } from '../src/orders/model.ts';
 import { createCommand, parseCli } from '../scripts/lib/cli.ts';
@@ -64,6 +72,11 @@ const program = createCommand(
   .option('--sqlite <mode>', "Temporal dev server SQLite: 'wal' or 'default'", 'wal')
   .option('--eager <on|off>', 'eager activity dispatch on the server', 'on')
   .option('--sdk-defaults', "baseline worker with the SDK's slot/cache defaults", false)
+  .option(
+    '--backend <dev|postgres>',
+    'Temporal dev server on SQLite, or the Temporal server on Postgres',
+    'dev',
+  )
   .addHelpText(
     'after',
     '\nRun as: npm run bench:e2e [-- options], e.g. npm run bench:e2e -- --orders=500 --quick',
@@ -78,6 +91,7 @@ const opts = program.opts<{
   sqlite: string;
   eager: string;
   sdkDefaults: boolean;
+  backend: string;
 }>();
 const args = {
   orders: opts.orders,
@@ -88,7 +102,13 @@ const args = {
   sqlite: opts.sqlite,
   eager: opts.eager,
   'sdk-defaults': opts.sdkDefaults,
+  backend: opts.backend,
 };
+if (args.backend !== 'dev' && args.backend !== 'postgres') {
+  console.error(`--backend must be dev or postgres, got ${JSON.stringify(args.backend)}`);
+  process.exit(2);
+}
+const BACKEND = args.backend;
 const BASELINE_ONLY = Boolean(args['baseline-only']);
 const ORDERS = args.quick ? 64 : positiveInt(args.orders, '--orders', 20_000);
 const LEVELS = String(args.concurrency)
@@ -123,6 +143,7 @@ interface Child {
 const children: Child[] = [];
 let devServer: DevServer | undefined;
 let dropDatabase: (() => Promise<void>) | undefined;
+let dropTemporalDbs: (() => Promise<void>) | undefined;
 let cleaning: Promise<void> | undefined;
 
 function startChild(name: string, argv: string[], env: NodeJS.ProcessEnv, logDir: string): Child {
@@ -157,6 +178,9 @@ function cleanup(): Promise<void> {
   cleaning ??= (async () => {
     for (const c of [...children].reverse()) await stopChild(c).catch(() => undefined);
     await devServer?.stop().catch(() => undefined);
+    await dropTemporalDbs?.().catch((err: unknown) =>
+      say(`could not drop the Temporal databases: ${String(err)}`),
+    );
     await dropDatabase?.().catch((err: unknown) => say(`could not drop the database: ${String(err)}`));
   })();
   return cleaning;
@@ -280,18 +304,45 @@ async function main(): Promise<void> {
   }
   say(`database ${dbName} created, migrated and seeded`);
 
-  const cli = await ensureTemporalCli({ toolsDir: config.toolsDir, log: say });
-  devServer = await startDevServerOnFreePorts({
-    cli,
-    ui: false,
-    dbFile: path.join(runDir, 'temporal.sqlite'),
-    logFile: path.join(runDir, 'temporal.log'),
-    log: say,
-    ...(args.sqlite === 'default' ? { sqlitePragmas: {} } : {}),
-    ...(args.eager === 'off' ? { dynamicConfig: { 'system.enableActivityEagerExecution': 'false' } } : {}),
-  });
+  const temporalDbNames = [`${dbName}_temporal`, `${dbName}_temporal_vis`];
+  if (BACKEND === 'postgres') {
+    if (args.sqlite !== 'wal') say('--sqlite has no effect with --backend=postgres');
+    const tools = await ensureTemporalServerTools({ toolsDir: config.toolsDir, log: say });
+    const temporalDatabases = {
+      postgresUrl: config.temporal.postgres.url,
+      database: temporalDbNames[0]!,
+      visibilityDatabase: temporalDbNames[1]!,
+    };
+    dropTemporalDbs = () => dropTemporalDatabases(temporalDatabases);
+    devServer = await startTemporalServerOnFreePorts({
+      tools,
+      databases: temporalDatabases,
+      dataDir: runDir,
+      ui: false,
+      log: say,
+      ...(args.eager === 'off'
+        ? {
+            dynamicConfig: {
+              ...TEMPORAL_SERVER_DYNAMIC_CONFIG,
+              'system.enableActivityEagerExecution': false,
+            },
+          }
+        : {}),
+    });
+  } else {
+    const cli = await ensureTemporalCli({ toolsDir: config.toolsDir, log: say });
+    devServer = await startDevServerOnFreePorts({
+      cli,
+      ui: false,
+      dbFile: path.join(runDir, 'temporal.sqlite'),
+      logFile: path.join(runDir, 'temporal.log'),
+      log: say,
+      ...(args.sqlite === 'default' ? { sqlitePragmas: {} } : {}),
+      ...(args.eager === 'off' ? { dynamicConfig: { 'system.enableActivityEagerExecution': 'false' } } : {}),
+    });
+  }
   const address = devServer.address;
-  say(`Temporal dev server at ${address}`);
+  say(`Temporal ${BACKEND === 'postgres' ? 'server on Postgres' : 'dev server'} at ${address}`);
 
   // The product worker finds this bundle itself (by hash); building it here shows the cost once.
   const bundle = await ensureWorkflowBundle({ log: say });
@@ -364,8 +415,8 @@ async function main(): Promise<void> {
     const pgBackends = async () =>
       (
         await pool.query<{ pid: number }>(
-          'select pid from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()',
-          [dbName],
+          'select pid from pg_stat_activity where datname = any($1) and pid <> pg_backend_pid()',
+          [[dbName, ...(BACKEND === 'postgres' ? temporalDbNames : [])]],
         )
       ).rows.map((r) => r.pid);
     const orderCpu = cpuMeter(stackPids, pgBackends);
@@ -512,6 +563,7 @@ async function main(): Promise<void> {
         baselineOnly: BASELINE_ONLY,
         sqlite: args.sqlite,
         eager: args.eager,
+        backend: BACKEND,
         baselineWorker: args['sdk-defaults'] ? 'sdk-defaults' : 'tuned',
       },
       workerReadySec,
@@ -538,6 +590,7 @@ async function main(): Promise<void> {
     );
     const variant = [
       BASELINE_ONLY ? 'baseline' : '',
+      BACKEND === 'postgres' ? 'postgres' : '',
       args.sqlite === 'default' ? 'sqlite-default' : '',
       args.eager === 'off' ? 'eager-off' : '',
       args['sdk-defaults'] ? 'sdk-defaults' : '',

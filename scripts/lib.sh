@@ -15,7 +15,13 @@ ensure_temporal_cli() {
   if [ -n "${TEMPORAL_ADDRESS:-}" ]; then
     return 0 # an external server; no CLI needed
   fi
+  # With TEMPORAL_BACKEND=postgres this also builds the Temporal server, its SQL tool and the UI server.
   node --import tsx scripts/ensure-temporal.ts >/dev/null
+}
+
+ensure_temporal_server() {
+  # The Temporal server on Postgres, its SQL tool and the UI server (built on first use).
+  TEMPORAL_BACKEND=postgres node --import tsx scripts/ensure-temporal.ts >/dev/null
 }
 
 # Installs a Debian package when running as root with apt-get. Non-zero when

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # README command 2: the whole test suite. Installs what is missing, builds the
 # Temporal CLI on first use, then lint, typecheck and vitest (whose global
-# setup starts a dev server and creates a throwaway database).
+# setup starts a dev server and creates a throwaway database). Then, for a
+# whole-suite run (no arguments), the order, fault and UI tests again on the
+# Temporal server on Postgres (scripts/test-postgres.sh; TEST_POSTGRES=0 skips it).
 source "$(dirname "$0")/lib.sh"
 ensure_node_modules
 ensure_temporal_cli
+if [ $# -eq 0 ] && [ "${TEST_POSTGRES:-1}" != 0 ]; then
+  ensure_temporal_server
+fi
 ensure_chromium
 echo "[test] lint"
 npm run --silent lint
@@ -12,4 +17,8 @@ echo "[test] typecheck"
 npm run --silent typecheck
 echo "[test] model check (SPIN, docs/MODEL.md)" && npm run --silent model:check
 echo "[test] vitest"
-exec npx vitest run "$@"
+npx vitest run "$@"
+if [ $# -eq 0 ] && [ "${TEST_POSTGRES:-1}" != 0 ]; then
+  echo "[test] vitest on the Temporal server on Postgres (scripts/test-postgres.sh)"
+  bash scripts/test-postgres.sh
+fi

@@ -19,6 +19,22 @@ export interface Config {
     taskQueue: string;
     /** Where the Temporal UI answers, for links printed to users. */
     uiUrl: string;
+    /**
+     * TEMPORAL_BACKEND: which server `npm start`, the tests and the benchmark
+     * start when TEMPORAL_ADDRESS is not set. `dev` (default): the Temporal
+     * dev server on SQLite. `postgres`: the Temporal server on Postgres
+     * (src/devserver/temporal-server.ts).
+     */
+    backend: 'dev' | 'postgres';
+    /** For the `postgres` backend: where its databases live. */
+    postgres: {
+      /** TEMPORAL_POSTGRES_URL, else DATABASE_URL's server and credentials (its database name is not used). */
+      url: string;
+      /** TEMPORAL_DB (default `temporal`). */
+      database: string;
+      /** TEMPORAL_VISIBILITY_DB (default `temporal_visibility`). */
+      visibilityDatabase: string;
+    };
   };
   ports: {
     temporal: number;
@@ -295,8 +311,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
       `API_REQUEST_TIMEOUT_MS (${requestTimeoutMs}) must be at least API_HEADERS_TIMEOUT_MS (${headersTimeoutMs})`,
     );
   }
+  const backend = env.TEMPORAL_BACKEND || 'dev';
+  if (backend !== 'dev' && backend !== 'postgres') {
+    throw new ConfigError(
+      `TEMPORAL_BACKEND must be dev (the Temporal dev server on SQLite) or postgres (the Temporal server on Postgres), got ${JSON.stringify(backend)}`,
+    );
+  }
+  const databaseUrl = env.DATABASE_URL || DEFAULT_DATABASE_URL;
   const config = {
-    databaseUrl: env.DATABASE_URL || DEFAULT_DATABASE_URL,
+    databaseUrl,
     bindHost,
     temporal: {
       address: externalAddress ?? `127.0.0.1:${ports.temporal}`,
@@ -304,6 +327,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
       namespace: env.TEMPORAL_NAMESPACE || 'default',
       taskQueue: env.TEMPORAL_TASK_QUEUE || 'onceflow-orders',
       uiUrl: env.TEMPORAL_UI_URL || `http://127.0.0.1:${ports.temporalUi}`,
+      backend,
+      postgres: {
+        url: env.TEMPORAL_POSTGRES_URL || databaseUrl,
+        database: env.TEMPORAL_DB || 'temporal',
+        visibilityDatabase: env.TEMPORAL_VISIBILITY_DB || 'temporal_visibility',
+      },
     },
     ports,
     sandboxUrl: env.SANDBOX_URL || `http://127.0.0.1:${ports.sandbox}`,

@@ -17,7 +17,7 @@ import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { isLoopbackHost, loadConfig, requireCredentials } from './config.ts';
 import { createPool } from './db/index.ts';
-import { ensureDatabase, migrate, redactUrl } from './db/migrate.ts';
+import { ensureDatabase, migrate, redactUrl, withDatabase } from './db/migrate.ts';
 import { seedDemoData } from './db/seed.ts';
 import {
   ensureTemporalCli,
@@ -27,6 +27,12 @@ import {
   type DevServer,
 } from './devserver/temporal.ts';
 import { assertPortFree, PortInUseError } from './devserver/ports.ts';
+import {
+  derivedServerPorts,
+  describeServerPorts,
+  ensureTemporalServerTools,
+  startTemporalServer,
+} from './devserver/temporal-server.ts';
 import { Client, Connection } from '@temporalio/client';
 import { connectionSettings } from './temporal/connection.ts';
 
@@ -124,7 +130,7 @@ async function shutdown(code: number): Promise<never> {
   say('stopping...');
   for (const service of [...services].reverse()) await stopService(service);
   if (devServer) {
-    say('stopping the Temporal dev server...');
+    say(`stopping the Temporal ${config.temporal.backend === 'postgres' ? 'server' : 'dev server'}...`);
     await devServer.stop();
   }
   say('stopped.');
@@ -145,7 +151,13 @@ async function main(): Promise<void> {
     [config.ports.workerMetrics, 'worker metrics (WORKER_METRICS_PORT)'],
     [config.ports.workerSdkMetrics, 'worker SDK metrics (WORKER_SDK_METRICS_PORT)'],
   ];
-  if (!config.temporal.external) {
+  const serverPorts =
+    config.temporal.backend === 'postgres'
+      ? derivedServerPorts(config.ports.temporal, config.ports.temporalUi)
+      : undefined;
+  if (!config.temporal.external && serverPorts) {
+    ports.push(...describeServerPorts(serverPorts));
+  } else if (!config.temporal.external) {
     ports.push([config.ports.temporal, 'Temporal frontend (TEMPORAL_PORT)']);
     ports.push([config.ports.temporalUi, 'Temporal UI (TEMPORAL_UI_PORT)']);
   }
@@ -175,6 +187,26 @@ async function main(): Promise<void> {
   if (config.temporal.external) {
     say(`using the Temporal server at ${temporalAddress} (TEMPORAL_ADDRESS)`);
     await waitForTemporal(temporalAddress, 60_000, undefined, say, undefined, config.temporal.namespace);
+  } else if (serverPorts) {
+    const tools = await ensureTemporalServerTools({ toolsDir: config.toolsDir, log: say });
+    const { postgres } = config.temporal;
+    say(
+      `starting the Temporal server on Postgres (${redactUrl(withDatabase(postgres.url, postgres.database))}, visibility: ${postgres.visibilityDatabase}; logs in ${config.dataDir})...`,
+    );
+    devServer = await startTemporalServer({
+      tools,
+      databases: {
+        postgresUrl: postgres.url,
+        database: postgres.database,
+        visibilityDatabase: postgres.visibilityDatabase,
+      },
+      ports: serverPorts,
+      dataDir: config.dataDir,
+      namespace: config.temporal.namespace,
+      log: say,
+    });
+    temporalAddress = devServer.address;
+    uiUrl = devServer.uiUrl ?? uiUrl;
   } else {
     const cli = await ensureTemporalCli({ toolsDir: config.toolsDir, log: say });
     fs.mkdirSync(config.dataDir, { recursive: true });

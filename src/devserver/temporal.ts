@@ -102,22 +102,44 @@ export async function ensureTemporalCli(options: {
   log(
     `[temporal] Building the Temporal CLI ${TEMPORAL_CLI_VERSION} from its Go module into ${binDir} (first run only; this takes several minutes)...`,
   );
-  await buildWithProgress(go, binDir, env, log);
+  await goInstallWithProgress({
+    go,
+    packages: [TEMPORAL_CLI_MODULE],
+    version: TEMPORAL_CLI_VERSION,
+    binDir,
+    rename: { temporal: 'temporal' },
+    env,
+    log,
+  });
   if (!isExecutable(target)) throw new TemporalCliError(`go install finished but ${target} is missing.`);
   log(`[temporal] Built ${target}`);
   return target;
 }
 
-async function buildWithProgress(
-  go: string,
-  binDir: string,
-  env: NodeJS.ProcessEnv,
-  log: Log,
-): Promise<void> {
+export { isExecutable, which };
+
+/**
+ * `go install <packages>@<version>` (all from one module) with a progress
+ * line every 10 s. Builds into a temporary GOBIN and renames each binary
+ * (`rename`: name go gives it -> name in binDir), so an interrupted build
+ * never leaves a half-written binary.
+ */
+export async function goInstallWithProgress(opts: {
+  go: string;
+  packages: string[];
+  version: string;
+  binDir: string;
+  rename: Record<string, string>;
+  env: NodeJS.ProcessEnv;
+  log: Log;
+  label?: string;
+}): Promise<void> {
+  const { go, binDir, env, log } = opts;
+  const label = opts.label ?? 'temporal';
   const started = Date.now();
-  // Build into a temporary GOBIN and rename, so an interrupted build never leaves a half-written binary.
   const tmpBin = fs.mkdtempSync(path.join(binDir, '.build-'));
-  const child = spawn(go, ['install', '-v', `${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION}`], {
+  const targets = opts.packages.map((p) => `${p}@${opts.version}`);
+  const child = spawn(go, ['install', '-v', ...targets], {
     env: { ...env, GOBIN: tmpBin, GOFLAGS: env.GOFLAGS ?? '-mod=mod' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -140,7 +162,7 @@ async function buildWithProgress(
   const ticker = setInterval(() => {
     const secs = Math.round((Date.now() - started) / 1000);
     log(
-      `[temporal] building... ${secs}s, ${downloaded} modules downloaded, ${compiled} packages compiled (${lastLine})`,
+      `[${label}] building... ${secs}s, ${downloaded} modules downloaded, ${compiled} packages compiled (${lastLine})`,
     );
   }, 10_000);
   try {
@@ -150,10 +172,12 @@ async function buildWithProgress(
     });
     if (code !== 0) {
       throw new TemporalCliError(
-        `go install ${TEMPORAL_CLI_MODULE}@${TEMPORAL_CLI_VERSION} failed (exit ${code}). Last output:\n${tail.join('\n')}`,
+        `go install ${targets.join(' ')} failed (exit ${code}). Last output:\n${tail.join('\n')}`,
       );
     }
-    fs.renameSync(path.join(tmpBin, 'temporal'), path.join(binDir, 'temporal'));
+    for (const [from, to] of Object.entries(opts.rename)) {
+      fs.renameSync(path.join(tmpBin, from), path.join(binDir, to));
+    }
   } finally {
     clearInterval(ticker);
     fs.rmSync(tmpBin, { recursive: true, force: true });

@@ -17,6 +17,11 @@ import {
   waitForTemporal,
   type DevServer,
 } from '../../src/devserver/temporal.ts';
+import {
+  dropTemporalDatabases,
+  ensureTemporalServerTools,
+  startTemporalServerOnFreePorts,
+} from '../../src/devserver/temporal-server.ts';
 import { ensureWorkflowBundle } from '../../src/worker/bundle.ts';
 
 declare module 'vitest' {
@@ -41,9 +46,18 @@ export default async function setup(project: TestProject) {
   const databaseUrl = database.url;
 
   let server: DevServer | undefined;
+  // TEMPORAL_BACKEND=postgres: the server's two databases, per run, dropped in teardown.
+  const temporalDatabases = {
+    postgresUrl: config.temporal.postgres.url,
+    database: `onceflow_test_temporal_${runId}`,
+    visibilityDatabase: `onceflow_test_temporal_vis_${runId}`,
+  };
   const teardown = async () => {
     await server?.stop();
     await database.drop();
+    if (config.temporal.backend === 'postgres' && !config.temporal.external) {
+      await dropTemporalDatabases(temporalDatabases);
+    }
     if (process.env.KEEP_TEST_DATA !== '1') {
       // Keep artifacts (screenshots) but drop the bulky server state.
       fs.rmSync(path.join(dataDir, 'temporal.sqlite'), { force: true });
@@ -63,6 +77,11 @@ export default async function setup(project: TestProject) {
     let temporalUiUrl = config.temporal.uiUrl;
     if (config.temporal.external) {
       await waitForTemporal(temporalAddress, 60_000);
+    } else if (config.temporal.backend === 'postgres') {
+      const tools = await ensureTemporalServerTools({ toolsDir: config.toolsDir });
+      server = await startTemporalServerOnFreePorts({ tools, databases: temporalDatabases, dataDir });
+      temporalAddress = server.address;
+      temporalUiUrl = server.uiUrl ?? temporalUiUrl;
     } else {
       const cli = await ensureTemporalCli({ toolsDir: config.toolsDir });
       server = await startDevServerOnFreePorts({

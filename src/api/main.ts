@@ -37,7 +37,8 @@ const connection = Connection.lazy(connectionSettings(address));
 const temporal = new Client({ connection, namespace: config.temporal.namespace });
 const metrics = createMetrics({
   pool,
-  defaultLabels: { service: 'api' },
+  // Under --api-processes, which process answered (they share the port): see src/api/cluster.ts.
+  defaultLabels: { service: 'api', ...(config.processName ? { process: config.processName } : {}) },
   // Orders whose workflow parked without recording it on the row are counted too.
   parkedWorkflowIds: async () =>
     (await listParkedWorkflows(temporal, { limit: 1000 })).map((p) => p.workflowId),

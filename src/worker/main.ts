@@ -30,7 +30,11 @@ const { sdkMetricsUrl } = await installWorkerRuntime({
   logger: new DefaultLogger(config.logLevel.toUpperCase() as LogLevel),
 });
 const pool = createPool(config.databaseUrl);
-const metrics = createMetrics({ pool, defaultLabels: { service: 'worker' } });
+const metrics = createMetrics({
+  pool,
+  // Under --workers N each worker has its own metrics port; the label names it too.
+  defaultLabels: { service: 'worker', ...(config.processName ? { process: config.processName } : {}) },
+});
 const ledger = new Ledger(pool, { leaseMs: config.ledgerLeaseMs, hooks: metrics.ledgerHooks });
 let metricsServer: Awaited<ReturnType<typeof startMetricsServer>>;
 try {

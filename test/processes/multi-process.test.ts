@@ -121,9 +121,9 @@ beforeAll(async () => {
     },
     ['--workers', '2', '--api-processes', '2'],
   );
-  await waitOutput(main, /onceflow is up/, 240_000);
+  await waitOutput(main, /onceflow is up/, 420_000);
   temporal = await temporalClient();
-});
+}, 480_000);
 
 afterAll(async () => {
   const leftovers = main ? [...childPids().values()] : [];
@@ -136,7 +136,7 @@ afterAll(async () => {
   for (const pid of leftovers) if (isRunning(pid)) process.kill(pid, 'SIGKILL');
   await temporal?.close();
   await db?.drop();
-});
+}, 120_000);
 
 it('2 workers and 2 API processes: one order, charge, receipt and workflow per key, through a worker crash and provider faults', async () => {
   const pids = childPids();
@@ -266,4 +266,4 @@ it('2 workers and 2 API processes: one order, charge, receipt and workflow per k
   main.child.kill('SIGTERM');
   expect(await main.exited).toEqual({ code: 0, signal: null });
   for (const pid of all) expect(isRunning(pid), `pid ${pid} still running`).toBe(false);
-});
+}, 900_000);

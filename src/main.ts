@@ -257,7 +257,8 @@ async function main(): Promise<void> {
   } else {
     startService('api', 'src/api/main.ts', env);
   }
-  await waitForHttp(`http://127.0.0.1:${config.ports.api}/healthz`, 60_000);
+  // M processes start at once and share the CPU: a minute each on a loaded machine.
+  await waitForHttp(`http://127.0.0.1:${config.ports.api}/healthz`, 60_000 * counts.apiProcesses);
 
   const api = `http://127.0.0.1:${config.ports.api}`;
   supervising = true;

@@ -12,6 +12,9 @@
  *   --sdk-defaults       baseline worker with the SDK's slot/cache defaults
  *   --backend=postgres   the Temporal server on Postgres (per-run databases, dropped at
  *                        the end) instead of the dev server on SQLite (--backend=dev, default)
+ *   --workers=N          N order worker processes (default 1), as `npm start -- --workers N`
+ *   --api-processes=M    M API processes sharing the API port through node:cluster
+ *                        (src/api/cluster.ts), as `npm start -- --api-processes M`
  *
  * It starts its own stack, like the test setup: a throwaway Postgres
  * database (dropped at the end), a Temporal dev server on free ports (the
@@ -72,6 +75,8 @@ const program = createCommand(
   .option('--sqlite <mode>', "Temporal dev server SQLite: 'wal' or 'default'", 'wal')
   .option('--eager <on|off>', 'eager activity dispatch on the server', 'on')
   .option('--sdk-defaults', "baseline worker with the SDK's slot/cache defaults", false)
+  .option('--workers <n>', 'order worker processes, as npm start -- --workers N', '1')
+  .option('--api-processes <n>', 'API processes sharing the API port (node:cluster)', '1')
   .option(
     '--backend <dev|postgres>',
     'Temporal dev server on SQLite, or the Temporal server on Postgres',
@@ -92,6 +97,8 @@ const opts = program.opts<{
   eager: string;
   sdkDefaults: boolean;
   backend: string;
+  workers: string;
+  apiProcesses: string;
 }>();
 const args = {
   orders: opts.orders,
@@ -103,6 +110,8 @@ const args = {
   eager: opts.eager,
   'sdk-defaults': opts.sdkDefaults,
   backend: opts.backend,
+  workers: opts.workers,
+  'api-processes': opts.apiProcesses,
 };
 if (args.backend !== 'dev' && args.backend !== 'postgres') {
   console.error(`--backend must be dev or postgres, got ${JSON.stringify(args.backend)}`);
@@ -114,6 +123,9 @@ const ORDERS = args.quick ? 64 : positiveInt(args.orders, '--orders', 20_000);
 const LEVELS = String(args.concurrency)
   .split(',')
   .map((c) => positiveInt(c, '--concurrency', 256));
+/** Worker processes on the order queue, and API processes sharing the API port (as `npm start` runs them). */
+const WORKERS = positiveInt(args.workers, '--workers', 16);
+const API_PROCESSES = positiveInt(args['api-processes'], '--api-processes', 16);
 const TIMEOUT_MS = positiveInt(args['timeout-seconds'], '--timeout-seconds', 7200) * 1000;
 const PER_CLIENT_AT_LOW_LEVELS = 25;
 const HISTORY_SAMPLES = 5;
@@ -213,6 +225,21 @@ function cpuSeconds(pid: number | undefined): number {
   } catch {
     return 0;
   }
+}
+
+/** Direct children of `pid` (from /proc/<n>/stat's ppid field). */
+function childPids(pid: number): number[] {
+  const out: number[] = [];
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) out.push(Number(entry));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return out;
 }
 
 /** A CPU meter over a fixed set of PIDs plus the Postgres backends serving one database. */
@@ -351,8 +378,10 @@ async function main(): Promise<void> {
   const ports = {
     api: await freePort(),
     sandbox: await freePort(),
-    workerMetrics: await freePort(),
-    workerSdkMetrics: await freePort(),
+    // Each worker process gets its own pair of metrics ports.
+    workers: await Promise.all(
+      Array.from({ length: WORKERS }, async () => ({ metrics: await freePort(), sdk: await freePort() })),
+    ),
   };
   const taskQueue = `bench-orders-${runId}`;
   const baselineQueue = `bench-baseline-${runId}`;
@@ -367,8 +396,6 @@ async function main(): Promise<void> {
     SANDBOX_PORT: String(ports.sandbox),
     SANDBOX_URL: `http://127.0.0.1:${ports.sandbox}`,
     WEBHOOK_URL: `${api}/v1/webhooks/payments`,
-    WORKER_METRICS_PORT: String(ports.workerMetrics),
-    WORKER_SDK_METRICS_PORT: String(ports.workerSdkMetrics),
     ONCEFLOW_DATA_DIR: runDir,
     API_RATE_LIMIT_MAX: '100000000',
     LOG_LEVEL: 'warn',
@@ -380,7 +407,19 @@ async function main(): Promise<void> {
   // Worker start-up, measured alone: spawn -> the smoke workflow has run on it (as `npm start`
   // checks). Includes Node + tsx start, finding the bundle by hash, connecting and polling.
   const workerSpawned = performance.now();
-  const worker = startChild('worker', ['src/worker/main.ts'], env, runDir);
+  const workers = ports.workers.map((p, i) =>
+    startChild(
+      WORKERS > 1 ? `worker-${i + 1}` : 'worker',
+      ['src/worker/main.ts'],
+      {
+        ...env,
+        WORKER_METRICS_PORT: String(p.metrics),
+        WORKER_SDK_METRICS_PORT: String(p.sdk),
+        ...(WORKERS > 1 ? { ONCEFLOW_PROCESS: `worker-${i + 1}` } : {}),
+      },
+      runDir,
+    ),
+  );
   await client.workflow.execute('smokeWorkflow', {
     taskQueue,
     workflowId: `bench-smoke-${runId}`,
@@ -389,7 +428,10 @@ async function main(): Promise<void> {
   });
   const workerReadySec = round((performance.now() - workerSpawned) / 1000, 1);
   say(`worker ran its first workflow ${workerReadySec} s after spawn`);
-  const apiProc = startChild('api', ['src/api/main.ts'], env, runDir);
+  const apiProc =
+    API_PROCESSES > 1
+      ? startChild('api', ['src/api/cluster.ts'], { ...env, API_PROCESSES: String(API_PROCESSES) }, runDir)
+      : startChild('api', ['src/api/main.ts'], env, runDir);
   await waitForHttp(`${api}/healthz`, 60_000);
   const baselineWorker = startChild(
     'baseline-worker',
@@ -409,9 +451,19 @@ async function main(): Promise<void> {
 
   const pool = createPool(database.url, { max: 2 });
   try {
-    say('stack is up: sandbox, worker, API, baseline worker');
+    say(
+      `stack is up: sandbox, ${WORKERS} worker process(es), ${API_PROCESSES} API process(es), baseline worker`,
+    );
 
-    const stackPids = () => [devServer?.process.pid, sandbox.child.pid, worker.child.pid, apiProc.child.pid];
+    // The API cluster's processes are children of its primary: counted one by one (a live
+    // child's CPU is not in its parent's /proc stat until it is reaped).
+    const stackPids = () => [
+      devServer?.process.pid,
+      sandbox.child.pid,
+      ...workers.map((w) => w.child.pid),
+      apiProc.child.pid,
+      ...(API_PROCESSES > 1 && apiProc.child.pid ? childPids(apiProc.child.pid) : []),
+    ];
     const pgBackends = async () =>
       (
         await pool.query<{ pid: number }>(
@@ -565,6 +617,8 @@ async function main(): Promise<void> {
         eager: args.eager,
         backend: BACKEND,
         baselineWorker: args['sdk-defaults'] ? 'sdk-defaults' : 'tuned',
+        workers: WORKERS,
+        apiProcesses: API_PROCESSES,
       },
       workerReadySec,
       concurrency: results,
@@ -594,6 +648,8 @@ async function main(): Promise<void> {
       args.sqlite === 'default' ? 'sqlite-default' : '',
       args.eager === 'off' ? 'eager-off' : '',
       args['sdk-defaults'] ? 'sdk-defaults' : '',
+      WORKERS > 1 ? `workers${WORKERS}` : '',
+      API_PROCESSES > 1 ? `api${API_PROCESSES}` : '',
     ]
       .filter(Boolean)
       .join('-');

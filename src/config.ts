@@ -89,6 +89,19 @@ export interface Config {
     rateLimitMax: number;
     rateLimitWindowMs: number;
   };
+  /**
+   * `npm start` process counts (WORKERS, API_PROCESSES; the --workers and
+   * --api-processes flags override them). API_PROCESSES is also read by the
+   * API cluster primary (src/api/cluster.ts). Both default to 1.
+   */
+  workers: number;
+  apiProcesses: number;
+  /**
+   * ONCEFLOW_PROCESS: which of several processes of a service this is
+   * (`api-2`, `worker-1`); set by `npm start` when it runs more than one, and
+   * carried by that process's metrics as the `process` label.
+   */
+  processName: string | undefined;
   /** Folder for runtime state (Temporal's SQLite file, logs). */
   dataDir: string;
   /** Folder for tools the project builds itself (the Temporal CLI). */
@@ -357,6 +370,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
       rateLimitMax: positiveInt(env, 'API_RATE_LIMIT_MAX', 1000),
       rateLimitWindowMs: positiveInt(env, 'API_RATE_LIMIT_WINDOW_MS', 60_000),
     },
+    workers: positiveInt(env, 'WORKERS', 1),
+    apiProcesses: positiveInt(env, 'API_PROCESSES', 1),
+    processName: env.ONCEFLOW_PROCESS || undefined,
     dataDir: env.ONCEFLOW_DATA_DIR || `${root}/.data`,
     toolsDir: env.ONCEFLOW_TOOLS_DIR || `${root}/.tools`,
     logLevel,

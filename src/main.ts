@@ -35,9 +35,27 @@ import {
 } from './devserver/temporal-server.ts';
 import { Client, Connection } from '@temporalio/client';
 import { connectionSettings } from './temporal/connection.ts';
+import { createCommand, parseCli, positiveInt } from '../scripts/lib/cli.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const config = loadConfig(process.env, root);
+const program = createCommand(
+  'start',
+  'Run the whole onceflow stack on this machine (Temporal, Postgres checks, sandbox, workers, API).',
+)
+  .option('--workers <n>', 'worker processes (env WORKERS)', positiveInt, config.workers)
+  .option(
+    '--api-processes <n>',
+    'API processes sharing API_PORT (env API_PROCESSES)',
+    positiveInt,
+    config.apiProcesses,
+  )
+  .addHelpText(
+    'after',
+    '\nRun as: npm start -- [options]. Ports and the rest come from the environment (README).',
+  );
+parseCli(program);
+const counts = program.opts<{ workers: number; apiProcesses: number }>();
 const say = (line: string) => process.stdout.write(`[onceflow] ${line}\n`);
 
 /**
@@ -66,6 +84,14 @@ interface Service {
 }
 
 const services: Service[] = [];
+
+/** Worker i (from 0): its name and its two metrics ports, 2i above the configured ones. */
+const workerSlots = Array.from({ length: counts.workers }, (_, index) => ({
+  index,
+  name: counts.workers > 1 ? `worker-${index + 1}` : 'worker',
+  metricsPort: config.ports.workerMetrics + 2 * index,
+  sdkMetricsPort: config.ports.workerSdkMetrics + 2 * index,
+}));
 let devServer: DevServer | undefined;
 let stopping = false;
 let supervising = false;
@@ -148,9 +174,13 @@ async function main(): Promise<void> {
   const ports: [number, string][] = [
     [config.ports.api, 'API (API_PORT)'],
     [config.ports.sandbox, 'sandbox providers (SANDBOX_PORT)'],
-    [config.ports.workerMetrics, 'worker metrics (WORKER_METRICS_PORT)'],
-    [config.ports.workerSdkMetrics, 'worker SDK metrics (WORKER_SDK_METRICS_PORT)'],
   ];
+  for (const w of workerSlots) {
+    const which = counts.workers > 1 ? `${w.name} ` : 'worker ';
+    const plus = w.index ? ` + ${2 * w.index}` : '';
+    ports.push([w.metricsPort, `${which}metrics (WORKER_METRICS_PORT${plus})`]);
+    ports.push([w.sdkMetricsPort, `${which}SDK metrics (WORKER_SDK_METRICS_PORT${plus})`]);
+  }
   const serverPorts =
     config.temporal.backend === 'postgres'
       ? derivedServerPorts(config.ports.temporal, config.ports.temporalUi)
@@ -160,6 +190,15 @@ async function main(): Promise<void> {
   } else if (!config.temporal.external) {
     ports.push([config.ports.temporal, 'Temporal frontend (TEMPORAL_PORT)']);
     ports.push([config.ports.temporalUi, 'Temporal UI (TEMPORAL_UI_PORT)']);
+  }
+  const clash = ports.find(([port], i) => ports.findIndex(([other]) => other === port) !== i);
+  if (clash) {
+    throw new Error(
+      `port ${clash[0]} is asked for twice (${ports
+        .filter(([p]) => p === clash[0])
+        .map(([, what]) => what)
+        .join(' and ')}); set the ports further apart`,
+    );
   }
   for (const [port, what] of ports) await assertPortFree(port, what);
 
@@ -236,11 +275,24 @@ async function main(): Promise<void> {
   };
   startService('sandbox', 'src/sandbox/main.ts', env);
   await waitForHttp(`${config.sandboxUrl}/healthz`, 60_000);
-  startService('worker', 'src/worker/main.ts', env);
-  // Returns once a worker has run the smoke workflow: the worker is up and polling.
+  for (const w of workerSlots) {
+    startService(w.name, 'src/worker/main.ts', {
+      ...env,
+      WORKER_METRICS_PORT: String(w.metricsPort),
+      WORKER_SDK_METRICS_PORT: String(w.sdkMetricsPort),
+      ...(counts.workers > 1 ? { ONCEFLOW_PROCESS: w.name } : {}),
+    });
+  }
+  // Returns once a worker has run the smoke workflow: a worker is up and polling.
   await selfCheck(temporalAddress, uiUrl);
-  startService('api', 'src/api/main.ts', env);
-  await waitForHttp(`http://127.0.0.1:${config.ports.api}/healthz`, 60_000);
+  if (counts.apiProcesses > 1) {
+    say(`starting ${counts.apiProcesses} API processes on port ${config.ports.api} (node:cluster)`);
+    startService('api', 'src/api/cluster.ts', { ...env, API_PROCESSES: String(counts.apiProcesses) });
+  } else {
+    startService('api', 'src/api/main.ts', env);
+  }
+  // M processes start at once and share the CPU: a minute each on a loaded machine.
+  await waitForHttp(`http://127.0.0.1:${config.ports.api}/healthz`, 60_000 * counts.apiProcesses);
 
   const api = `http://127.0.0.1:${config.ports.api}`;
   supervising = true;
@@ -250,8 +302,15 @@ async function main(): Promise<void> {
   say(`  Temporal UI         ${uiUrl}/namespaces/${config.temporal.namespace}/workflows`);
   say(`  Temporal frontend   ${temporalAddress}`);
   say(`  Sandbox providers   ${config.sandboxUrl}  (audit: ${config.sandboxUrl}/_sandbox/charges)`);
-  say(`  Worker metrics      http://127.0.0.1:${config.ports.workerMetrics}/metrics`);
-  say(`  API metrics         ${api}/metrics`);
+  for (const w of workerSlots) {
+    const label = counts.workers > 1 ? `Worker metrics (${w.index + 1})` : 'Worker metrics';
+    say(`  ${label.padEnd(20)}http://127.0.0.1:${w.metricsPort}/metrics`);
+  }
+  say(
+    counts.apiProcesses > 1
+      ? `  API metrics         ${api}/metrics  (${counts.apiProcesses} processes share the port; each scrape is one of them, label process="api-<i>")`
+      : `  API metrics         ${api}/metrics`,
+  );
   say(`  Postgres            ${redactUrl(config.databaseUrl)}`);
   say('');
 }

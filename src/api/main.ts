@@ -32,7 +32,8 @@ await runProcess('api', async ({ resources, stopping, started }) => {
   const temporal = openTemporalClient(resources, config, { interceptors: tracing.clientInterceptors });
   const metrics = createMetrics({
     pool,
-    defaultLabels: { service: 'api' },
+    // Under --api-processes, which process answered (they share the port): see src/api/cluster.ts.
+    defaultLabels: { service: 'api', ...(config.processName ? { process: config.processName } : {}) },
     // Orders whose workflow parked without recording it on the row are counted too.
     parkedWorkflowIds: async () =>
       (await listParkedWorkflows(temporal, { limit: 1000 })).map((p) => p.workflowId),

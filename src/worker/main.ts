@@ -31,7 +31,11 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
     logger: temporalSdkLogger(),
   });
   const pool = openPool(resources, config);
-  const metrics = createMetrics({ pool, defaultLabels: { service: 'worker' } });
+  const metrics = createMetrics({
+    pool,
+    // Under --workers N each worker has its own metrics port; the label names it too.
+    defaultLabels: { service: 'worker', ...(config.processName ? { process: config.processName } : {}) },
+  });
   const ledger = createLedger(pool, config, metrics.ledgerHooks);
   resources.add(
     'metrics server',

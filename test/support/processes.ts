@@ -12,9 +12,14 @@ export interface Proc {
   alive: () => boolean;
 }
 
-/** `node --import tsx <entry>` with only PATH/HOME from this process plus `env`. */
-export function spawnEntry(name: string, entry: string, env: Record<string, string>): Proc {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, entry)], {
+/** `node --import tsx <entry> [args]` with only PATH/HOME from this process plus `env`. */
+export function spawnEntry(
+  name: string,
+  entry: string,
+  env: Record<string, string>,
+  args: string[] = [],
+): Proc {
+  const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, entry), ...args], {
     cwd: root,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

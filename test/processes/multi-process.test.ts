@@ -1,0 +1,269 @@
+/**
+ * `npm start -- --workers 2 --api-processes 2` (src/main.ts) against the
+ * run's Temporal server and a database of its own: two worker processes on
+ * one task queue and two API processes sharing one port (node:cluster), each
+ * with its own outbox relay.
+ *
+ * Concurrent orders go through the shared port, every key sent twice at once
+ * and once more afterwards, while the sandbox injects provider faults; one
+ * worker is killed with SIGKILL while orders are in flight (`npm start`
+ * restarts it). Then: every order terminal, exactly one charge and one
+ * receipt per order at the provider, one workflow per order, one order per
+ * key. Nothing here is timed: the waits are generous bounds, not assertions.
+ */
+import fs from 'node:fs';
+import http from 'node:http';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { freePort, isListening } from '../../src/devserver/ports.ts';
+import { createOnceflowClient, type CreateOrderBody, type OrderDetail } from '../../src/client/index.ts';
+import { DEMO_TENANTS } from '../../src/db/seed.ts';
+import { createPool } from '../../src/db/index.ts';
+import { TERMINAL_STATUSES } from '../../src/orders/model.ts';
+import { ownDatabase, temporalClient, uniq, workflowBundlePath, temporalAddress } from '../support/env.ts';
+import { killAll, spawnEntry, waitOutput, type Proc } from '../support/processes.ts';
+import type { Client } from '@temporalio/client';
+
+const ORDERS = 24;
+const tenant = DEMO_TENANTS[0];
+
+let db: Awaited<ReturnType<typeof ownDatabase>>;
+let main: Proc;
+let apiUrl: string;
+let sandboxUrl: string;
+let taskQueue: string;
+let temporal: { client: Client; close: () => Promise<void> };
+
+/** The latest pid main reported for each child (worker-1, worker-2, api, sandbox). */
+function childPids(): Map<string, number> {
+  const pids = new Map<string, number>();
+  for (const m of main.output().matchAll(/\[onceflow\] ([\w-]+) started \(pid (\d+)\)/g))
+    pids.set(m[1]!, Number(m[2]));
+  return pids;
+}
+
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** A free port whose neighbour two above is free too (worker 2 gets base + 2). */
+async function freePortPair(): Promise<number> {
+  for (;;) {
+    const port = await freePort();
+    if (port + 2 <= 65535 && !(await isListening(port + 2))) return port;
+  }
+}
+
+/** Child pids of `pid`, from /proc (the API cluster primary's workers). */
+function childrenOf(pid: number): number[] {
+  const out: number[] = [];
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      // Fields after the command name (in parentheses): state, ppid, ...
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === pid) out.push(Number(entry));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return out;
+}
+
+/** The `process` label of the API process that answered /metrics on a fresh connection. */
+function metricsProcess(): Promise<string | undefined> {
+  return new Promise((resolve, reject) => {
+    http
+      .get(`${apiUrl}/metrics`, { agent: false }, (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => (text += d));
+        res.on('end', () => resolve(/process="(api-\d+)"/.exec(text)?.[1]));
+      })
+      .on('error', reject);
+  });
+}
+
+async function sandbox(path: string, init?: RequestInit): Promise<unknown> {
+  const res = await fetch(`${sandboxUrl}${path}`, init);
+  if (!res.ok) throw new Error(`sandbox ${path}: HTTP ${res.status} ${await res.text()}`);
+  return res.json();
+}
+
+beforeAll(async () => {
+  db = await ownDatabase('multiproc');
+  const apiPort = await freePort();
+  const sandboxPort = await freePort();
+  apiUrl = `http://127.0.0.1:${apiPort}`;
+  sandboxUrl = `http://127.0.0.1:${sandboxPort}`;
+  taskQueue = uniq('multiproc');
+  main = spawnEntry(
+    'main',
+    'src/main.ts',
+    {
+      DATABASE_URL: db.url,
+      TEMPORAL_ADDRESS: temporalAddress(),
+      TEMPORAL_TASK_QUEUE: taskQueue,
+      WORKFLOW_BUNDLE_PATH: workflowBundlePath(),
+      API_PORT: String(apiPort),
+      SANDBOX_PORT: String(sandboxPort),
+      WORKER_METRICS_PORT: String(await freePortPair()),
+      WORKER_SDK_METRICS_PORT: String(await freePortPair()),
+      // A killed worker's claimed step is taken over after this lease.
+      LEDGER_LEASE_MS: '6000',
+      PROVIDER_TIMEOUT_MS: '3000',
+      LOG_LEVEL: 'warn',
+    },
+    ['--workers', '2', '--api-processes', '2'],
+  );
+  await waitOutput(main, /onceflow is up/, 420_000);
+  temporal = await temporalClient();
+}, 480_000);
+
+afterAll(async () => {
+  const leftovers = main ? [...childPids().values()] : [];
+  if (main?.alive()) {
+    main.child.kill('SIGTERM');
+    const timer = setTimeout(() => killAll([main]), 60_000);
+    await main.exited;
+    clearTimeout(timer);
+  }
+  for (const pid of leftovers) if (isRunning(pid)) process.kill(pid, 'SIGKILL');
+  await temporal?.close();
+  await db?.drop();
+}, 120_000);
+
+it('2 workers and 2 API processes: one order, charge, receipt and workflow per key, through a worker crash and provider faults', async () => {
+  const pids = childPids();
+  expect([...pids.keys()].sort()).toEqual(['api', 'sandbox', 'worker-1', 'worker-2']);
+  expect(main.output()).toMatch(/starting 2 API processes on port \d+ \(node:cluster\)/);
+  // Two API processes behind the one port, and each says which it is in its metrics.
+  const apiPrimary = pids.get('api')!;
+  expect(childrenOf(apiPrimary)).toHaveLength(2);
+  const answered = new Set<string | undefined>();
+  for (let i = 0; i < 8; i++) answered.add(await metricsProcess());
+  expect([...answered].sort()).toEqual(['api-1', 'api-2']);
+
+  // Provider faults: errors before and after the effect, and lost responses, on charges and receipts.
+  await sandbox('/_sandbox/faults', { method: 'DELETE' });
+  for (const [endpoint, kind, count] of [
+    ['charges.create', 'fail_before', 3],
+    ['charges.create', 'fail_after', 3],
+    ['charges.create', 'drop_after', 2],
+    ['charges.lookup', 'fail_before', 1],
+    ['messages.create', 'fail_before', 2],
+    ['messages.create', 'drop_after', 2],
+  ] as const) {
+    await sandbox('/_sandbox/faults', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ endpoint, kind, count }),
+    });
+  }
+
+  const client = createOnceflowClient({ baseUrl: apiUrl, apiKey: tenant.key });
+  const run = uniq('mp');
+  const keys = Array.from({ length: ORDERS }, (_, i) => `${run}-${i}`);
+  const body = (i: number): CreateOrderBody => ({
+    customer: { id: `cus_${i % 5}`, email: `buyer${i}@example.com` },
+    currency: 'usd',
+    items: [{ sku: `SKU-${i % 3}`, quantity: 1 + (i % 2), unitAmount: 1500 }],
+    paymentMethod: 'pm_card_visa',
+  });
+  /** Every answer's order id, per key: all must be the same one. */
+  const answers = new Map<string, string[]>(keys.map((k) => [k, []]));
+  const submit = async (i: number) => {
+    const key = keys[i]!;
+    // The same key twice at once through the shared port (likely two processes), then once more.
+    const first = await Promise.all([
+      client.createOrder(body(i), { idempotencyKey: key }),
+      client.createOrder(body(i), { idempotencyKey: key }),
+    ]);
+    const again = await client.createOrder(body(i), { idempotencyKey: key });
+    for (const r of [...first, again]) answers.get(key)!.push(r.order.id);
+  };
+
+  // First half, then kill a worker while those orders are in flight, then the second half.
+  const half = ORDERS / 2;
+  await Promise.all(Array.from({ length: half }, (_, i) => submit(i)));
+  const victim = pids.get('worker-1')!;
+  process.kill(victim, 'SIGKILL');
+  await Promise.all(Array.from({ length: ORDERS - half }, (_, i) => submit(half + i)));
+  await waitOutput(main, /worker-1 exited unexpectedly \(signal SIGKILL\); restarting it/);
+
+  for (const [key, ids] of answers) {
+    expect(ids, key).toHaveLength(3);
+    expect(new Set(ids).size, `one order for key ${key}`).toBe(1);
+  }
+  const orderIds = [...answers.values()].map((ids) => ids[0]!);
+  expect(new Set(orderIds).size).toBe(ORDERS);
+
+  // Generous bound (not a timing assertion): faults back off and a killed worker's lease must run out.
+  const finals: OrderDetail[] = await Promise.all(
+    orderIds.map((id) => client.waitForOrder(id, { timeoutMs: 600_000 })),
+  );
+  for (const o of finals) expect(TERMINAL_STATUSES, `${o.id} ${o.status}`).toContain(o.status);
+  // Valid cards and recoverable faults only: every order ends completed.
+  expect(finals.map((o) => o.status)).toEqual(finals.map(() => 'completed'));
+
+  // The provider's own audit: exactly one succeeded charge and one receipt per order.
+  const charges = (await sandbox('/_sandbox/charges')) as {
+    data: { id: string; status: string; order_id: string }[];
+  };
+  const messages = (await sandbox('/_sandbox/messages')) as { data: { order_id: string }[] };
+  const succeeded = charges.data.filter((c) => c.status === 'succeeded');
+  for (const o of finals) {
+    expect(
+      succeeded.filter((c) => c.order_id === o.id),
+      `charges of ${o.id}`,
+    ).toHaveLength(1);
+    expect(
+      messages.data.filter((m) => m.order_id === o.id),
+      `receipts of ${o.id}`,
+    ).toHaveLength(1);
+    expect(o.chargeId).toBe(succeeded.find((c) => c.order_id === o.id)!.id);
+  }
+  expect(succeeded).toHaveLength(ORDERS);
+  expect(messages.data).toHaveLength(ORDERS);
+
+  // Postgres: one order row and one started outbox row per key.
+  const pool = createPool(db.url, { max: 1 });
+  try {
+    const { rows } = await pool.query<{ orders: number; outbox: number; started: number }>(
+      `select (select count(*) from orders)::int as orders,
+              (select count(*) from workflow_outbox)::int as outbox,
+              (select count(*) from workflow_outbox where started_at is not null)::int as started`,
+    );
+    expect(rows[0]).toEqual({ orders: ORDERS, outbox: ORDERS, started: ORDERS });
+  } finally {
+    await pool.end();
+  }
+
+  // Temporal: exactly one execution per order's workflow ID (visibility catches up, hence the poll).
+  const executions = async () => {
+    const ids: string[] = [];
+    for await (const wf of temporal.client.workflow.list({
+      query: `TaskQueue = "${taskQueue}" AND WorkflowType = "orderWorkflow"`,
+    }))
+      ids.push(wf.workflowId);
+    return ids;
+  };
+  await expect.poll(async () => (await executions()).length, { timeout: 60_000 }).toBe(ORDERS);
+  const ids = await executions();
+  expect(new Set(ids).size).toBe(ORDERS);
+  expect(new Set(ids)).toEqual(new Set(finals.map((o) => o.workflowId)));
+
+  // Both workers are up again, and SIGTERM stops every process (the API processes included).
+  expect(childPids().get('worker-1')).not.toBe(victim);
+  const apiPids = childrenOf(apiPrimary);
+  expect(apiPids).toHaveLength(2);
+  const all = [...childPids().values(), victim, ...apiPids];
+  main.child.kill('SIGTERM');
+  expect(await main.exited).toEqual({ code: 0, signal: null });
+  for (const pid of all) expect(isRunning(pid), `pid ${pid} still running`).toBe(false);
+}, 900_000);

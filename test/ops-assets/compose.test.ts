@@ -12,15 +12,13 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { loadConfig, requireCredentials } from '../../src/config.ts';
-import { OrderLastErrorKey, OrderStatusKey, TenantIdKey } from '../../src/orders/search-attributes.ts';
+import { OrderLastErrorKey, OrderStatusKey, TenantIdKey } from '../../src/orders/contract.ts';
+import {
+  TEMPORAL_HISTORY_SHARDS,
+  TEMPORAL_SERVER_VERSION,
+  TEMPORAL_UI_SERVER_VERSION,
+} from '../../src/devserver/temporal-server.ts';
 import { testPool } from '../support/env.ts';
-
-/**
- * The Temporal server version the project builds (TEMPORAL_BACKEND=postgres).
- * NOTE for the lead: once the pgserver change lands, import its constant
- * (TEMPORAL_SERVER_VERSION = 'v1.29.1') here instead of repeating it.
- */
-const TEMPORAL_SERVER_VERSION = 'v1.29.1';
 
 const root = path.resolve(import.meta.dirname, '../..');
 const read = (rel: string) => fs.readFileSync(path.join(root, rel), 'utf8');
@@ -96,7 +94,12 @@ describe('docker-compose.yml', () => {
         new RegExp(`^${escaped}(-tctl-\\d+\\.\\d+\\.\\d+-cli-\\d+\\.\\d+\\.\\d+)?$`),
       );
     }
-    expect(service('temporal-ui').image).toMatch(/^temporalio\/ui:\d+\.\d+\.\d+$/);
+    // The same UI the project builds from its module for TEMPORAL_BACKEND=postgres.
+    expect(service('temporal-ui').image).toBe(
+      `temporalio/ui:${TEMPORAL_UI_SERVER_VERSION.replace(/^v/, '')}`,
+    );
+    // The history shard count is fixed for a cluster's life: the same as the built server's config.
+    expect(String(service('temporal').environment?.NUM_HISTORY_SHARDS)).toBe(String(TEMPORAL_HISTORY_SHARDS));
     for (const [name, s] of services) {
       expect(s.image ?? '', name).not.toMatch(/auto-setup/);
       // Every image pinned to a version, never latest or untagged.

@@ -1,7 +1,7 @@
 /** Helpers shared by the ledger tests: deferred promises, per-test tables, lock-wait probes. */
 import pg from 'pg';
 import { createPool, type Pool } from '../../src/db/index.ts';
-import { databaseUrl, uniq } from '../support/env.ts';
+import { testDatabaseUrl, uniq } from '../support/env.ts';
 import type { LedgerEvent, Scope } from '../../src/ledger/index.ts';
 
 export interface Deferred<T = void> {
@@ -23,7 +23,7 @@ export function deferred<T = void>(): Deferred<T> {
 /** A pool whose connections carry a unique application_name, so tests can find their own backends. */
 export function namedPool(max: number): { pool: Pool; appName: string } {
   const appName = uniq('ledger').slice(0, 60);
-  return { pool: createPool(databaseUrl(), { max, application_name: appName }), appName };
+  return { pool: createPool(testDatabaseUrl(), { max, application_name: appName }), appName };
 }
 
 /** A table name no other test file uses (tables are created by tests, never by migrations). */

@@ -12,7 +12,7 @@ import { createPool, type Pool } from '../../src/db/index.ts';
 import { Ledger, LedgerError } from '../../src/ledger/index.ts';
 import { createMetrics, metricsPlugin, startMetricsServer, type Metrics } from '../../src/metrics/index.ts';
 import { PortInUseError } from '../../src/devserver/ports.ts';
-import { databaseUrl, testPool, uniq } from '../support/env.ts';
+import { testDatabaseUrl, testPool, uniq } from '../support/env.ts';
 
 let pool: Pool;
 beforeAll(() => {
@@ -164,7 +164,7 @@ describe('backlog gauges', () => {
     await pool.query(`create table ${schema}.operations (like public.operations including all)`);
     await pool.query(`create table ${schema}.orders (like public.orders including all)`);
     await pool.query(`create table ${schema}.workflow_outbox (like public.workflow_outbox including all)`);
-    scoped = createPool(databaseUrl(), { max: 2, options: `-c search_path=${schema}` });
+    scoped = createPool(testDatabaseUrl(), { max: 2, options: `-c search_path=${schema}` });
     metrics = createMetrics({ pool: scoped, defaultMetrics: false });
   });
   afterAll(async () => {

@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import readline from 'node:readline';
 import path from 'node:path';
 import { startOrderStack, TEST_TIMING, type OrderStack } from '../support/stack.ts';
-import { databaseUrl, temporalAddress, workflowBundlePath } from '../support/env.ts';
+import { testDatabaseUrl, temporalAddress, workflowBundlePath } from '../support/env.ts';
 import { freePort } from '../../src/devserver/ports.ts';
 import { stepKeys } from '../../src/orders/model.ts';
 
@@ -30,7 +30,7 @@ async function spawnWorker(): Promise<ChildProcess> {
     cwd: root,
     env: {
       ...process.env,
-      DATABASE_URL: databaseUrl(),
+      DATABASE_URL: testDatabaseUrl(),
       TEMPORAL_ADDRESS: temporalAddress(),
       TEMPORAL_TASK_QUEUE: stack.taskQueue,
       SANDBOX_URL: stack.sandbox.url,

@@ -7,10 +7,10 @@ import { WorkflowNotFoundError } from '@temporalio/client';
 import { normalizeCreateOrder } from '../../src/api/routes/orders.ts';
 import { OPERATION_TYPES, orderWorkflowId } from '../../src/orders/model.ts';
 import { uniq } from '../support/env.ts';
+import { deferred } from '../support/wait.ts';
 import {
   PROBLEM,
   call,
-  deferred,
   newTenant,
   rawRequest,
   startApi,

@@ -7,7 +7,8 @@ import { Client, WorkflowNotFoundError, type WorkflowClientInterceptor } from '@
 import { MAX_PASS_BACKOFF_MS, OutboxRelay, passDelayMs } from '../../src/api/outbox.ts';
 import { createMetrics } from '../../src/metrics/index.ts';
 import { ownDatabase, uniq } from '../support/env.ts';
-import { call, deferred, newTenant, startApi, validOrder, type TestApi } from './support.ts';
+import { call, newTenant, startApi, validOrder, type TestApi } from './support.ts';
+import { deferred } from '../support/wait.ts';
 
 type Order = { id: string; workflowId: string };
 

@@ -174,14 +174,4 @@ export async function tenantCounts(pool: Pool, tenantId: string) {
   return rows[0]!;
 }
 
-export function deferred<T = void>() {
-  let resolve!: (v: T) => void;
-  let reject!: (e: unknown) => void;
-  const promise = new Promise<T>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  return { promise, resolve, reject };
-}
-
 export const PROBLEM = 'https://onceflow.dev/problems/';

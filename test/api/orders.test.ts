@@ -324,6 +324,8 @@ describe('POST /v1/orders: the Idempotency-Key contract', () => {
 
     t0 = Date.now();
     const waiting = call(api, 'GET', `/v1/orders/${id}?wait=20`, { key: acme.key });
+    // No condition to observe from here: give the request time to be inside its long poll
+    // (it re-reads every 250 ms), so the change below wakes it rather than precedes it.
     await new Promise((r) => setTimeout(r, 500));
     // What the workflow's status activity does, compressed: the row reaches a terminal status.
     await api.pool.query(

@@ -11,6 +11,7 @@ import { startOrderStack, TEST_TIMING, type OrderStack } from '../support/stack.
 import { testDatabaseUrl, temporalAddress, workflowBundlePath } from '../support/env.ts';
 import { freePort } from '../../src/devserver/ports.ts';
 import { stepKeys } from '../../src/orders/model.ts';
+import { until } from '../support/wait.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
 let stack: OrderStack;
@@ -72,11 +73,10 @@ it('a worker killed with SIGKILL during the charge: the order completes with one
   };
 
   // Wait until the charge is claimed (the provider call is in flight), then kill the worker.
-  const deadline = Date.now() + 60_000;
-  while ((await stack.ledger.get(chargeScope))?.state !== 'in_progress') {
-    if (Date.now() > deadline) throw new Error('the charge was never claimed');
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  await until('the charge to be claimed', () => stack.ledger.get(chargeScope), {
+    done: (record) => record?.state === 'in_progress',
+    timeoutMs: 60_000,
+  });
   first.kill('SIGKILL');
   await new Promise((r) => first.once('exit', r));
   expect(first.signalCode).toBe('SIGKILL');

@@ -25,13 +25,13 @@ type Truthy<T> = Exclude<T, undefined | null | false | 0 | ''>;
 export async function until<T>(
   what: string,
   probe: () => T | Promise<T>,
-  opts?: UntilOptions,
-): Promise<Truthy<T>>;
+  opts: UntilOptions & { done: (value: NoInfer<T>) => boolean },
+): Promise<T>;
 export async function until<T>(
   what: string,
   probe: () => T | Promise<T>,
-  opts: UntilOptions & { done: (value: T) => boolean },
-): Promise<T>;
+  opts?: UntilOptions,
+): Promise<Truthy<T>>;
 export async function until<T>(
   what: string,
   probe: () => T | Promise<T>,

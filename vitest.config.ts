@@ -5,8 +5,9 @@ export default defineConfig({
     include: ['test/**/*.test.ts'],
     globalSetup: ['test/setup/global.ts'],
     setupFiles: ['test/setup/runtime.ts'],
-    // Integration tests share one Temporal dev server and one test database;
-    // files run in parallel in forks, each with its own pools.
+    // Integration tests share one Temporal dev server; each file gets its own
+    // database, cloned from the run's migrated template (test/setup/runtime.ts).
+    // Files run in parallel in forks, each with its own pools.
     pool: 'forks',
     maxWorkers: 2,
     testTimeout: 120_000,

@@ -17,7 +17,7 @@ import { KEY_WINDOW_PASSED } from '../../src/steps/payment.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { testPool, uniq } from '../support/env.ts';
 import { startTestSandbox, type Json, type TestSandbox } from '../sandbox/harness.ts';
-import { deferred, until } from '../ledger/support.ts';
+import { deferred, until } from '../support/wait.ts';
 
 let pool: Pool;
 let sb: TestSandbox;

@@ -20,7 +20,8 @@ import { Ledger } from '../../src/ledger/index.ts';
 import { OPERATION_TYPES } from '../../src/orders/model.ts';
 import { signWebhook } from '../../src/providers/webhook-signature.ts';
 import { testPool, temporalClient, uniq } from '../support/env.ts';
-import { PROBLEM, call, deferred, newTenant, testConfig, validOrder, type Res } from './support.ts';
+import { PROBLEM, call, newTenant, testConfig, validOrder, type Res } from './support.ts';
+import { deferred } from '../support/wait.ts';
 
 type Obj = Record<string, unknown>;
 interface DocResponse {

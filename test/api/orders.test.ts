@@ -7,10 +7,10 @@ import { WorkflowNotFoundError } from '@temporalio/client';
 import { normalizeCreateOrder } from '../../src/api/routes/orders.ts';
 import { OPERATION_TYPES, orderWorkflowId } from '../../src/orders/model.ts';
 import { uniq } from '../support/env.ts';
+import { deferred } from '../support/wait.ts';
 import {
   PROBLEM,
   call,
-  deferred,
   newTenant,
   rawRequest,
   startApi,
@@ -372,6 +372,8 @@ describe('POST /v1/orders: the Idempotency-Key contract', () => {
 
     t0 = Date.now();
     const waiting = call(api, 'GET', `/v1/orders/${id}?wait=20`, { key: acme.key });
+    // No condition to observe from here: give the request time to be inside its long poll
+    // (it re-reads every 250 ms), so the change below wakes it rather than precedes it.
     await new Promise((r) => setTimeout(r, 500));
     // What the workflow's status activity does, compressed: the row reaches a terminal status.
     await api.pool.query(

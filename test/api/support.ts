@@ -10,7 +10,7 @@ import { loadConfig, type Config } from '../../src/config.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { freePort } from '../../src/devserver/ports.ts';
 import { Ledger } from '../../src/ledger/index.ts';
-import { databaseUrl, temporalAddress, temporalClient, testPool, uniq } from '../support/env.ts';
+import { testDatabaseUrl, temporalAddress, temporalClient, testPool, uniq } from '../support/env.ts';
 
 export interface TestApi {
   url: string;
@@ -25,7 +25,7 @@ export interface TestApi {
 
 export function testConfig(env: Record<string, string> = {}): Config {
   return loadConfig({
-    DATABASE_URL: databaseUrl(),
+    DATABASE_URL: testDatabaseUrl(),
     TEMPORAL_ADDRESS: temporalAddress(),
     // A task queue no worker polls: these tests check starts, not executions.
     TEMPORAL_TASK_QUEUE: uniq('api-tests'),
@@ -175,16 +175,6 @@ export async function tenantCounts(pool: Pool, tenantId: string) {
     [tenantId],
   );
   return rows[0]!;
-}
-
-export function deferred<T = void>() {
-  let resolve!: (v: T) => void;
-  let reject!: (e: unknown) => void;
-  const promise = new Promise<T>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  return { promise, resolve, reject };
 }
 
 export const PROBLEM = 'https://onceflow.dev/problems/';

@@ -10,7 +10,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createOnceflowClient, type AttemptInfo, type CreateOrderBody } from '../../src/client/index.ts';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
-import { deferred, newTenant, startApi, tenantCounts, type TestApi } from '../api/support.ts';
+import { newTenant, startApi, tenantCounts, type TestApi } from '../api/support.ts';
+import { deferred } from '../support/wait.ts';
 
 /** What the proxy does with one POST /v1/orders, decided as it arrives. */
 type Mode = 'forward' | 'lose-response' | 'restart-api-then-lose-response';

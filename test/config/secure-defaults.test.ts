@@ -13,7 +13,7 @@ import { DEMO_TENANTS, assertNoDemoKeys, seedDemoData } from '../../src/db/seed.
 import { hashApiKey } from '../../src/api/auth.ts';
 import { findActiveKeyHashes } from '../../src/tenants/sql.ts';
 import { freePort } from '../../src/devserver/ports.ts';
-import { databaseUrl, temporalAddress, testPool, uniq } from '../support/env.ts';
+import { testDatabaseUrl, temporalAddress, testPool, uniq } from '../support/env.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
 const SECRET_A = 'a'.repeat(64);
@@ -144,7 +144,7 @@ function runApi(env: Record<string, string>): Promise<{ code: number | null; out
 
 describe('the API process off loopback', () => {
   const base = async () => ({
-    DATABASE_URL: databaseUrl(),
+    DATABASE_URL: testDatabaseUrl(),
     TEMPORAL_ADDRESS: temporalAddress(),
     TEMPORAL_TASK_QUEUE: uniq('secure-defaults'),
     API_PORT: String(await freePort()),

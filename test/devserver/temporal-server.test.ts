@@ -52,7 +52,7 @@ describe('Temporal server on Postgres: schema setup', () => {
     .replace(/[^a-z0-9_]/gi, '_')
     .toLowerCase();
   const databases: TemporalDatabases = {
-    postgresUrl: inject('databaseUrl'),
+    postgresUrl: inject('postgresUrl'),
     database: `onceflow_test_t_${suffix}`,
     visibilityDatabase: `onceflow_test_tv_${suffix}`,
   };

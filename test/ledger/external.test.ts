@@ -17,7 +17,7 @@ import {
   type ReconcileOutcome,
   type Scope,
 } from '../../src/ledger/index.ts';
-import { databaseUrl } from '../support/env.ts';
+import { testDatabaseUrl } from '../support/env.ts';
 import { eventLog, namedPool, scopeFor, tableName, untilLeaseExpired } from './support.ts';
 
 let pool: Pool;
@@ -456,7 +456,7 @@ describe('a claim holder killed with SIGKILL in another process', () => {
         '--import',
         'tsx',
         fixture,
-        databaseUrl(),
+        testDatabaseUrl(),
         provider,
         scope.tenantId,
         scope.operationType,

@@ -14,7 +14,8 @@ import {
   type ExternalOutcome,
   type Scope,
 } from '../../src/ledger/index.ts';
-import { deferred, eventLog, namedPool, scopeFor, until, untilLeaseExpired } from './support.ts';
+import { eventLog, namedPool, scopeFor, untilLeaseExpired } from './support.ts';
+import { deferred, until } from '../support/wait.ts';
 
 let pool: Pool;
 beforeAll(() => {

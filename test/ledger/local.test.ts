@@ -6,7 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Pool, PoolClient } from '../../src/db/index.ts';
 import { FinalFailure, Ledger, LedgerError, type Json, type Scope } from '../../src/ledger/index.ts';
 import { LOCAL_CLAIM_VANISHED } from '../../src/ledger/sql.ts';
-import { deferred, eventLog, lockWaiters, namedPool, scopeFor, tableName, until } from './support.ts';
+import { eventLog, lockWaiters, namedPool, scopeFor, tableName } from './support.ts';
+import { deferred, until } from '../support/wait.ts';
 
 let pool: Pool;
 let appName: string;

@@ -6,6 +6,7 @@ import { namedPool, scopeFor } from './support.ts';
 import type { ScheduleHandle } from '@temporalio/client';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { uniq } from '../support/env.ts';
+import { until } from '../support/wait.ts';
 import { assertRetentionWindow, ensureRetentionSchedule } from '../../src/retention/schedule.ts';
 import type { RetentionSummary } from '../../activities/retention.ts';
 
@@ -172,20 +173,22 @@ describe('retention schedule', () => {
     expect(await ensureRetentionSchedule(stack.client, opts)).toBe(true);
     // A second worker starting up leaves the existing schedule alone.
     expect(await ensureRetentionSchedule(stack.client, opts)).toBe(false);
-    schedule = stack.client.schedule.getHandle(scheduleId);
-    const described = await schedule.describe();
+    const handle = stack.client.schedule.getHandle(scheduleId);
+    schedule = handle;
+    const described = await handle.describe();
     expect(described.action.type).toBe('startWorkflow');
 
-    await schedule.trigger();
-    let workflowId: string | undefined;
-    const deadline = Date.now() + 60_000;
-    while (!workflowId) {
-      if (Date.now() > deadline) throw new Error('the schedule never started its workflow');
-      const d = await schedule.describe();
-      workflowId =
-        d.info.recentActions[0]?.action.workflow.workflowId ?? d.info.runningActions[0]?.workflow.workflowId;
-      if (!workflowId) await new Promise((r) => setTimeout(r, 200));
-    }
+    await handle.trigger();
+    const workflowId = await until(
+      'the schedule to start its workflow',
+      async () => {
+        const d = await handle.describe();
+        return (
+          d.info.recentActions[0]?.action.workflow.workflowId ?? d.info.runningActions[0]?.workflow.workflowId
+        );
+      },
+      { timeoutMs: 60_000, intervalMs: 200 },
+    );
     const summary = (await stack.client.workflow.getHandle(workflowId).result()) as RetentionSummary;
     expect(summary.deleted).toBeGreaterThanOrEqual(3);
     expect(summary.batches).toBeGreaterThanOrEqual(3); // batchSize 1: bounded batches

@@ -1,29 +1,14 @@
-/** Helpers shared by the ledger tests: deferred promises, per-test tables, lock-wait probes. */
+/** Helpers shared by the ledger tests: per-test tables and scopes, lock-wait and lease probes. */
 import pg from 'pg';
 import { createPool, type Pool } from '../../src/db/index.ts';
-import { databaseUrl, uniq } from '../support/env.ts';
+import { testDatabaseUrl, uniq } from '../support/env.ts';
+import { until } from '../support/wait.ts';
 import type { LedgerEvent, Scope } from '../../src/ledger/index.ts';
-
-export interface Deferred<T = void> {
-  promise: Promise<T>;
-  resolve(value: T): void;
-  reject(err: unknown): void;
-}
-
-export function deferred<T = void>(): Deferred<T> {
-  let resolve!: (value: T) => void;
-  let reject!: (err: unknown) => void;
-  const promise = new Promise<T>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  return { promise, resolve, reject };
-}
 
 /** A pool whose connections carry a unique application_name, so tests can find their own backends. */
 export function namedPool(max: number): { pool: Pool; appName: string } {
   const appName = uniq('ledger').slice(0, 60);
-  return { pool: createPool(databaseUrl(), { max, application_name: appName }), appName };
+  return { pool: createPool(testDatabaseUrl(), { max, application_name: appName }), appName };
 }
 
 /** A table name no other test file uses (tables are created by tests, never by migrations). */
@@ -49,22 +34,9 @@ export async function lockWaiters(pool: Pool, appName: string): Promise<number> 
   return rows[0]?.n ?? 0;
 }
 
-/** Waits for a condition that another connection will make true (polls; bounded). */
-export async function until(
-  what: string,
-  check: () => Promise<boolean> | boolean,
-  timeoutMs = 30_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 /** Waits until the record's lease has expired by the database clock. */
 export async function untilLeaseExpired(pool: Pool, scope: Scope): Promise<void> {
-  await until('lease expiry', async () => {
+  await until(`the lease of ${scope.key} to expire by the database clock`, async () => {
     const { rows } = await pool.query<{ expired: boolean }>(
       `select lease_expires_at <= now() as expired from operations
         where tenant_id = $1 and operation_type = $2 and key = $3`,

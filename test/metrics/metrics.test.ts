@@ -12,7 +12,9 @@ import { createPool, type Pool } from '../../src/db/index.ts';
 import { Ledger, LedgerError } from '../../src/ledger/index.ts';
 import { createMetrics, metricsPlugin, startMetricsServer, type Metrics } from '../../src/metrics/index.ts';
 import { PortInUseError } from '../../src/devserver/ports.ts';
-import { databaseUrl, testPool, uniq } from '../support/env.ts';
+import { testDatabaseUrl, testPool, uniq } from '../support/env.ts';
+import { until } from '../support/wait.ts';
+import { untilLeaseExpired } from '../ledger/support.ts';
 
 let pool: Pool;
 beforeAll(() => {
@@ -77,7 +79,7 @@ describe('ledger counters', () => {
     await expect(ledger.claim(s, input({ n: 1 }))).rejects.toMatchObject({ code: 'in_progress' });
     expect(await count('onceflow_ledger_in_progress_refusals_total')).toBe(1);
 
-    await new Promise((r) => setTimeout(r, 400));
+    await untilLeaseExpired(pool, s);
     const second = await ledger.claim(s, input({ n: 1 }));
     expect(second).toMatchObject({ kind: 'claimed', takeover: true });
     expect(await count('onceflow_ledger_takeovers_total', { from_state: 'in_progress' })).toBe(1);
@@ -164,7 +166,7 @@ describe('backlog gauges', () => {
     await pool.query(`create table ${schema}.operations (like public.operations including all)`);
     await pool.query(`create table ${schema}.orders (like public.orders including all)`);
     await pool.query(`create table ${schema}.workflow_outbox (like public.workflow_outbox including all)`);
-    scoped = createPool(databaseUrl(), { max: 2, options: `-c search_path=${schema}` });
+    scoped = createPool(testDatabaseUrl(), { max: 2, options: `-c search_path=${schema}` });
     metrics = createMetrics({ pool: scoped, defaultMetrics: false });
   });
   afterAll(async () => {
@@ -214,7 +216,12 @@ describe('backlog gauges', () => {
     await order('o3', 'payment_unknown');
     await order('o4', 'completed');
 
-    await new Promise((r) => setTimeout(r, 1_100)); // past the per-scrape snapshot reuse
+    // A scrape reuses the snapshot of the last second: wait until one shows the new rows.
+    await until(
+      'a metrics snapshot with the new orders',
+      () => gauge('onceflow_orders_in_status', { status: 'needs_attention' }),
+      { done: (n) => n === 2 },
+    );
     const text = await metrics.registry.metrics();
     const inProgressAge = await gauge('onceflow_ledger_oldest_age_seconds', { state: 'in_progress' });
     const unknownAge = await gauge('onceflow_ledger_oldest_age_seconds', { state: 'unknown' });

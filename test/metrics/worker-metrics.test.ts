@@ -4,6 +4,7 @@
  * installed once (the test process already has one).
  */
 import { afterAll, expect, it } from 'vitest';
+import { until } from '../support/wait.ts';
 import { startWorkerMetricsFixture, type WorkerMetricsFixture } from './fixtures/start-worker-metrics.ts';
 
 let worker: WorkerMetricsFixture | undefined;
@@ -16,15 +17,15 @@ it('serves onceflow and temporal_ worker metrics from one endpoint', async () =>
   worker = await startWorkerMetricsFixture('metrics');
   const { url, sdkPort } = worker;
 
-  // The SDK's exporter fills in once the worker polls; allow it a few seconds.
-  const deadline = Date.now() + 20_000;
-  let body = '';
-  while (Date.now() < deadline) {
-    body = await (await fetch(url)).text();
-    if (/^temporal_num_pollers\{/m.test(body)) break;
-    await new Promise((r) => setTimeout(r, 500));
-  }
-  expect(body).toMatch(/^temporal_num_pollers\{/m);
+  // The SDK's exporter fills in once the worker polls.
+  const body = await until(
+    'the SDK exporter to report temporal_num_pollers',
+    async () => (await fetch(url)).text(),
+    {
+      done: (text) => /^temporal_num_pollers\{/m.test(text),
+      intervalMs: 500,
+    },
+  );
   expect(body).toMatch(/^temporal_worker_start\{/m);
   expect(body).toContain(
     `onceflow_metrics_source_up{source="http://127.0.0.1:${sdkPort}/metrics",service="worker"} 1`,

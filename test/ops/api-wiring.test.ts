@@ -11,7 +11,7 @@ import { Ledger } from '../../src/ledger/index.ts';
 import { createMetrics, type Metrics } from '../../src/metrics/index.ts';
 import { loadConfig } from '../../src/config.ts';
 import type { Pool } from '../../src/db/index.ts';
-import { databaseUrl, temporalAddress, temporalClient, testPool, uniq } from '../support/env.ts';
+import { testDatabaseUrl, temporalAddress, temporalClient, testPool, uniq } from '../support/env.ts';
 
 let app: FastifyInstance;
 let pool: Pool;
@@ -21,7 +21,7 @@ const ADMIN = 'admin_wiring_token_0123456789';
 
 beforeAll(async () => {
   const config = loadConfig({
-    DATABASE_URL: databaseUrl(),
+    DATABASE_URL: testDatabaseUrl(),
     TEMPORAL_ADDRESS: temporalAddress(),
     TEMPORAL_TASK_QUEUE: uniq('wiring'),
     ONCEFLOW_ADMIN_TOKEN: ADMIN,

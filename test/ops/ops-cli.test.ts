@@ -9,12 +9,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { WorkflowHandle } from '@temporalio/client';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
-import { statusQuery } from '../../src/orders/contract.ts';
 import type { orderWorkflow } from '../../workflows/order.ts';
 import { stepKeys, type OrderWorkflowInput } from '../../src/orders/model.ts';
 import { downstreamKey } from '../../src/ledger/index.ts';
 import type { AuditEntry, OperationStory, OperationListItem, AttentionItem } from '../../src/ops/index.ts';
 import { json, runOps } from './support.ts';
+import { untilStatus } from '../support/wait.ts';
 
 let stack: OrderStack;
 interface Parked {
@@ -26,17 +26,6 @@ interface Parked {
 let a: Parked;
 let b: Parked;
 const cli = (...args: string[]) => runOps(args, { sandboxUrl: stack.sandbox.url });
-
-async function waitForStatus(handle: WorkflowHandle, wanted: string, timeoutMs = 90_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  let last = '';
-  while (Date.now() < deadline) {
-    last = (await handle.query(statusQuery)).status;
-    if (last === wanted) return;
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  throw new Error(`workflow ${handle.workflowId} did not reach ${wanted} (last: ${last})`);
-}
 
 async function auditRows(where: { key?: string; workflowId?: string }): Promise<AuditEntry[]> {
   const { rows } = await stack.pool.query<{
@@ -80,7 +69,7 @@ beforeAll(async () => {
     return { input, workflowId, handle, chargeKey: stepKeys.charge(workflowId) };
   };
   [a, b] = await Promise.all([start(), start()]);
-  await Promise.all([waitForStatus(a.handle, 'needs_attention'), waitForStatus(b.handle, 'needs_attention')]);
+  await Promise.all([untilStatus(a.handle, 'needs_attention'), untilStatus(b.handle, 'needs_attention')]);
 });
 afterAll(async () => {
   await stack?.close();

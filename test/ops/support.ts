@@ -1,7 +1,7 @@
 /** Runs the operator CLI as a child process against this run's services. */
 import { execFile } from 'node:child_process';
 import path from 'node:path';
-import { databaseUrl, temporalAddress } from '../support/env.ts';
+import { testDatabaseUrl, temporalAddress } from '../support/env.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
 
@@ -22,7 +22,7 @@ export function runOps(args: string[], env: { sandboxUrl: string }): Promise<Cli
         env: {
           PATH: process.env.PATH,
           HOME: process.env.HOME,
-          DATABASE_URL: databaseUrl(),
+          DATABASE_URL: testDatabaseUrl(),
           TEMPORAL_ADDRESS: temporalAddress(),
           TEMPORAL_NAMESPACE: 'default',
           TEMPORAL_UI_URL: 'http://temporal-ui.test',

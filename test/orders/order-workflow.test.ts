@@ -8,6 +8,7 @@ import { Worker } from '@temporalio/worker';
 import { WorkflowIdReusePolicy, type WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 import { startOrderStack, TEST_TIMING, type OrderStack } from '../support/stack.ts';
 import { workflowBundlePath } from '../support/env.ts';
+import { untilStatus, untilWorkflow } from '../support/wait.ts';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import type { temporal } from '@temporalio/proto';
@@ -30,23 +31,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await stack?.close();
 });
-
-async function waitForStatus(
-  workflowId: string,
-  wanted: string,
-  timeoutMs = 60_000,
-): Promise<{ status: string; lastError: string | null }> {
-  const handle = stack.client.workflow.getHandle(workflowId);
-  const deadline = Date.now() + timeoutMs;
-  let last = '';
-  while (Date.now() < deadline) {
-    const state = await handle.query(statusQuery);
-    last = state.status;
-    if (state.status === wanted) return state;
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error(`workflow ${workflowId} did not reach ${wanted} (last: ${last})`);
-}
 
 type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
 
@@ -237,12 +221,14 @@ describe('order workflow', () => {
       const timing = { ...TEST_TIMING, unknownHorizonMs: 10 * 60_000 };
       const { input, workflowId, handle } = await never.startOrder({}, timing);
       const seen = new Set<string>();
-      for (;;) {
-        const state = await handle.query(statusQuery);
-        seen.add(state.status);
-        if (['completed', 'rejected', 'needs_attention'].includes(state.status)) break;
-        await new Promise((r) => setTimeout(r, 100));
-      }
+      await untilWorkflow(
+        handle,
+        (state) => {
+          seen.add(state.status);
+          return ['completed', 'rejected', 'needs_attention'].includes(state.status);
+        },
+        'a final status',
+      );
       const result = await handle.result();
       expect(result.status).toBe('completed');
       expect(seen.has('needs_attention')).toBe(false);
@@ -295,8 +281,8 @@ describe('order workflow', () => {
     await stack.fault('charges.lookup', 'fail_before', 1000);
     const { input, workflowId, handle } = await stack.startOrder();
     try {
-      await waitForStatus(workflowId, 'payment_unknown');
-      const parked = await waitForStatus(workflowId, 'needs_attention');
+      await untilStatus(handle, 'payment_unknown');
+      const parked = await untilStatus(handle, 'needs_attention');
       expect(parked.lastError).toMatch(/unknown/);
       expect(await stack.orderRow(input)).toMatchObject({
         status: 'needs_attention',
@@ -354,7 +340,7 @@ describe('order workflow', () => {
         (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'sendReceipt',
       ).length;
     try {
-      const parked = await waitForStatus(workflowId, 'needs_attention');
+      const parked = await untilStatus(handle, 'needs_attention');
       expect(parked.lastError).toMatch(/receipt failed/);
       expect(await stack.orderRow(input)).toMatchObject({
         last_error: expect.stringMatching(/receipt failed/),
@@ -369,6 +355,8 @@ describe('order workflow', () => {
         chargeId: charge.id,
       });
       const before = await receiptAttempts();
+      // Nothing to wait for: the test is that nothing happens. 1.5 s spans several receipt
+      // retry intervals (TEST_TIMING.retryMaxMs), so a wrongly woken order would show here.
       await new Promise((r) => setTimeout(r, 1500));
       expect(await receiptAttempts()).toBe(before);
       expect((await handle.query(statusQuery)).awaitingOperator).toBe(true);
@@ -393,7 +381,7 @@ describe('order workflow', () => {
     await stack.fault('charges.create', 'delay', 1, 1_500);
     const { workflowId, handle } = await stack.startOrder();
     try {
-      await waitForStatus(workflowId, 'payment_pending');
+      await untilStatus(handle, 'payment_pending');
       let refused: unknown;
       try {
         await handle.executeUpdate(redriveUpdate, { args: [{ actor: 'test', reason: 'too early' }] });

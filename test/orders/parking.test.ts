@@ -5,7 +5,8 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startOrderStack, TEST_PROVIDER_TIMEOUT_MS, type OrderStack } from '../support/stack.ts';
 import { json, runOps } from '../ops/support.ts';
-import { redriveSignal, statusQuery, type OrderState } from '../../src/orders/contract.ts';
+import { redriveSignal } from '../../src/orders/contract.ts';
+import { untilStatus, untilWorkflow } from '../support/wait.ts';
 import { stepKeys } from '../../src/orders/model.ts';
 import { listParkedWorkflows } from '../../src/orders/attention.ts';
 import { createMetrics } from '../../src/metrics/index.ts';
@@ -33,35 +34,18 @@ afterAll(async () => {
   await stack?.close();
 });
 
-async function waitFor(
-  workflowId: string,
-  done: (s: OrderState) => boolean,
-  what: string,
-  timeoutMs = 60_000,
-): Promise<OrderState> {
-  const handle = stack.client.workflow.getHandle(workflowId);
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const state = await handle.query(statusQuery);
-    if (done(state)) return state;
-    if (Date.now() > deadline)
-      throw new Error(`${workflowId}: ${what} never happened (${JSON.stringify(state)})`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
 it('a status write that cannot succeed parks the workflow; a re-drive resumes it', async () => {
   // Hold the charge at the provider, and meanwhile remove the order row so writing `paid` fails for good.
   await stack.fault('charges.create', 'delay', 1, 1_500);
   const { input, workflowId, handle } = await stack.startOrder();
-  await waitFor(workflowId, (s) => s.status === 'payment_pending', 'payment_pending');
+  await untilStatus(handle, 'payment_pending');
   const { rows } = await stack.pool.query('delete from orders where tenant_id = $1 and id = $2 returning *', [
     input.tenantId,
     input.orderId,
   ]);
   expect(rows).toHaveLength(1);
 
-  const parked = await waitFor(workflowId, (s) => s.awaitingOperator, 'parking');
+  const parked = await untilWorkflow(handle, (s) => s.awaitingOperator, 'parked');
   expect(parked.lastError).toMatch(/status paid could not be recorded/);
   expect(parked.reason).toBe('status_write_failed');
   expect((await handle.describe()).searchAttributes.OrderStatus).toEqual(['needs_attention']);
@@ -108,13 +92,13 @@ it('a status write that fails for good records needs_attention with reason statu
   // under its key stands in for any write that keeps failing.
   await stack.fault('charges.create', 'delay', 1, 1_500);
   const { input, workflowId, handle } = await stack.startOrder();
-  await waitFor(workflowId, (s) => s.status === 'payment_pending', 'payment_pending');
+  await untilStatus(handle, 'payment_pending');
   await stack.ledger.runLocal(
     { tenantId: input.tenantId, operationType: 'order.status', key: stepKeys.status(workflowId, 'paid') },
     { schemaVersion: 1, value: { planted: true } },
     async () => ({ planted: true }),
   );
-  await waitFor(workflowId, (s) => s.awaitingOperator, 'parking');
+  await untilWorkflow(handle, (s) => s.awaitingOperator, 'parked');
   // The one extra attempt recorded it on the row, with the reason.
   expect(await stack.orderRow(input)).toMatchObject({
     status: 'needs_attention',
@@ -131,7 +115,7 @@ it('a status write that fails for good records needs_attention with reason statu
 it('a re-drive while the order is not parked is refused and not audited, even if the row says needs_attention', async () => {
   await stack.fault('messages.create', 'fail_before', 1000);
   const { input, workflowId, handle } = await stack.startOrder();
-  await waitFor(workflowId, (s) => s.awaitingOperator, 'parking');
+  await untilWorkflow(handle, (s) => s.awaitingOperator, 'parked');
   expect(await stack.orderRow(input)).toMatchObject({ status: 'needs_attention', reason: 'receipt_failed' });
   await stack.clearFaults();
   // The re-driven receipt is slow: the order is busy (not parked) while its row still says needs_attention.
@@ -205,7 +189,7 @@ async function parkedChargeIsLookedUpNotRepeated(stack: OrderStack): Promise<voi
   await stack.fault('charges.lookup', 'fail_before', 1000);
   const { input, workflowId, handle } = await stack.startOrder();
   try {
-    await waitFor(workflowId, (s) => s.status === 'needs_attention', 'needs_attention');
+    await untilStatus(handle, 'needs_attention');
   } finally {
     await stack.clearFaults();
   }

@@ -8,9 +8,10 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import readline from 'node:readline';
 import path from 'node:path';
 import { startOrderStack, TEST_TIMING, type OrderStack } from '../support/stack.ts';
-import { databaseUrl, temporalAddress, workflowBundlePath } from '../support/env.ts';
+import { testDatabaseUrl, temporalAddress, workflowBundlePath } from '../support/env.ts';
 import { freePort } from '../../src/devserver/ports.ts';
 import { stepKeys } from '../../src/orders/model.ts';
+import { until } from '../support/wait.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
 let stack: OrderStack;
@@ -32,7 +33,7 @@ async function spawnWorker(): Promise<ChildProcess> {
     cwd: root,
     env: {
       ...process.env,
-      DATABASE_URL: databaseUrl(),
+      DATABASE_URL: testDatabaseUrl(),
       TEMPORAL_ADDRESS: temporalAddress(),
       TEMPORAL_TASK_QUEUE: stack.taskQueue,
       SANDBOX_URL: stack.sandbox.url,
@@ -75,11 +76,10 @@ it('a worker killed with SIGKILL during the charge: the order completes with one
   };
 
   // Wait until the charge is claimed (the provider call is in flight), then kill the worker.
-  const deadline = Date.now() + 60_000;
-  while ((await stack.ledger.get(chargeScope))?.state !== 'in_progress') {
-    if (Date.now() > deadline) throw new Error('the charge was never claimed');
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  await until('the charge to be claimed', () => stack.ledger.get(chargeScope), {
+    done: (record) => record?.state === 'in_progress',
+    timeoutMs: 60_000,
+  });
   first.kill('SIGKILL');
   await new Promise((r) => first.once('exit', r));
   expect(first.signalCode).toBe('SIGKILL');

@@ -84,13 +84,14 @@ it('sandbox, worker and API survive repeated connection drops under load, and th
         if (res.status === 202) accepted.push((res.body as { workflowId: string }).workflowId);
       } catch {
         statuses.set(0, (statuses.get(0) ?? 0) + 1); // connection refused/reset: the API may be dying
-        await new Promise((r) => setTimeout(r, 50));
+        await new Promise((r) => setTimeout(r, 50)); // pace this client while the API restarts its pool
       }
     }
   };
   const clients = Array.from({ length: 4 }, () => client());
   let terminated = 0;
   for (let round = 0; round < 12; round++) {
+    // The fault itself: drop every connection every 250 ms while the clients keep sending.
     await new Promise((r) => setTimeout(r, 250));
     terminated += await terminateConnections(db.name);
   }

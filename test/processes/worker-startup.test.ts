@@ -7,7 +7,7 @@
 import net from 'node:net';
 import { expect, it } from 'vitest';
 import { freePort } from '../../src/devserver/ports.ts';
-import { databaseUrl, uniq, workflowBundlePath } from '../support/env.ts';
+import { testDatabaseUrl, uniq, workflowBundlePath } from '../support/env.ts';
 import { spawnEntry } from '../support/processes.ts';
 
 /** A port nothing listens on: bound, then released. */
@@ -26,7 +26,7 @@ function canListen(port: number): Promise<boolean> {
 it('a worker that cannot reach Temporal closes its metrics server and pool, then exits 1', async () => {
   const metricsPort = await freePort();
   const worker = spawnEntry('worker', 'src/worker/main.ts', {
-    DATABASE_URL: databaseUrl(),
+    DATABASE_URL: testDatabaseUrl(),
     TEMPORAL_ADDRESS: await refusingAddress(),
     TEMPORAL_TASK_QUEUE: uniq('startup-failure'),
     WORKFLOW_BUNDLE_PATH: workflowBundlePath(),

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { uniq } from '../support/env.ts';
 import http from 'node:http';
-import { chargeBody, eventually, startTestSandbox, type TestSandbox, type Json } from './harness.ts';
+import { chargeBody, startTestSandbox, type TestSandbox, type Json } from './harness.ts';
+import { until } from '../support/wait.ts';
 
 /** node:http, so the test controls the raw header bytes (fetch refuses some of them). */
 function rawPost(baseUrl: string, path: string, body: unknown, key: string | string[] | undefined) {
@@ -203,7 +204,7 @@ describe('sandbox payments: Idempotency-Key semantics on real Postgres and HTTP'
     });
     const slow = sb.call('POST', '/v1/charges', { body, key });
     // Hold the mid-flight state: wait until the slow request owns the key.
-    await eventually(async () => {
+    await until('the slow request to own the key (state processing)', async () => {
       const { rows } = await sb.pool.query(
         `select state from sandbox.idempotency_keys where account = $1 and scope = 'charges' and key = $2`,
         [sb.account, key],

@@ -2,7 +2,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { uniq } from '../support/env.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { ProviderError, type ChargeRequest } from '../../src/providers/types.ts';
-import { chargeBody, eventually, startTestSandbox, type TestSandbox, type Json } from './harness.ts';
+import { chargeBody, startTestSandbox, type TestSandbox, type Json } from './harness.ts';
+import { until } from '../support/wait.ts';
 
 describe('sandbox fault injection', () => {
   let sb: TestSandbox;
@@ -109,7 +110,9 @@ describe('sandbox fault injection', () => {
     });
     // While the first request still holds the key, a retry is told to come back later.
     await expect(payments().createCharge(r, key)).rejects.toMatchObject({ kind: 'in_progress', status: 409 });
-    const found = await eventually(() => payments().findChargeByIdempotencyKey(key));
+    const found = await until('the charge under the key at the provider', () =>
+      payments().findChargeByIdempotencyKey(key),
+    );
     expect(found.status).toBe('succeeded');
     expect(await charges(r.metadata.order_id!)).toHaveLength(1);
   });

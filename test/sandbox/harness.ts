@@ -91,20 +91,6 @@ export function chargeBody(overrides: Record<string, unknown> = {}) {
   };
 }
 
-/** Polls `fn` until it returns a truthy value (for state owned by another process or a background loop). */
-export async function eventually<T>(
-  fn: () => Promise<T | undefined | null | false>,
-  timeoutMs = 10_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 export interface Received {
   headers: http.IncomingHttpHeaders;
   rawBody: string;

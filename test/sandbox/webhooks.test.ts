@@ -3,13 +3,13 @@ import { verifyWebhook } from '../../src/providers/webhook-signature.ts';
 import { uniq } from '../support/env.ts';
 import {
   chargeBody,
-  eventually,
   SECRET,
   startReceiver,
   startTestSandbox,
   type TestSandbox,
   type Json,
 } from './harness.ts';
+import { until } from '../support/wait.ts';
 
 describe('sandbox webhooks: outbox, signed, at least once', () => {
   let sb: TestSandbox;
@@ -56,9 +56,8 @@ describe('sandbox webhooks: outbox, signed, at least once', () => {
       expect(verifyWebhook(SECRET, r.rawBody, header)).toHaveProperty('timestampSec');
       expect(() => verifyWebhook('whsec_wrong', r.rawBody, header)).toThrow(/signature/);
     }
-    const listed = await eventually(async () => {
-      const b = await events('?state=delivered');
-      return b.data.length === 2 ? b.data : null;
+    const { data: listed } = await until('2 delivered events', () => events('?state=delivered'), {
+      done: (b) => b.data.length === 2,
     });
     expect(listed.every((e: Json) => e.deliveries === 1 && e.attempts === 1 && e.last_status === 200)).toBe(
       true,
@@ -71,9 +70,10 @@ describe('sandbox webhooks: outbox, signed, at least once', () => {
     await receiver.waitForRequests(3);
     expect(receiver.received).toHaveLength(1);
     expect(receiver.received[0]!.body.data.object).toMatchObject({ id: res.body.id });
-    const [event] = await eventually(async () => {
-      const b = await events('?state=delivered');
-      return b.data.length === 1 ? b.data : null;
+    const {
+      data: [event],
+    } = await until('1 delivered event', () => events('?state=delivered'), {
+      done: (b) => b.data.length === 1,
     });
     expect(event).toMatchObject({ state: 'delivered', attempts: 3, deliveries: 1, last_status: 200 });
   });
@@ -81,10 +81,9 @@ describe('sandbox webhooks: outbox, signed, at least once', () => {
   it('keeps exhausted events visible as failed; redeliver re-sends one', async () => {
     receiver.setResponder(() => 503);
     await charge();
-    const [failed] = await eventually(async () => {
-      const b = await events('?state=failed');
-      return b.data.length === 1 ? b.data : null;
-    });
+    const {
+      data: [failed],
+    } = await until('1 failed event', () => events('?state=failed'), { done: (b) => b.data.length === 1 });
     expect(failed).toMatchObject({ state: 'failed', attempts: 3, last_status: 503 });
     expect(failed.last_error).toMatch(/503/);
     expect(receiver.count).toBe(3);
@@ -111,9 +110,9 @@ describe('sandbox webhooks: outbox, signed, at least once', () => {
     expect(ids).toHaveLength(4);
     expect(new Set(ids).size).toBe(2);
     for (const id of new Set(ids)) expect(ids.filter((x) => x === id)).toHaveLength(2);
-    await eventually(async () =>
-      (await events('?state=delivered')).data.every((e: Json) => e.deliveries === 2),
-    );
+    await until('every delivered event delivered twice', () => events('?state=delivered'), {
+      done: (b) => b.data.every((e: Json) => e.deliveries === 2),
+    });
   });
 
   it('reorder mode delivers queued events newest first', async () => {

@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { execFile } from 'node:child_process';
 import path from 'node:path';
-import { databaseUrl, uniq } from '../support/env.ts';
+import { testDatabaseUrl, uniq } from '../support/env.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
 
@@ -182,7 +182,9 @@ describe('--json outputs', () => {
 
   it('api-key prints the key as a JSON result, notes as JSON lines', async () => {
     const tenant = uniq('cli').toLowerCase();
-    const r = await run('api-key.ts', [tenant, '--create-tenant', '--json'], { DATABASE_URL: databaseUrl() });
+    const r = await run('api-key.ts', [tenant, '--create-tenant', '--json'], {
+      DATABASE_URL: testDatabaseUrl(),
+    });
     expect(r.code, r.stderr).toBe(0);
     const [result, ...rest] = allJson(r.stdout);
     expect(rest).toEqual([]);
@@ -193,7 +195,7 @@ describe('--json outputs', () => {
     });
     expect(allJson(r.stderr)).toEqual([expect.objectContaining({ tenantId: tenant, createdTenant: true })]);
 
-    const text = await run('api-key.ts', [tenant], { DATABASE_URL: databaseUrl() });
+    const text = await run('api-key.ts', [tenant], { DATABASE_URL: testDatabaseUrl() });
     expect(text.code, text.stderr).toBe(0);
     expect(lines(text.stdout)).toEqual([expect.stringMatching(/^sk_test_[\w-]+$/)]);
   });

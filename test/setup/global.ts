@@ -1,7 +1,8 @@
 /**
- * One real Postgres database and one real Temporal dev server for the whole
- * run. Nothing is mocked and nothing is skipped: if a service is missing, the
- * run fails here and says what is missing.
+ * One real Postgres template database and one real Temporal dev server for
+ * the whole run. Each test file gets its own clone of the template
+ * (test/setup/runtime.ts). Nothing is mocked and nothing is skipped: if a
+ * service is missing, the run fails here and says what is missing.
  */
 import type { TestProject } from 'vitest/node';
 import fs from 'node:fs';
@@ -10,6 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { loadConfig } from '../../src/config.ts';
 import { createPool } from '../../src/db/index.ts';
 import { createThrowawayDatabase } from '../../src/db/migrate.ts';
+import { closeTemplate, dropDatabasesWithPrefix } from '../support/database.ts';
 import { seedDemoData } from '../../src/db/seed.ts';
 import {
   ensureTemporalCli,
@@ -26,7 +28,10 @@ import { ensureWorkflowBundle } from '../../src/worker/bundle.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
-    databaseUrl: string;
+    /** The Postgres server (its URL, with any database name): tests connect only to their own clones. */
+    postgresUrl: string;
+    /** The run's migrated, seeded template; it refuses connections (clone it, never use it). */
+    databaseTemplate: string;
     temporalAddress: string;
     temporalUiUrl: string;
     workflowBundlePath: string;
@@ -41,8 +46,11 @@ export default async function setup(project: TestProject) {
   const dataDir = path.join(config.dataDir, 'test', runId);
   fs.mkdirSync(dataDir, { recursive: true });
 
-  // --- Postgres: a database of our own, never the user's data.
-  const database = await createThrowawayDatabase(config.databaseUrl, `onceflow_test_${runId}`);
+  // --- Postgres: a template of our own, never the user's data. Every database this run
+  // creates (the template, each file's clone) starts with this prefix.
+  const databasePrefix = `onceflow_test_${runId}`;
+  const databaseTemplate = databasePrefix;
+  const database = await createThrowawayDatabase(config.databaseUrl, databaseTemplate);
   const databaseUrl = database.url;
 
   let server: DevServer | undefined;
@@ -54,7 +62,8 @@ export default async function setup(project: TestProject) {
   };
   const teardown = async () => {
     await server?.stop();
-    await database.drop();
+    // The template, and any clone a file could not drop (its process died).
+    await dropDatabasesWithPrefix(config.databaseUrl, databasePrefix);
     if (config.temporal.backend === 'postgres' && !config.temporal.external) {
       await dropTemporalDatabases(temporalDatabases);
     }
@@ -71,6 +80,8 @@ export default async function setup(project: TestProject) {
     } finally {
       await seedPool.end();
     }
+    // Cloning needs a template nobody is connected to: from here on nobody can be.
+    await closeTemplate(config.databaseUrl, databaseTemplate);
 
     // --- Temporal: TEMPORAL_ADDRESS if given, otherwise a dev server of our own on free ports.
     let temporalAddress = config.temporal.address;
@@ -98,7 +109,8 @@ export default async function setup(project: TestProject) {
     // (built here only when that code changed), instead of once per worker.
     const { path: workflowBundlePath } = await ensureWorkflowBundle();
 
-    project.provide('databaseUrl', databaseUrl);
+    project.provide('postgresUrl', config.databaseUrl);
+    project.provide('databaseTemplate', databaseTemplate);
     project.provide('temporalAddress', temporalAddress);
     project.provide('temporalUiUrl', temporalUiUrl);
     project.provide('workflowBundlePath', workflowBundlePath);

@@ -1,7 +1,9 @@
-// Per test process: keep the Temporal SDK's own logs to errors (expected activity failures are warnings).
+// Per test file: its own database, and the Temporal SDK's own logs kept to errors.
+import { afterAll, beforeAll } from 'vitest';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { loadConfig } from '../../src/config.ts';
 import { setLogLevel } from '../../src/log.ts';
+import { createTestDatabase, dropTestDatabase } from '../support/env.ts';
 
 try {
   Runtime.install({ logger: new DefaultLogger('ERROR') });
@@ -11,3 +13,9 @@ try {
 
 // Our own JSON logs follow LOG_LEVEL (vitest.config.ts sets warn).
 setLogLevel(loadConfig().logLevel);
+
+// A clone of the run's migrated, seeded template. Registered before the file's own hooks,
+// so it exists before them and (hooks after a suite run in reverse) is dropped after them,
+// whether the file's tests passed or not.
+beforeAll(createTestDatabase);
+afterAll(dropTestDatabase);

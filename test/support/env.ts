@@ -4,13 +4,39 @@ import type { Client } from '@temporalio/client';
 import { NativeConnection } from '@temporalio/worker';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { createPool, type Pool } from '../../src/db/index.ts';
-import { createThrowawayDatabase, withDatabase } from '../../src/db/migrate.ts';
+import { withDatabase } from '../../src/db/migrate.ts';
+import { cloneDatabase, cloneName, dropDatabase } from './database.ts';
 
-export const databaseUrl = () => inject('databaseUrl');
+let fileDatabase: string | undefined;
+
+/**
+ * The name of this test file's own database. test/setup/runtime.ts creates it
+ * (a clone of the run's template) before the file's first hook and drops it
+ * after its last; the name is fixed on first use, so a pool created while the
+ * module loads already points at it.
+ */
+export function testDatabaseName(): string {
+  fileDatabase ??= cloneName(inject('databaseTemplate'));
+  return fileDatabase;
+}
+
+/** This test file's own database: migrated and seeded, shared with no other file. Pass it to spawned processes. */
+export const testDatabaseUrl = (): string => withDatabase(inject('postgresUrl'), testDatabaseName());
+
+/** Creates this file's database (test/setup/runtime.ts, before the file's hooks). */
+export async function createTestDatabase(): Promise<void> {
+  await cloneDatabase(inject('postgresUrl'), inject('databaseTemplate'), testDatabaseName());
+}
+
+/** Drops this file's database, connections and all (test/setup/runtime.ts, after the file's hooks). */
+export async function dropTestDatabase(): Promise<void> {
+  if (fileDatabase) await dropDatabase(inject('postgresUrl'), fileDatabase);
+}
+
 export const temporalAddress = () => inject('temporalAddress');
 export const workflowBundlePath = () => inject('workflowBundlePath');
 
-export function testPool(max = 10, url = databaseUrl()): Pool {
+export function testPool(max = 10, url = testDatabaseUrl()): Pool {
   return createPool(url, { max });
 }
 
@@ -33,23 +59,23 @@ export function uniq(prefix: string): string {
 }
 
 /**
- * A migrated database of this test file's own, next to the run's database.
- * For tests that must see (or fault) only their own rows and connections:
- * the outbox relay starts every due row in its database, and
- * pg_terminate_backend must hit only this file's processes.
+ * One more database besides the file's own (another clone of the template),
+ * for tests whose connections get killed (pg_terminate_backend must hit only
+ * the processes under test, not the file's own pools). The global teardown
+ * drops it if `drop()` never ran.
  */
 export async function ownDatabase(
-  prefix: string,
+  label: string,
 ): Promise<{ url: string; name: string; drop: () => Promise<void> }> {
-  const base = new URL(databaseUrl());
-  const name = `${decodeURIComponent(base.pathname.slice(1))}_${prefix}_${Math.random().toString(36).slice(2, 8)}`;
-  const db = await createThrowawayDatabase(databaseUrl(), name.slice(0, 63));
-  return { ...db, name: name.slice(0, 63) };
+  const server = inject('postgresUrl');
+  const name = cloneName(inject('databaseTemplate'), label);
+  const url = await cloneDatabase(server, inject('databaseTemplate'), name);
+  return { url, name, drop: () => dropDatabase(server, name) };
 }
 
 /** Terminates every connection to `database` but the caller's own (what a Postgres restart does to them). */
 export async function terminateConnections(database: string): Promise<number> {
-  const admin = createPool(withDatabase(databaseUrl(), 'postgres'), { max: 1 });
+  const admin = createPool(withDatabase(inject('postgresUrl'), 'postgres'), { max: 1 });
   try {
     const { rows } = await admin.query<{ n: number }>(
       `select count(*) filter (where pg_terminate_backend(pid))::int as n

@@ -1,6 +1,7 @@
 /** onceflow's real entry points as child processes, for tests that kill, fault and restart them. */
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
+import { until } from './wait.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
 
@@ -41,17 +42,20 @@ export function spawnEntry(
 
 /** Polls `url` until it answers 2xx; fails early (with its output) if `proc` exits. */
 export async function waitHttpOk(url: string, proc: Proc, timeoutMs = 90_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (!proc.alive()) throw new Error(`${proc.name} exited during startup:\n${proc.output()}`);
-    try {
-      if ((await fetch(url)).ok) return;
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`${proc.name} did not answer ${url}:\n${proc.output()}`);
+  await withOutputOnTimeout(
+    proc,
+    until(
+      `${proc.name} to answer 2xx at ${url}`,
+      async () => {
+        if (!proc.alive()) throw new Error(`${proc.name} exited during startup:\n${proc.output()}`);
+        return fetch(url).then(
+          (res) => res.ok,
+          () => false, // not listening yet
+        );
+      },
+      { timeoutMs, intervalMs: 100 },
+    ),
+  );
 }
 
 export function killAll(procs: Proc[]): void {
@@ -60,12 +64,30 @@ export function killAll(procs: Proc[]): void {
 
 /** Resolves once `proc`'s output matches `pattern`; fails early (with its output) if it exits. */
 export async function waitOutput(proc: Proc, pattern: RegExp, timeoutMs = 90_000): Promise<RegExpMatchArray> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const match = proc.output().match(pattern);
-    if (match) return match;
-    if (!proc.alive()) throw new Error(`${proc.name} exited before printing ${pattern}:\n${proc.output()}`);
-    await new Promise((r) => setTimeout(r, 100));
+  return withOutputOnTimeout(
+    proc,
+    until(
+      `${proc.name} to print ${pattern}`,
+      () => {
+        const match = proc.output().match(pattern);
+        if (!match && !proc.alive()) {
+          throw new Error(`${proc.name} exited before printing ${pattern}:\n${proc.output()}`);
+        }
+        return match;
+      },
+      { timeoutMs, intervalMs: 100 },
+    ),
+  );
+}
+
+/** A wait's timeout error gets the process's output, which usually says why. */
+async function withOutputOnTimeout<T>(proc: Proc, wait: Promise<T>): Promise<T> {
+  try {
+    return await wait;
+  } catch (err) {
+    if (err instanceof Error && err.message.startsWith('timed out')) {
+      err.message += `\n${proc.name} output:\n${proc.output()}`;
+    }
+    throw err;
   }
-  throw new Error(`${proc.name} did not print ${pattern}:\n${proc.output()}`);
 }

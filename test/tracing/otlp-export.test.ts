@@ -9,7 +9,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { context, trace } from '@opentelemetry/api';
 import { freePort } from '../../src/devserver/ports.ts';
 import { startTracing, traceCarrier, tracingActive } from '../../src/tracing/index.ts';
-import { databaseUrl } from '../support/env.ts';
+import { testDatabaseUrl } from '../support/env.ts';
 import { killAll, spawnEntry, waitHttpOk, type Proc } from '../support/processes.ts';
 
 interface Received {
@@ -47,7 +47,7 @@ describe('OTLP export', () => {
 
     const port = await freePort();
     const sandbox = spawnEntry('sandbox', 'src/sandbox/main.ts', {
-      DATABASE_URL: databaseUrl(),
+      DATABASE_URL: testDatabaseUrl(),
       SANDBOX_PORT: String(port),
       LOG_LEVEL: 'warn',
       OTEL_EXPORTER_OTLP_ENDPOINT: endpoint,

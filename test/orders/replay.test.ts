@@ -1,0 +1,104 @@
+/**
+ * Histories recorded by the previous release (test/fixtures/histories/<release>/,
+ * see the README there) replay with the current workflow code. A change that
+ * would make an order already running in production fail its replay
+ * (non-determinism: a step added, removed or reordered without a patch) fails
+ * here, before it ships. order-workflow.test.ts also replays the histories its
+ * own run records, which covers the scenarios only the tests produce.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { Worker } from '@temporalio/worker';
+import type { temporal } from '@temporalio/proto';
+import { workflowBundlePath } from '../support/env.ts';
+import { historyFromJSON } from '../support/history.ts';
+
+const FIXTURES = path.resolve(import.meta.dirname, '../fixtures/histories');
+
+interface Fixture {
+  /** `<release>/<scenario>`, also used as the workflow ID of the replay. */
+  name: string;
+  history: temporal.api.history.v1.IHistory;
+  /** The file as recorded (proto JSON). */
+  json: string;
+}
+
+function loadFixtures(): Fixture[] {
+  const fixtures: Fixture[] = [];
+  for (const release of fs.readdirSync(FIXTURES, { withFileTypes: true })) {
+    if (!release.isDirectory()) continue;
+    for (const file of fs.readdirSync(path.join(FIXTURES, release.name)).sort()) {
+      if (!file.endsWith('.json')) continue;
+      const json = fs.readFileSync(path.join(FIXTURES, release.name, file), 'utf8');
+      fixtures.push({
+        name: `${release.name}/${file.replace(/\.json$/, '')}`,
+        history: historyFromJSON(JSON.parse(json)),
+        json,
+      });
+    }
+  }
+  return fixtures;
+}
+
+async function replay(fixtures: Fixture[]): Promise<Map<string, Error | undefined>> {
+  const results = new Map<string, Error | undefined>();
+  for await (const result of Worker.runReplayHistories(
+    { workflowBundle: { codePath: workflowBundlePath() } },
+    fixtures.map((f) => ({ workflowId: f.name, history: f.history })),
+  )) {
+    results.set(result.workflowId, result.error);
+  }
+  return results;
+}
+
+describe('replay of the previous release', () => {
+  const fixtures = loadFixtures();
+
+  it('has the recorded histories, each of a finished order', () => {
+    expect(fixtures.map((f) => f.name)).toEqual(
+      expect.arrayContaining([
+        'v0.2/completed',
+        'v0.2/rejected-declined',
+        'v0.2/payment-unknown-reconciled',
+        'v0.2/webhook-settled',
+        'v0.2/receipt-retried',
+        'v0.2/receipt-parked-redrive',
+      ]),
+    );
+    for (const f of fixtures) {
+      const last = f.history.events?.at(-1);
+      expect(
+        last?.workflowExecutionCompletedEventAttributes,
+        `${f.name} ends with a completed workflow`,
+      ).toBeTruthy();
+    }
+  });
+
+  it('every recorded history replays with the current workflow code', async () => {
+    const results = await replay(fixtures);
+    expect([...results.keys()].sort()).toEqual(fixtures.map((f) => f.name).sort());
+    const failures = [...results]
+      .filter(([, error]) => error)
+      .map(([name, error]) => `${name}: ${String(error)}`);
+    expect(failures).toEqual([]);
+  });
+
+  it('a history the code would not produce fails its replay (so the test above can fail)', async () => {
+    const completed = fixtures.find((f) => f.name.endsWith('/completed'));
+    expect(completed).toBeDefined();
+    // The recorded charge step renamed: the workflow code schedules chargePayment where the history says otherwise.
+    const tampered = JSON.parse(completed!.json) as {
+      events: { activityTaskScheduledEventAttributes?: { activityType: { name: string } } }[];
+    };
+    const scheduled = tampered.events.find(
+      (e) => e.activityTaskScheduledEventAttributes?.activityType.name === 'chargePayment',
+    );
+    expect(scheduled).toBeDefined();
+    scheduled!.activityTaskScheduledEventAttributes!.activityType.name = 'chargePaymentV0';
+    const results = await replay([
+      { name: 'tampered/completed', history: historyFromJSON(tampered), json: '' },
+    ]);
+    expect(results.get('tampered/completed')?.name).toBe('DeterminismViolationError');
+  });
+});

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startOrderStack, TEST_PROVIDER_TIMEOUT_MS, type OrderStack } from '../support/stack.ts';
 import { json, runOps } from '../ops/support.ts';
 import { redriveSignal } from '../../src/orders/contract.ts';
-import { untilStatus, untilWorkflow } from '../support/wait.ts';
+import { until, untilStatus, untilWorkflow } from '../support/wait.ts';
 import { stepKeys } from '../../src/orders/model.ts';
 import { listParkedWorkflows } from '../../src/orders/attention.ts';
 import { createMetrics } from '../../src/metrics/index.ts';
@@ -50,6 +50,11 @@ it('a status write that cannot succeed parks the workflow; a re-drive resumes it
   expect(parked.reason).toBe('status_write_failed');
   expect((await handle.describe()).searchAttributes.OrderStatus).toEqual(['needs_attention']);
 
+  // Visibility is eventually consistent (the Temporal server on Postgres writes it
+  // asynchronously): wait until a visibility query sees the parked order, as ops would.
+  await until(`${workflowId} in the parked-workflow visibility query`, async () =>
+    (await listParkedWorkflows(stack.client, { limit: 1000 })).some((p) => p.workflowId === workflowId),
+  );
   // No row says needs_attention (there is no row at all), yet the order is listed and counted.
   const cli = json<AttentionItem[]>(
     await runOps(['attention', '--tenant', input.tenantId, '--json'], { sandboxUrl: stack.sandbox.url }),

@@ -58,7 +58,11 @@ async function freePortPair(): Promise<number> {
   }
 }
 
-/** Child pids of `pid`, from /proc (the API cluster primary's workers). */
+/**
+ * The API processes the cluster primary `pid` forked, from /proc: its children
+ * running src/api/main.ts. (Other children, such as the esbuild service tsx
+ * starts when its transform cache is cold, are not API processes.)
+ */
 function childrenOf(pid: number): number[] {
   const out: number[] = [];
   for (const entry of fs.readdirSync('/proc')) {
@@ -67,7 +71,11 @@ function childrenOf(pid: number): number[] {
       const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
       // Fields after the command name (in parentheses): state, ppid, ...
       const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      if (ppid === pid) out.push(Number(entry));
+      if (ppid !== pid) continue;
+      const cmdline = fs.readFileSync(`/proc/${entry}/cmdline`, 'utf8');
+      if (cmdline.includes('src/api/main.ts') && !stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z')) {
+        out.push(Number(entry));
+      }
     } catch {
       // exited meanwhile
     }

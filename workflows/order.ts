@@ -33,6 +33,7 @@ import {
   OrderStatusKey,
   paymentEventSignal,
   REDRIVE_REFUSED,
+  searchableText,
   redriveSignal,
   redriveUpdate,
   statusQuery,
@@ -154,7 +155,7 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
     upsertSearchAttributes([
       ...(tenantTagged ? [] : [{ key: TenantIdKey, value: input.tenantId }]),
       { key: OrderStatusKey, value: status },
-      ...(lastError ? [{ key: OrderLastErrorKey, value: lastError.slice(0, 1000) }] : []),
+      ...(lastError ? [{ key: OrderLastErrorKey, value: searchableText(lastError) }] : []),
     ]);
     tenantTagged = true;
   }

@@ -19,6 +19,37 @@ export const OrderStatusKey = defineSearchAttributeKey('OrderStatus', SearchAttr
 export const TenantIdKey = defineSearchAttributeKey('TenantId', SearchAttributeType.KEYWORD);
 export const OrderLastErrorKey = defineSearchAttributeKey('OrderLastError', SearchAttributeType.TEXT);
 
+/** Longest OrderLastError value the workflow sets (visibility stores it for every run). */
+export const LAST_ERROR_MAX_CHARS = 1000;
+
+/**
+ * An error message as a Text search attribute value. The Temporal server on
+ * Postgres stores Text attributes as `tsvector`, whose input syntax gives `:`
+ * (positions), `'` (quoting) and `\` (escapes) a meaning: "recorded: order x"
+ * is a syntax error there, and the server then retries that visibility
+ * update forever, so the order never shows up in visibility queries (the
+ * attention list, the needs_attention gauge). Those characters (and control
+ * characters) become spaces,
+ * and a run of 400 characters without a space is broken; every other
+ * character of the message is kept. The full message
+ * stays in the workflow's state and on the order row.
+ */
+export function searchableText(message: string): string {
+  const spaced = message
+    // eslint-disable-next-line no-control-regex -- control characters (NUL above all) are not text Postgres stores
+    .replace(/[:'\\\u0000-\u001f\u007f]/g, ' ')
+    .replace(/\s+/g, ' ')
+    .trim();
+  // By code points, so a surrogate pair is never cut in half.
+  return (
+    Array.from(spaced)
+      .slice(0, LAST_ERROR_MAX_CHARS)
+      .join('')
+      // tsvector refuses a word over 2046 bytes: break long runs (UTF-8 has up to 4 bytes a char).
+      .replace(/\S{400}(?=\S)/gu, '$& ')
+  );
+}
+
 // --- signals, queries, update
 
 /** A provider's word on the charge: from the payments webhook or an operator. */

@@ -20,7 +20,14 @@ import { DEMO_TENANTS } from '../../src/db/seed.ts';
 import { createPool } from '../../src/db/index.ts';
 import { TERMINAL_STATUSES } from '../../src/orders/model.ts';
 import { ownDatabase, temporalClient, uniq, workflowBundlePath, temporalAddress } from '../support/env.ts';
-import { killAll, spawnEntry, waitOutput, type Proc } from '../support/processes.ts';
+import {
+  isRunning,
+  killAll,
+  reportedChildPids,
+  spawnEntry,
+  waitOutput,
+  type Proc,
+} from '../support/processes.ts';
 import type { Client } from '@temporalio/client';
 
 const ORDERS = 24;
@@ -33,22 +40,7 @@ let sandboxUrl: string;
 let taskQueue: string;
 let temporal: { client: Client; close: () => Promise<void> };
 
-/** The latest pid main reported for each child (worker-1, worker-2, api, sandbox). */
-function childPids(): Map<string, number> {
-  const pids = new Map<string, number>();
-  for (const m of main.output().matchAll(/\[onceflow\] ([\w-]+) started \(pid (\d+)\)/g))
-    pids.set(m[1]!, Number(m[2]));
-  return pids;
-}
-
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
+const childPids = () => reportedChildPids(main);
 
 /** A free port whose neighbour two above is free too (worker 2 gets base + 2). */
 async function freePortPair(): Promise<number> {

@@ -6,28 +6,21 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { freePort } from '../../src/devserver/ports.ts';
 import { ownDatabase, temporalAddress, uniq, workflowBundlePath } from '../support/env.ts';
-import { killAll, spawnEntry, waitHttpOk, waitOutput, type Proc } from '../support/processes.ts';
+import {
+  isRunning,
+  killAll,
+  reportedChildPids,
+  spawnEntry,
+  waitHttpOk,
+  waitOutput,
+  type Proc,
+} from '../support/processes.ts';
 
 let db: Awaited<ReturnType<typeof ownDatabase>>;
 let main: Proc;
 let apiPort: number;
 
-/** The latest pid main reported for each child. */
-function childPids(): Map<string, number> {
-  const pids = new Map<string, number>();
-  for (const m of main.output().matchAll(/\[onceflow\] (\w+) started \(pid (\d+)\)/g))
-    pids.set(m[1]!, Number(m[2]));
-  return pids;
-}
-
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
+const childPids = () => reportedChildPids(main);
 
 beforeAll(async () => {
   db = await ownDatabase('supervise');

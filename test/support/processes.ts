@@ -91,3 +91,20 @@ async function withOutputOnTimeout<T>(proc: Proc, wait: Promise<T>): Promise<T> 
     throw err;
   }
 }
+
+/** The latest pid `npm start` (src/main.ts) reported for each child it started, by name. */
+export function reportedChildPids(proc: Proc): Map<string, number> {
+  const pids = new Map<string, number>();
+  for (const m of proc.output().matchAll(/\[onceflow\] ([\w-]+) started \(pid (\d+)\)/g))
+    pids.set(m[1]!, Number(m[2]));
+  return pids;
+}
+
+export function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}

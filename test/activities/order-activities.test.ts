@@ -17,9 +17,10 @@ import {
   type PaymentProvider,
 } from '../../src/providers/types.ts';
 import { insertAcceptedOrder } from '../../src/orders/sql.ts';
-import { orderWorkflowId, stepKeys } from '../../src/orders/model.ts';
+import { stepKeys } from '../../src/orders/model.ts';
 import type { Pool } from '../../src/db/index.ts';
-import { testPool, uniq } from '../support/env.ts';
+import { testPool } from '../support/env.ts';
+import { chargeArgs } from './support.ts';
 
 let pool: Pool;
 let ledger: Ledger;
@@ -64,20 +65,6 @@ const noEmail: EmailProvider = {
   sendMessage: () => Promise.reject(new Error('not used')),
   findMessageByIdempotencyKey: () => Promise.resolve(null),
 };
-
-function chargeArgs() {
-  const orderId = uniq('ord');
-  const workflowId = orderWorkflowId('acme', orderId);
-  return {
-    tenantId: 'acme',
-    orderId,
-    workflowId,
-    key: stepKeys.charge(workflowId),
-    amount: 2500,
-    currency: 'usd',
-    paymentMethod: 'pm_card_visa',
-  };
-}
 
 async function failureOf(p: Promise<unknown>): Promise<ApplicationFailure> {
   const err = await p.then(

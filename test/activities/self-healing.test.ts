@@ -12,10 +12,10 @@ import { createOrderActivities, type ChargeResult } from '../../activities/order
 import { Ledger, downstreamKey, type Scope } from '../../src/ledger/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import type { PaymentProvider } from '../../src/providers/types.ts';
-import { orderWorkflowId, stepKeys } from '../../src/orders/model.ts';
 import { KEY_WINDOW_PASSED } from '../../src/steps/payment.ts';
 import type { Pool } from '../../src/db/index.ts';
-import { testPool, uniq } from '../support/env.ts';
+import { testPool } from '../support/env.ts';
+import { chargeArgs } from './support.ts';
 import { startTestSandbox, type Json, type TestSandbox } from '../sandbox/harness.ts';
 import { deferred, until } from '../support/wait.ts';
 
@@ -46,20 +46,6 @@ function activities(
     email: sandboxEmail(),
     ...(opts.providerKeyWindowMs !== undefined ? { providerKeyWindowMs: opts.providerKeyWindowMs } : {}),
   });
-}
-
-function chargeArgs() {
-  const orderId = uniq('ord');
-  const workflowId = orderWorkflowId('acme', orderId);
-  return {
-    tenantId: 'acme',
-    orderId,
-    workflowId,
-    key: stepKeys.charge(workflowId),
-    amount: 2500,
-    currency: 'usd',
-    paymentMethod: 'pm_card_visa',
-  };
 }
 
 const scopeOf = (args: { key: string }): Scope => ({

@@ -78,6 +78,10 @@ const program = createCommand(
   .option('--workers <n>', 'order worker processes, as npm start -- --workers N', '1')
   .option('--api-processes <n>', 'API processes sharing the API port (node:cluster)', '1')
   .option(
+    '--cpu-prof <dir>',
+    "write a V8 CPU profile of each Node process of the stack into <dir> (Chrome DevTools' format)",
+  )
+  .option(
     '--backend <dev|postgres>',
     'Temporal dev server on SQLite, or the Temporal server on Postgres',
     'dev',
@@ -99,7 +103,9 @@ const opts = program.opts<{
   backend: string;
   workers: string;
   apiProcesses: string;
+  cpuProf?: string;
 }>();
+const CPU_PROF_DIR = opts.cpuProf ? path.resolve(opts.cpuProf) : undefined;
 const args = {
   orders: opts.orders,
   concurrency: opts.concurrency,
@@ -129,6 +135,8 @@ const API_PROCESSES = positiveInt(args['api-processes'], '--api-processes', 16);
 const TIMEOUT_MS = positiveInt(args['timeout-seconds'], '--timeout-seconds', 7200) * 1000;
 const PER_CLIENT_AT_LOW_LEVELS = 25;
 const HISTORY_SAMPLES = 5;
+/** How many of the slowest orders per level get their history's longest gaps printed. */
+const SLOWEST_SHOWN = 3;
 const API_KEY = DEMO_TENANTS[0].key; // the local demo key, seeded into the throwaway database below
 const root = path.resolve(import.meta.dirname, '..');
 const runId = `${process.pid}_${randomBytes(3).toString('hex')}`;
@@ -159,7 +167,9 @@ let dropTemporalDbs: (() => Promise<void>) | undefined;
 let cleaning: Promise<void> | undefined;
 
 function startChild(name: string, argv: string[], env: NodeJS.ProcessEnv, logDir: string): Child {
-  const child = spawn(process.execPath, ['--import', 'tsx', ...argv], {
+  // One directory per process: each of its threads (main, loader, workflow threads) writes a profile.
+  const profile = CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${path.join(CPU_PROF_DIR, name)}`] : [];
+  const child = spawn(process.execPath, [...profile, '--import', 'tsx', ...argv], {
     cwd: root,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -242,17 +252,23 @@ function childPids(pid: number): number[] {
   return out;
 }
 
-/** A CPU meter over a fixed set of PIDs plus the Postgres backends serving one database. */
-function cpuMeter(pids: () => (number | undefined)[], pgBackends: () => Promise<number[]>) {
+/**
+ * A CPU meter over named groups of PIDs (temporal, api, worker, ...) plus the
+ * Postgres backends serving one database. Reports the total of the groups
+ * (`stack`), Postgres, and each group on its own (where the time goes).
+ */
+function cpuMeter(groups: () => Record<string, (number | undefined)[]>, pgBackends: () => Promise<number[]>) {
   return async () => {
-    const own = pids();
+    const named = groups();
+    const own = Object.values(named).flat();
     const backends = await pgBackends();
     const before = new Map([...own, ...backends].map((p) => [p, cpuSeconds(p)]));
     return async () => {
       const later = await pgBackends();
       const delta = (list: (number | undefined)[]) =>
         list.reduce<number>((sum, p) => sum + (p ? cpuSeconds(p) - (before.get(p) ?? 0) : 0), 0);
-      return { stack: delta(own), postgres: delta([...new Set([...backends, ...later])]) };
+      const byGroup = Object.fromEntries(Object.entries(named).map(([k, list]) => [k, delta(list)]));
+      return { stack: delta(own), postgres: delta([...new Set([...backends, ...later])]), byGroup };
     };
   };
 }
@@ -294,6 +310,40 @@ async function closedLoop(
   return (performance.now() - t0) / 1000;
 }
 
+/**
+ * Where the slowest orders spent their time: the longest gaps between
+ * consecutive events of each one's history (e.g. a workflow task that waited
+ * to be picked up, or an activity that ran long). The tail (p99) is what
+ * these show; the median is in the table.
+ */
+async function slowestReport(
+  client: Client,
+  orders: { workflowId: string; ms: number }[],
+  count: number,
+): Promise<void> {
+  const worst = [...orders].sort((a, b) => b.ms - a.ms).slice(0, count);
+  for (const o of worst) {
+    const events = (await client.workflow.getHandle(o.workflowId).fetchHistory()).events ?? [];
+    const at = (e: (typeof events)[number]) =>
+      Number(e.eventTime?.seconds ?? 0) * 1000 + Math.round((e.eventTime?.nanos ?? 0) / 1e6);
+    const type = (e: (typeof events)[number]) =>
+      (Object.keys(e).find((k) => k.endsWith('EventAttributes') && e[k as keyof typeof e]) ?? '?').replace(
+        /EventAttributes$/,
+        '',
+      );
+    const gaps = events
+      .slice(1)
+      .map((e, i) => ({ ms: at(e) - at(events[i]!), from: type(events[i]!), to: type(e) }))
+      .sort((a, b) => b.ms - a.ms)
+      .slice(0, 3);
+    const span = events.length > 1 ? at(events[events.length - 1]!) - at(events[0]!) : 0;
+    say(
+      `  slow order ${o.workflowId}: ${Math.round(o.ms)} ms at the client, ${span} ms in its history; ` +
+        `longest gaps: ${gaps.map((g) => `${g.from} -> ${g.to} ${g.ms} ms`).join(', ')}`,
+    );
+  }
+}
+
 // ----------------------------------------------------------------------- main
 
 interface LevelResult {
@@ -312,6 +362,13 @@ interface LevelResult {
   cpuPerOrderSec: number;
   postgresCpuPerOrderSec: number;
   cpuPerBaselineSec: number;
+  /** CPU seconds per order of each process group (temporal, api, worker, sandbox). */
+  cpuPerOrderByProcessSec: Record<string, number>;
+  cpuPerBaselineByProcessSec: Record<string, number>;
+}
+
+function perOrderSec(byGroup: Record<string, number>, n: number): Record<string, number> {
+  return Object.fromEntries(Object.entries(byGroup).map(([k, v]) => [k, round(v / n, 4)]));
 }
 
 async function main(): Promise<void> {
@@ -457,13 +514,15 @@ async function main(): Promise<void> {
 
     // The API cluster's processes are children of its primary: counted one by one (a live
     // child's CPU is not in its parent's /proc stat until it is reaped).
-    const stackPids = () => [
-      devServer?.process.pid,
-      sandbox.child.pid,
-      ...workers.map((w) => w.child.pid),
-      apiProc.child.pid,
-      ...(API_PROCESSES > 1 && apiProc.child.pid ? childPids(apiProc.child.pid) : []),
-    ];
+    const stackPids = () => ({
+      temporal: [devServer?.process.pid],
+      api: [
+        apiProc.child.pid,
+        ...(API_PROCESSES > 1 && apiProc.child.pid ? childPids(apiProc.child.pid) : []),
+      ],
+      worker: workers.map((w) => w.child.pid),
+      sandbox: [sandbox.child.pid],
+    });
     const pgBackends = async () =>
       (
         await pool.query<{ pid: number }>(
@@ -473,12 +532,14 @@ async function main(): Promise<void> {
       ).rows.map((r) => r.pid);
     const orderCpu = cpuMeter(stackPids, pgBackends);
     const baselineCpu = cpuMeter(
-      () => [devServer?.process.pid, baselineWorker.child.pid],
+      () => ({ temporal: [devServer?.process.pid], worker: [baselineWorker.child.pid] }),
       async () => [],
     );
 
     let seq = 0;
     const completedIds: string[] = [];
+    /** Every order's latency at the current level, to explain the slowest ones (see slowestReport). */
+    let slowest: { workflowId: string; ms: number }[] = [];
     async function order(latencies: number[], serverLatencies: number[], failures: string[]): Promise<void> {
       const i = seq++;
       const wall0 = Date.now();
@@ -504,6 +565,8 @@ async function main(): Promise<void> {
           latencies.push(performance.now() - t0);
           serverLatencies.push(Date.parse(view.updatedAt) - wall0);
           if (view.status === 'completed') completedIds.push(created.workflowId ?? '');
+          if (created.workflowId)
+            slowest.push({ workflowId: created.workflowId, ms: performance.now() - t0 });
           else failures.push(view.status);
           return;
         }
@@ -534,6 +597,7 @@ async function main(): Promise<void> {
       const lat: number[] = [];
       const serverLat: number[] = [];
       const failures: string[] = [];
+      slowest = [];
       const stopOrderCpu = await orderCpu();
       const orderSecs = BASELINE_ONLY
         ? Number.NaN
@@ -545,6 +609,7 @@ async function main(): Promise<void> {
       const baselineSecs = await closedLoop(`baseline c=${c}`, n, c, () => baseline(bLat));
       const bCpu = await stopBaselineCpu();
 
+      if (!BASELINE_ONLY) await slowestReport(client, slowest, SLOWEST_SHOWN);
       lat.sort((a, b) => a - b);
       serverLat.sort((a, b) => a - b);
       bLat.sort((a, b) => a - b);
@@ -566,12 +631,21 @@ async function main(): Promise<void> {
         cpuPerOrderSec: round(oCpu.stack / n, 3),
         postgresCpuPerOrderSec: round(oCpu.postgres / n, 3),
         cpuPerBaselineSec: round(bCpu.stack / n, 3),
+        cpuPerOrderByProcessSec: perOrderSec(oCpu.byGroup, n),
+        cpuPerBaselineByProcessSec: perOrderSec(bCpu.byGroup, n),
       };
       const r = results[String(c)]!;
       say(
         `concurrency ${c}: ${r.ordersPerSec} orders/s (p50 ${r.p50Ms} ms, p99 ${r.p99Ms} ms), ` +
           `baseline ${r.baselineOrdersPerSec}/s, ratio ${r.ratio}, CPU ${r.cpuPerOrderSec} s/order ` +
           `(+ Postgres ${r.postgresCpuPerOrderSec})${failures.length ? `, ${failures.length} not completed` : ''}`,
+      );
+      say(
+        `  CPU s/order by process: ${Object.entries(r.cpuPerOrderByProcessSec)
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', ')}; baseline: ${Object.entries(r.cpuPerBaselineByProcessSec)
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', ')}`,
       );
     }
 

@@ -584,7 +584,7 @@ export interface components {
       received: true;
       /** @description The event was received before; nothing was done again */
       duplicate: boolean;
-      /** @description signalled, duplicate, workflow_closed, ignored_event_type or ignored_unknown_order */
+      /** @description signalled, charge_settled (the charge already has its definite outcome; nothing to signal), duplicate, workflow_closed, ignored_event_type or ignored_unknown_order */
       outcome: string;
     };
   };

@@ -46,6 +46,8 @@ export const DEV_SERVER_SQLITE_PRAGMAS: Readonly<Record<string, string>> = {
  */
 export const DEV_SERVER_DYNAMIC_CONFIG: Readonly<Record<string, string>> = {
   'system.enableActivityEagerExecution': 'true',
+  'matching.numTaskqueueReadPartitions': '1',
+  'matching.numTaskqueueWritePartitions': '1',
 };
 
 type Log = (line: string) => void;

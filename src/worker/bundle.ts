@@ -72,15 +72,23 @@ function packageVersion(name: string): string {
   }
 }
 
-/** The interceptor modules bundled with `entry`: ours for our workflows, none for another entry (tests, bench). */
-function defaultInterceptorModules(entry: string): string[] {
-  return path.resolve(entry) === WORKFLOWS_PATH ? WORKFLOW_INTERCEPTOR_MODULES : [];
+/**
+ * The interceptor modules bundled with `entry`: for our workflows, the
+ * tracing interceptors when `traced`; none otherwise (another entry: tests,
+ * bench). An untraced bundle has no interceptor at all: with them, every
+ * workflow task pays for span bookkeeping and extra promises (each one a
+ * captured stack trace in the SDK's sandbox) even when tracing is off, about
+ * a quarter of the worker's CPU per order (docs/BENCHMARKS.md). Both variants
+ * emit the same commands, so histories replay on either.
+ */
+function defaultInterceptorModules(entry: string, traced: boolean): string[] {
+  return traced && path.resolve(entry) === WORKFLOWS_PATH ? WORKFLOW_INTERCEPTOR_MODULES : [];
 }
 
 /** Hash of the bundle's inputs: source paths and contents, SDK versions, bundle format. */
 export function workflowBundleHash(
   entry: string = WORKFLOWS_PATH,
-  interceptorModules: string[] = defaultInterceptorModules(entry),
+  interceptorModules: string[] = defaultInterceptorModules(entry, false),
 ): string {
   const hash = createHash('sha256');
   hash.update(`format ${BUNDLE_FORMAT}\n`);
@@ -128,7 +136,12 @@ const quietLogger = {
 export async function ensureWorkflowBundle(
   opts: {
     workflowsPath?: string;
-    /** Defaults to WORKFLOW_INTERCEPTOR_MODULES (for the default entry) or none (another entry). */
+    /**
+     * The variant with the tracing interceptors (WORKFLOW_INTERCEPTOR_MODULES), for a worker
+     * that exports spans. Default false. Only for the default entry; ignored with interceptorModules.
+     */
+    traced?: boolean;
+    /** Explicit interceptor modules; default from `traced`. */
     interceptorModules?: string[];
     dir?: string;
     log?: (line: string) => void;
@@ -136,9 +149,12 @@ export async function ensureWorkflowBundle(
 ): Promise<EnsuredBundle> {
   const entry = opts.workflowsPath ?? WORKFLOWS_PATH;
   const dir = opts.dir ?? DEFAULT_BUNDLE_DIR;
-  const interceptorModules = opts.interceptorModules ?? defaultInterceptorModules(entry);
+  const interceptorModules =
+    opts.interceptorModules ?? defaultInterceptorModules(entry, opts.traced ?? false);
   const hash = workflowBundleHash(entry, interceptorModules);
-  const file = path.join(dir, `workflows-${hash}.js`);
+  // The two variants live side by side (a traced and an untraced worker may share the directory).
+  const variant = interceptorModules.length ? 'workflows-traced-' : 'workflows-';
+  const file = path.join(dir, `${variant}${hash}.js`);
   if (fs.existsSync(file)) return { path: file, hash, built: false };
 
   opts.log?.(`workflow code changed or never bundled; building ${path.relative(ROOT, file)}`);
@@ -151,9 +167,10 @@ export async function ensureWorkflowBundle(
   const tmp = `${file}.${process.pid}.${randomBytes(3).toString('hex')}.tmp`;
   fs.writeFileSync(tmp, code);
   fs.renameSync(tmp, file);
-  // Older bundles are dead weight; a concurrent builder's temp file is left alone.
+  // Older bundles of this variant are dead weight; a concurrent builder's temp file is left alone.
+  const sameVariant = new RegExp(`^${variant}[0-9a-f]+\\.js$`);
   for (const name of fs.readdirSync(dir)) {
-    if (/^workflows-[0-9a-f]+\.js$/.test(name) && path.join(dir, name) !== file)
+    if (sameVariant.test(name) && path.join(dir, name) !== file)
       fs.rmSync(path.join(dir, name), { force: true });
   }
   return { path: file, hash, built: true };

@@ -48,8 +48,8 @@ export interface CreateWorkerOptions {
   deps: ActivityDeps;
   /**
    * A bundle to use as is (tests build one per run; WORKFLOW_BUNDLE_PATH).
-   * Otherwise the cached bundle matching the current workflow code is used,
-   * built first if the code changed (see bundle.ts).
+   * Otherwise the cached bundle matching the current workflow code (and
+   * whether tracing is on) is used, built first if the code changed (see bundle.ts).
    */
   workflowBundlePath?: string;
   overrides?: Partial<WorkerOptions>;
@@ -58,7 +58,7 @@ export interface CreateWorkerOptions {
    * The process's tracing (src/tracing): activity interceptors and the sink the
    * bundled workflow interceptors export spans through. Without it, workflow spans are dropped.
    */
-  tracing?: Pick<Tracing, 'worker'>;
+  tracing?: Pick<Tracing, 'worker' | 'enabled'>;
 }
 
 /**
@@ -88,8 +88,11 @@ export const WORKER_TUNING = {
 } as const satisfies Partial<WorkerOptions>;
 
 export async function createWorker(opts: CreateWorkerOptions): Promise<Worker> {
+  // With tracing on, the bundle with the tracing interceptors; otherwise the one without (cheaper).
+  const traced = opts.tracing?.enabled ?? false;
   const codePath =
-    opts.workflowBundlePath ?? (await ensureWorkflowBundle(opts.log ? { log: opts.log } : {})).path;
+    opts.workflowBundlePath ??
+    (await ensureWorkflowBundle({ traced, ...(opts.log ? { log: opts.log } : {}) })).path;
   return Worker.create({
     connection: opts.connection,
     namespace: opts.namespace,

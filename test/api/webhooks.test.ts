@@ -7,6 +7,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { defaultPayloadConverter } from '@temporalio/common';
 import { signWebhook } from '../../src/providers/webhook-signature.ts';
+import type { PaymentProvider } from '../../src/providers/types.ts';
+import { runCharge } from '../../src/steps/payment.ts';
 import { uniq } from '../support/env.ts';
 import { PROBLEM, call, newTenant, startApi, validOrder, type TestApi } from './support.ts';
 
@@ -186,6 +188,63 @@ describe('POST /v1/webhooks/payments', () => {
       order.id,
     ]);
     expect(rows[0].status).toBe('completed');
+  });
+
+  it("no signal once the ledger holds the charge's definite outcome, unless the order waits for an event (payment_unknown, needs_attention)", async () => {
+    /** The charge's ledger record, settled as the charge activity leaves it (real ledger, stub provider). */
+    async function chargeSettledInLedger(order: Order) {
+      const payments = {
+        createCharge: async () => ({ id: `ch_${order.id}`, status: 'succeeded' as const }),
+        findChargeByIdempotencyKey: async () => null,
+      } as unknown as PaymentProvider;
+      const key = `${order.workflowId}/charge`;
+      const result = await runCharge(
+        { ledger: api.ledger, payments },
+        {
+          tenantId: t.tenantId,
+          orderId: order.id,
+          key,
+          amount: 1000,
+          currency: 'usd',
+          paymentMethod: 'pm_card_visa',
+        },
+      );
+      expect(result.outcome).toBe('succeeded');
+    }
+    const setStatus = (order: Order, status: string) =>
+      api.pool.query('update orders set status = $3 where tenant_id = $1 and id = $2', [
+        t.tenantId,
+        order.id,
+        status,
+      ]);
+
+    // payment_pending and the charge final in the ledger: the workflow has the answer already.
+    const settled = await createOrder();
+    await setStatus(settled, 'payment_pending');
+    await chargeSettledInLedger(settled);
+    const evt = event(settled, 'charge.succeeded');
+    const res = await send(evt);
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ received: true, duplicate: false, outcome: 'charge_settled' });
+    const stored = await api.pool.query('select outcome from webhook_events where event_id = $1', [evt.id]);
+    expect(stored.rows).toEqual([{ outcome: 'charge_settled' }]);
+    expect((await send(evt)).body).toMatchObject({ duplicate: true });
+    expect(await signals(settled.workflowId)).toEqual([]);
+
+    // payment_pending without a final record (the charge is in flight or unknown): signalled.
+    const inFlight = await createOrder();
+    await setStatus(inFlight, 'payment_pending');
+    const evt2 = event(inFlight, 'charge.succeeded');
+    expect((await send(evt2)).body).toMatchObject({ outcome: 'signalled' });
+    expect((await signals(inFlight.workflowId)).map((s) => s.arg.eventId)).toEqual([evt2.id]);
+
+    // needs_attention (parked, waiting for a re-drive or an event): signalled even with a final record.
+    const parked = await createOrder();
+    await setStatus(parked, 'needs_attention');
+    await chargeSettledInLedger(parked);
+    const evt3 = event(parked, 'charge.succeeded');
+    expect((await send(evt3)).body).toMatchObject({ outcome: 'signalled' });
+    expect((await signals(parked.workflowId)).map((s) => s.arg.eventId)).toEqual([evt3.id]);
   });
 
   it('an event for a workflow not started yet gets 503 and is not recorded, so the provider retry is processed', async () => {

@@ -35,6 +35,8 @@ declare module 'vitest' {
     temporalAddress: string;
     temporalUiUrl: string;
     workflowBundlePath: string;
+    /** The variant with the tracing interceptors, which a worker with tracing on uses. */
+    tracedWorkflowBundlePath: string;
     dataDir: string;
   }
 }
@@ -108,12 +110,14 @@ export default async function setup(project: TestProject) {
     // --- Workflow bundle: the one `npm start` uses, keyed by a hash of the workflow code
     // (built here only when that code changed), instead of once per worker.
     const { path: workflowBundlePath } = await ensureWorkflowBundle();
+    const { path: tracedWorkflowBundlePath } = await ensureWorkflowBundle({ traced: true });
 
     project.provide('postgresUrl', config.databaseUrl);
     project.provide('databaseTemplate', databaseTemplate);
     project.provide('temporalAddress', temporalAddress);
     project.provide('temporalUiUrl', temporalUiUrl);
     project.provide('workflowBundlePath', workflowBundlePath);
+    project.provide('tracedWorkflowBundlePath', tracedWorkflowBundlePath);
     project.provide('dataDir', dataDir);
   } catch (err) {
     // A failed setup gets no teardown call from vitest: clean up here.

@@ -35,6 +35,8 @@ export async function dropTestDatabase(): Promise<void> {
 
 export const temporalAddress = () => inject('temporalAddress');
 export const workflowBundlePath = () => inject('workflowBundlePath');
+/** The bundle with the tracing interceptors (a worker with tracing on builds the same). */
+export const tracedWorkflowBundlePath = () => inject('tracedWorkflowBundlePath');
 
 export function testPool(max = 10, url = testDatabaseUrl()): Pool {
   return createPool(url, { max });

@@ -33,7 +33,7 @@ import {
   temporalAddress,
   testPool,
   uniq,
-  workflowBundlePath,
+  tracedWorkflowBundlePath,
 } from '../support/env.ts';
 import { validOrder } from '../api/support.ts';
 
@@ -104,7 +104,7 @@ describe('tracing: one order, one trace', () => {
         payments: createSandboxPaymentProvider(providerOptions),
         email: createSandboxEmailProvider(providerOptions),
       },
-      workflowBundlePath: workflowBundlePath(),
+      workflowBundlePath: tracedWorkflowBundlePath(),
       tracing,
     });
     running = worker.run();

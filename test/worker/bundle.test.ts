@@ -83,4 +83,17 @@ describe('workflow bundle cache', () => {
     expect(fs.existsSync(first.path)).toBe(false); // the stale bundle is gone, not just shadowed
     expect(await runProbe(changed.path)).toEqual({ answer: 'v2' });
   });
+
+  it('keeps a traced and an untraced variant of the product bundle side by side; only the traced one has the tracing interceptors', async () => {
+    const plain = await ensureWorkflowBundle();
+    const traced = await ensureWorkflowBundle({ traced: true });
+    expect(path.basename(plain.path)).toMatch(/^workflows-[0-9a-f]+\.js$/);
+    expect(path.basename(traced.path)).toMatch(/^workflows-traced-[0-9a-f]+\.js$/);
+    expect(traced.hash).not.toBe(plain.hash);
+    // Building or finding one never removes the other.
+    expect(fs.existsSync(plain.path)).toBe(true);
+    expect(fs.existsSync(traced.path)).toBe(true);
+    expect(fs.readFileSync(traced.path, 'utf8')).toContain('OpenTelemetryInboundInterceptor');
+    expect(fs.readFileSync(plain.path, 'utf8')).not.toContain('OpenTelemetryInboundInterceptor');
+  });
 });

@@ -12,6 +12,16 @@
  * 3. Ordering is the workflow's job: it settles the charge once and ignores
  *    later events, so a late or reordered event never moves an order back.
  *    This route never touches the order's status.
+ * 4. No signal when it could change nothing (outcome `charge_settled`): the
+ *    charge's ledger record already holds the provider's definite answer and
+ *    the order is not waiting on an event (payment_pending, paid, completed,
+ *    rejected). The workflow then has that answer, or gets it from the
+ *    ledger: the charge activity's retry replays the stored result, and a
+ *    reconciliation reads it. Only payment_unknown and needs_attention, the
+ *    states that wait for an event, are still signalled. This is the common
+ *    case (the webhook arrives just after the charge's own response), and a
+ *    signal costs the Temporal server a history write and the worker a
+ *    workflow task per order.
  */
 import type { FastifyPluginAsync } from 'fastify';
 import { SpanKind } from '@opentelemetry/api';
@@ -26,6 +36,8 @@ import type { ApiContext } from '../context.ts';
 import { ProblemError } from '../problems.ts';
 import { RETRY_AFTER_HEADER, WebhookAck, jsonResponse, problemResponse } from '../schemas.ts';
 import { getOrder } from '../../orders/sql.ts';
+import { stepKeys, type OrderStatus } from '../../orders/model.ts';
+import { chargeScope, chargeState } from '../../steps/payment.ts';
 import { getOutbox } from '../../outbox/sql.ts';
 import { recordWebhookEvent, setWebhookEventOutcome } from '../../webhooks/sql.ts';
 
@@ -78,13 +90,20 @@ function parseEvent(raw: Buffer): ChargeEvent {
   };
 }
 
+/**
+ * Statuses in which an event can't change what the workflow does once the
+ * charge's ledger record is final (see 4. above). Not payment_unknown or
+ * needs_attention: those wait for a payment event.
+ */
+const SETTLED_CHARGE_STATUSES: readonly OrderStatus[] = ['payment_pending', 'paid', 'completed', 'rejected'];
+
 const OUTCOMES: Record<string, PaymentEvent['outcome']> = {
   'charge.succeeded': 'succeeded',
   'charge.failed': 'failed',
 };
 
 export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app, { ctx }) => {
-  const { pool, temporal, config } = ctx;
+  const { pool, temporal, config, ledger } = ctx;
   // Read while wiring: off loopback, a default secret stops the API at start-up, not at its first webhook.
   const secret = config.webhookSecret;
 
@@ -156,6 +175,13 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
         order && tracingActive()
           ? (await withClient(pool, (c) => getOutbox(c, order.workflow_id)))?.trace_context
           : null;
+      // Read before the event is recorded: whether a signal could still change anything (see 4. above).
+      const chargeSettled =
+        order && outcome && SETTLED_CHARGE_STATUSES.includes(order.status)
+          ? await ledger
+              .get(chargeScope({ tenantId: order.tenant_id, key: stepKeys.charge(order.workflow_id) }))
+              .then((record) => (record ? chargeState(record).settled : false))
+          : false;
       const requestSpanContext = requestSpan(request)?.spanContext();
       const result = await inSpan(
         `webhook ${event.type}`,
@@ -186,6 +212,12 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
               const why = !outcome ? 'ignored_event_type' : 'ignored_unknown_order';
               const fresh = await recordWebhookEvent(tx, { ...base, outcome: why });
               return { duplicate: !fresh, outcome: why };
+            }
+            if (chargeSettled) {
+              const fresh = await recordWebhookEvent(tx, { ...base, outcome: 'charge_settled' });
+              return fresh
+                ? { duplicate: false, outcome: 'charge_settled' }
+                : { duplicate: true, outcome: 'duplicate' };
             }
             const fresh = await recordWebhookEvent(tx, { ...base, outcome: 'signalled' });
             if (!fresh) return { duplicate: true, outcome: 'duplicate' };

@@ -569,7 +569,9 @@ export class Ledger {
     // At most a third of the lease, so two renewals can fail before the lease runs out.
     const third = Math.max(10, Math.floor(leaseMs / 3));
     const renewEveryMs = Math.min(third, timerMs(opts.renewEveryMs, third, 'renewEveryMs'));
-    callHook(opts.heartbeat);
+    // No heartbeat at the start: the attempt's own start already counts as one, and an
+    // immediate heartbeat is a Temporal server write per step that buys nothing. The first
+    // one goes out with the first renewal, within a heartbeat timeout (renewEveryMs).
 
     // Fast path: a completed operation is one primary-key read.
     const probe = await withClient(this.#pool, (client) => sql.selectProbe(client, scope));

@@ -22,8 +22,8 @@
  * separate processes, plus a bench-only worker for the baseline workflow
  * (bench/baseline/). At each concurrency C it runs a closed loop of C
  * clients: POST /v1/orders, then GET /v1/orders/:id?wait=30 until the
- * order is terminal; then the same number of baseline workflows (start,
- * wait for the result). `--orders` is the count at the highest
+ * order is terminal; and the same number of baseline workflows (start,
+ * wait for the result), in halves: orders, baseline, baseline, orders. `--orders` is the count at the highest
  * concurrency; lower levels run min(orders, 25 x C), which bounds the run.
  *
  * Reports per concurrency: orders/s, p50/p99 from POST to the terminal
@@ -593,21 +593,46 @@ async function main(): Promise<void> {
     const maxLevel = Math.max(...LEVELS);
     for (const c of LEVELS) {
       const n = c === maxLevel ? ORDERS : Math.min(ORDERS, PER_CLIENT_AT_LOW_LEVELS * c);
-      say(`concurrency ${c}: ${n} orders, then ${n} baseline workflows`);
+      // Orders and baseline in ABBA order (half the orders, half the baseline, the other half of
+      // the baseline, the other half of the orders): a drift over the level (the machine's speed,
+      // the server's growing state) weighs on both sides alike instead of on whichever ran second.
+      const halves = [Math.ceil(n / 2), Math.floor(n / 2)] as const;
+      say(
+        `concurrency ${c}: ${n} orders and ${n} baseline workflows, in halves (orders, baseline, baseline, orders)`,
+      );
       const lat: number[] = [];
       const serverLat: number[] = [];
       const failures: string[] = [];
-      slowest = [];
-      const stopOrderCpu = await orderCpu();
-      const orderSecs = BASELINE_ONLY
-        ? Number.NaN
-        : await closedLoop(`orders c=${c}`, n, c, () => order(lat, serverLat, failures));
-      const oCpu = await stopOrderCpu();
-
       const bLat: number[] = [];
-      const stopBaselineCpu = await baselineCpu();
-      const baselineSecs = await closedLoop(`baseline c=${c}`, n, c, () => baseline(bLat));
-      const bCpu = await stopBaselineCpu();
+      slowest = [];
+      let orderSecs = 0;
+      let baselineSecs = 0;
+      const oCpu = { stack: 0, postgres: 0, byGroup: {} as Record<string, number> };
+      const bCpu = { stack: 0, postgres: 0, byGroup: {} as Record<string, number> };
+      const add = (into: typeof oCpu, part: typeof oCpu) => {
+        into.stack += part.stack;
+        into.postgres += part.postgres;
+        for (const [k, v] of Object.entries(part.byGroup)) into.byGroup[k] = (into.byGroup[k] ?? 0) + v;
+      };
+      const runOrders = async (count: number, label: string) => {
+        if (BASELINE_ONLY || count === 0) return;
+        const stop = await orderCpu();
+        orderSecs += await closedLoop(`orders c=${c} (${label})`, count, c, () =>
+          order(lat, serverLat, failures),
+        );
+        add(oCpu, await stop());
+      };
+      const runBaseline = async (count: number, label: string) => {
+        if (count === 0) return;
+        const stop = await baselineCpu();
+        baselineSecs += await closedLoop(`baseline c=${c} (${label})`, count, c, () => baseline(bLat));
+        add(bCpu, await stop());
+      };
+      await runOrders(halves[0], 'first half');
+      await runBaseline(halves[0], 'first half');
+      await runBaseline(halves[1], 'second half');
+      await runOrders(halves[1], 'second half');
+      if (BASELINE_ONLY) orderSecs = Number.NaN;
 
       if (!BASELINE_ONLY) await slowestReport(client, slowest, SLOWEST_SHOWN);
       lat.sort((a, b) => a - b);

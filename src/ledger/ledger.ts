@@ -573,20 +573,10 @@ export class Ledger {
     // immediate heartbeat is a Temporal server write per step that buys nothing. The first
     // one goes out with the first renewal, within a heartbeat timeout (renewEveryMs).
 
-    // Fast path: a completed operation is one primary-key read.
-    const probe = await withClient(this.#pool, (client) => sql.selectProbe(client, scope));
-    if (probe && probe.fingerprint !== fp) throw this.#conflict(scope);
-    if (probe && isFinal(probe.state)) {
-      this.#emit('replay', scope, probe.state);
-      return {
-        state: probe.state,
-        result: probe.result as T,
-        replayed: true,
-        reconciled: false,
-        providerRef: probe.provider_ref,
-      };
-    }
-
+    // Straight to the claim, without the replay probe local mode has: an external step is
+    // replayed only when an activity is retried after its outcome was stored (rare), while
+    // every first attempt would pay the probe's round trip. The claim's conflict path (#claim)
+    // answers a replay (claim attempt, probe, full read) and a conflict alike.
     const claim = await this.#claim(scope, input.schemaVersion, fp, leaseMs);
     if (claim.kind === 'replay') return this.#externalResult<T>(claim.record, true, false);
     const lease = this.#keepAlive(scope, claim.ownerToken, leaseMs, renewEveryMs, opts.heartbeat);

@@ -2,11 +2,13 @@
  * Wakes `GET /v1/orders/{id}?wait=N` long-polls the moment the order's
  * status changes, instead of on the next 250 ms re-read.
  *
- * Every status change notifies channel `order_status` with the order's id
- * (a trigger, migrations/0012_order_status_notify.sql, so every writer does
- * it, at commit). Each API process listens on ONE dedicated connection,
- * outside the pool, and wakes the waiters of that id. A notification is only
- * a hint: the waiter re-reads the row, which stays the truth.
+ * Every status change notifies channel `order_status` with `<id> <status>`
+ * (a trigger, migrations/0012 and 0013, so every writer does it, at commit).
+ * Each API process listens on ONE dedicated connection, outside the pool,
+ * and wakes the waiters of that id when the new status is terminal (a wait
+ * is for a terminal status: waking on payment_pending or paid would only
+ * cost a read). A notification is only a hint: the waiter re-reads the row,
+ * which stays the truth. A bare id (the trigger of migration 0012) wakes.
  *
  * Liveness: the listening connection can die (Postgres restarted,
  * pg_terminate_backend, a reset socket). Then every waiter is woken at once,
@@ -19,8 +21,21 @@
 import pg from 'pg';
 import type { Pool } from '../db/index.ts';
 import { errorFields, log } from '../log.ts';
+import { TERMINAL_STATUSES, type OrderStatus } from '../orders/model.ts';
 
 export const ORDER_STATUS_CHANNEL = 'order_status';
+
+/**
+ * The order a notification is about, and whether its waiters should wake:
+ * `<id> <status>` wakes them only for a terminal status; a bare id (older
+ * trigger) always does.
+ */
+export function parseStatusNotification(payload: string): { orderId: string; wake: boolean } {
+  const space = payload.lastIndexOf(' ');
+  if (space < 0) return { orderId: payload, wake: true };
+  const status = payload.slice(space + 1) as OrderStatus;
+  return { orderId: payload.slice(0, space), wake: TERMINAL_STATUSES.includes(status) };
+}
 
 export interface OrderWaitsOptions {
   /** Connection settings of the listening connection: the pool's, so it reaches the same database. */
@@ -157,7 +172,9 @@ export class OrderWaits {
     client.on('error', (err) => this.#lost(client, err));
     client.on('end', () => this.#lost(client, new Error('listening connection ended')));
     client.on('notification', (msg) => {
-      if (msg.channel === ORDER_STATUS_CHANNEL && msg.payload) this.#wake(msg.payload);
+      if (msg.channel !== ORDER_STATUS_CHANNEL || !msg.payload) return;
+      const { orderId, wake } = parseStatusNotification(msg.payload);
+      if (wake) this.#wake(orderId);
     });
     try {
       await client.connect();

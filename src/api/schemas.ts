@@ -213,7 +213,8 @@ export const WebhookAck = Type.Object(
     received: Type.Literal(true),
     duplicate: Type.Boolean({ description: 'The event was received before; nothing was done again' }),
     outcome: Type.String({
-      description: 'signalled, charge_settled (the charge already has its definite outcome; nothing to signal), duplicate, workflow_closed, ignored_event_type or ignored_unknown_order',
+      description:
+        'signalled, charge_settled (the charge already has its definite outcome; nothing to signal), duplicate, workflow_closed, ignored_event_type or ignored_unknown_order',
     }),
   },
   { title: 'WebhookAck' },

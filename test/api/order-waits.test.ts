@@ -6,7 +6,7 @@
  * return the new status before the wait runs out.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { OrderWaits } from '../../src/api/order-waits.ts';
+import { OrderWaits, parseStatusNotification } from '../../src/api/order-waits.ts';
 import { call, newTenant, startApi, validOrder, type TestApi } from './support.ts';
 import { uniq } from '../support/env.ts';
 
@@ -102,6 +102,31 @@ describe('GET /v1/orders/{id}?wait=: woken by the status notification', () => {
     expect((res.body as OrderBody).status).toBe('accepted');
   });
 
+  it('a status that is not terminal does not wake the waiter; a terminal one does', async () => {
+    const id = await createOrder(api, tenant.key);
+    const wait = waits.watch(id);
+    try {
+      let woken = false;
+      const next = wait.next(20_000).then(() => (woken = true));
+      const setStatus = (status: string) =>
+        api.pool.query(`update orders set status = $3 where tenant_id = $1 and id = $2`, [
+          tenant.tenantId,
+          id,
+          status,
+        ]);
+      await setStatus('payment_pending');
+      await setStatus('paid');
+      // The notifications are delivered within milliseconds; give them ample time to (not) wake it.
+      await new Promise((r) => setTimeout(r, 1_000));
+      expect(woken).toBe(false);
+      await setStatus('completed');
+      await next;
+      expect(woken).toBe(true);
+    } finally {
+      wait.done();
+    }
+  });
+
   it(
     'still wakes after its listening connection is killed (pg_terminate_backend): it reconnects',
     async () => {
@@ -140,4 +165,15 @@ describe('GET /v1/orders/{id}?wait=: while nothing listens', () => {
     },
     TEST_MS,
   );
+});
+
+describe('order-status notification payloads', () => {
+  it('`<id> <status>` wakes only for a terminal status; a bare id (the older trigger) always wakes', () => {
+    expect(parseStatusNotification('ord_1 completed')).toEqual({ orderId: 'ord_1', wake: true });
+    expect(parseStatusNotification('ord_1 needs_attention')).toEqual({ orderId: 'ord_1', wake: true });
+    expect(parseStatusNotification('ord_1 rejected')).toEqual({ orderId: 'ord_1', wake: true });
+    expect(parseStatusNotification('ord_1 paid')).toEqual({ orderId: 'ord_1', wake: false });
+    expect(parseStatusNotification('ord_1 payment_unknown')).toEqual({ orderId: 'ord_1', wake: false });
+    expect(parseStatusNotification('ord_1')).toEqual({ orderId: 'ord_1', wake: true });
+  });
 });

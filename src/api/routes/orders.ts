@@ -40,13 +40,7 @@ import {
   jsonResponse,
   problemResponse,
 } from '../schemas.ts';
-import {
-  getOrder,
-  getOrderStatus,
-  insertAcceptedOrder,
-  listOrders,
-  type OrderRow,
-} from '../../orders/sql.ts';
+import { getOrder, insertAcceptedOrder, listOrders, type OrderRow } from '../../orders/sql.ts';
 import { insertOutbox } from '../../outbox/sql.ts';
 import { ORDER_WORKFLOW_TYPE } from '../outbox.ts';
 import { requestSpan, requestTraceCarrier } from '../../tracing/index.ts';
@@ -313,23 +307,27 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
       const tenantId = request.tenantId!;
       const { id } = request.params;
       const waitMs = (request.query.wait ?? 0) * 1000;
+      const read = () => withClient(pool, (c) => getOrder(c, tenantId, id));
+      let row: Awaited<ReturnType<typeof read>>;
       if (waitMs > 0) {
         const deadline = Date.now() + waitMs;
         // Watching before the first read: a change between the read and the wait still wakes it.
         const wait = orderWaits.watch(id);
         try {
           for (;;) {
-            const status = await withClient(pool, (c) => getOrderStatus(c, tenantId, id));
-            if (status === null || TERMINAL_STATUSES.includes(status)) break;
+            // The whole row each time: the last read is the answer, with no read after it.
+            row = await read();
+            if (row === null || TERMINAL_STATUSES.includes(row.status)) break;
             if (Date.now() >= deadline || request.raw.destroyed) break;
-            // Woken by the order's status notification, else re-read on the interval.
+            // Woken by a terminal status's notification, else re-read on the interval.
             await wait.next(deadline - Date.now());
           }
         } finally {
           wait.done();
         }
+      } else {
+        row = await read();
       }
-      const row = await withClient(pool, (c) => getOrder(c, tenantId, id));
       if (!row) throw new ProblemError('notFound', 'No order with this ID.');
       const records = await ledger.list({ tenantId, keyPrefix: `${row.workflow_id}/`, limit: 1000 });
       const steps = records

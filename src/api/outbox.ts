@@ -3,8 +3,10 @@
  * its start intent (a `workflow_outbox` row) commit in one transaction; this
  * relay turns intents into started workflows.
  *
- * - Right after commit, `kick(workflowId)` tries to start that one workflow,
- *   so the happy path has no polling delay.
+ * - The accepting request inserts its row already claimed for this relay
+ *   (`claimLeaseMs`, in the order's own transaction), and right after commit
+ *   `kick(row)` starts that one workflow: no polling delay and no claim
+ *   statement on the happy path.
  * - A background loop polls for due, unstarted rows of every task queue
  *   (bounded batch, exponential backoff per row) and starts them. This is
  *   what saves an order whose process died between commit and start. It runs
@@ -93,13 +95,25 @@ export class OutboxRelay {
     return this.opts.enabled;
   }
 
-  /** Starts one workflow right after its order committed. Never throws: the loop is the safety net. */
-  kick(workflowId: string): void {
+  /**
+   * How long a row inserted for `kick` is claimed for this relay (0 when
+   * disabled: the row is due at once for whichever relay runs).
+   */
+  get claimForKickMs(): number {
+    return this.opts.enabled ? this.claimLeaseMs : 0;
+  }
+
+  /**
+   * Starts one workflow right after its order committed, from the row its
+   * transaction inserted already claimed (claimForKickMs). Never throws: the
+   * loop is the safety net.
+   */
+  kick(row: OutboxRow): void {
     if (!this.opts.enabled) return;
-    const p = this.startOne(workflowId)
+    const p = this.startRow(row)
       .catch((err: unknown) =>
         log.warn('post-commit workflow start failed; the relay will retry', {
-          workflowId,
+          workflowId: row.workflow_id,
           ...errorFields(err),
         }),
       )

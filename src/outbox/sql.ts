@@ -22,6 +22,13 @@ export interface OutboxRow {
   trace_context: TraceCarrier | null;
 }
 
+/**
+ * Inserts the start intent, due at once, or with `claimedForMs` already
+ * claimed by the inserting process for that long (the same lease a claim
+ * takes, see claimOutboxRow): the accepting API starts the workflow right
+ * after commit without a claim statement of its own, and if it dies first,
+ * any relay starts it once the lease runs out. Returns the row as inserted.
+ */
 export async function insertOutbox(
   db: Queryable,
   r: {
@@ -32,11 +39,13 @@ export async function insertOutbox(
     taskQueue: string;
     input: OrderWorkflowInput;
     traceContext?: TraceCarrier | null;
+    claimedForMs?: number;
   },
-): Promise<void> {
+): Promise<OutboxRow> {
   await db.query(
-    `insert into workflow_outbox (workflow_id, tenant_id, order_id, workflow_type, task_queue, input, trace_context)
-     values ($1, $2, $3, $4, $5, $6, $7) returning workflow_id`,
+    `insert into workflow_outbox (workflow_id, tenant_id, order_id, workflow_type, task_queue, input, trace_context,
+                                  next_attempt_at)
+     values ($1, $2, $3, $4, $5, $6, $7, now() + $8::integer * interval '1 millisecond') returning workflow_id`,
     [
       r.workflowId,
       r.tenantId,
@@ -45,8 +54,20 @@ export async function insertOutbox(
       r.taskQueue,
       JSON.stringify(r.input),
       r.traceContext ? JSON.stringify(r.traceContext) : null,
+      Math.max(0, Math.round(r.claimedForMs ?? 0)),
     ],
   );
+  return {
+    workflow_id: r.workflowId,
+    tenant_id: r.tenantId,
+    order_id: r.orderId,
+    workflow_type: r.workflowType,
+    task_queue: r.taskQueue,
+    input: r.input,
+    attempts: 0,
+    started_at: null,
+    trace_context: r.traceContext ?? null,
+  };
 }
 
 const OUTBOX_COLUMNS = `workflow_id, tenant_id, order_id, workflow_type, task_queue, input, attempts, started_at,

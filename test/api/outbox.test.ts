@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, WorkflowNotFoundError, type WorkflowClientInterceptor } from '@temporalio/client';
 import { MAX_PASS_BACKOFF_MS, OutboxRelay, passDelayMs } from '../../src/api/outbox.ts';
 import { createMetrics } from '../../src/metrics/index.ts';
+import { getOutbox } from '../../src/outbox/sql.ts';
 import { ownDatabase, uniq } from '../support/env.ts';
 import { call, newTenant, startApi, validOrder, type TestApi } from './support.ts';
 import { deferred } from '../support/wait.ts';
@@ -150,10 +151,50 @@ describe('workflow outbox relay', () => {
     expect((await api.client.workflow.getHandle(order.workflowId).describe()).type).toBe('orderWorkflow');
   });
 
+  it("a relaying API claims its start intent in the order's own transaction and starts it with no claim statement; an orphaned claim runs out", async () => {
+    const relaying = await startApi({ env: { DATABASE_URL: db.url } });
+    try {
+      const res = await call(relaying, 'POST', '/v1/orders', {
+        key: t.key,
+        idem: uniq('idem'),
+        body: validOrder(),
+      });
+      expect(res.status).toBe(202);
+      const order = res.body as Order;
+      const { rows } = await api.pool.query<{ claimed_for_ms: number }>(
+        `select (extract(epoch from next_attempt_at - created_at) * 1000)::float8 as claimed_for_ms
+           from workflow_outbox where workflow_id = $1`,
+        [order.workflowId],
+      );
+      // Claimed for the relay's lease (10 s by default) when it committed, so not due for any
+      // relay's pass or claim; the accepting API started it anyway, right after commit.
+      expect(rows[0]!.claimed_for_ms).toBeGreaterThan(5_000);
+      await expect
+        .poll(async () => (await outbox(order.workflowId))?.started_at, { timeout: 10_000 })
+        .toBeInstanceOf(Date);
+      await expect.poll(() => runs(order.workflowId)).toBe(1);
+    } finally {
+      await relaying.close();
+    }
+
+    // An API that died between commit and start: no relay takes the row while the claim
+    // lasts; once it has run out, any relay starts it.
+    const orphan = await create();
+    await api.pool.query(
+      `update workflow_outbox set next_attempt_at = now() + interval '1 hour' where workflow_id = $1`,
+      [orphan.workflowId],
+    );
+    expect(await relay().startOne(orphan.workflowId)).toBeNull();
+    await api.pool.query(`update workflow_outbox set next_attempt_at = now() where workflow_id = $1`, [
+      orphan.workflowId,
+    ]);
+    expect(await relay().startOne(orphan.workflowId)).toBe('started');
+  });
+
   it('a disabled relay starts nothing', async () => {
     const order = await create();
     expect(await api.relay.relayDue()).toBe(0);
-    api.relay.kick(order.workflowId);
+    api.relay.kick((await getOutbox(api.pool, order.workflowId))!);
     await api.relay.stop();
     expect((await outbox(order.workflowId))?.started_at).toBeNull();
   });

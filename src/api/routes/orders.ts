@@ -41,7 +41,7 @@ import {
   problemResponse,
 } from '../schemas.ts';
 import { getOrder, insertAcceptedOrder, listOrders, type OrderRow } from '../../orders/sql.ts';
-import { insertOutbox } from '../../outbox/sql.ts';
+import { insertOutbox, type OutboxRow } from '../../outbox/sql.ts';
 import { ORDER_WORKFLOW_TYPE } from '../outbox.ts';
 import { requestSpan, requestTraceCarrier } from '../../tracing/index.ts';
 
@@ -200,6 +200,8 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
       const order = normalizeCreateOrder(request.body);
       const tenantId = request.tenantId!;
       let outcome: { result: StoredResponse; replayed: boolean };
+      /** The start intent this request committed (the last attempt's, if the transaction was retried). */
+      let startIntent: OutboxRow | undefined;
       try {
         outcome = await ledger.runLocal<StoredResponse>(
           { tenantId, operationType: OPERATION_TYPES.createOrder, key },
@@ -229,8 +231,8 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
               paymentMethod: order.paymentMethod,
               customer: order.customer,
             };
-            // The start intent commits with the order: see outbox.ts.
-            await insertOutbox(tx, {
+            // The start intent commits with the order, claimed for this API's relay: see outbox.ts.
+            startIntent = await insertOutbox(tx, {
               workflowId,
               tenantId,
               orderId,
@@ -239,6 +241,7 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
               input,
               // So the workflow joins this request's trace, whoever starts it and whenever.
               traceContext: requestTraceCarrier(request),
+              claimedForMs: relay.claimForKickMs,
             });
             return {
               statusCode: 202,
@@ -271,7 +274,7 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
       const { result, replayed } = outcome;
       // Searchable in a trace viewer: the order's trace by its workflow ID.
       requestSpan(request)?.setAttribute('onceflow.workflow_id', result.body.workflowId);
-      if (!replayed) relay.kick(result.body.workflowId);
+      if (!replayed && startIntent) relay.kick(startIntent);
       if (replayed) void reply.header('idempotent-replayed', 'true');
       return reply
         .code(result.statusCode as 202)

@@ -12,7 +12,7 @@ import { Ledger, LedgerError, type ExternalRunOptions } from '../src/ledger/inde
 import type { EmailProvider, PaymentProvider } from '../src/providers/types.ts';
 import { ProviderError } from '../src/providers/types.ts';
 import { OPERATION_TYPES, type OrderStatus } from '../src/orders/model.ts';
-import { applyOrderTransition } from '../src/orders/sql.ts';
+import { orderTransitionStatement, transitionOutcome, type OrderTransition } from '../src/orders/sql.ts';
 import * as payment from '../src/steps/payment.ts';
 import * as receipt from '../src/steps/receipt.ts';
 import { childLog, errorFields, type Log } from '../src/log.ts';
@@ -230,19 +230,21 @@ export function createOrderActivities(deps: OrderActivityDeps) {
     async setOrderStatus(args: StatusArgs): Promise<StatusResult> {
       const log = stepLog(args);
       try {
+        const transition: OrderTransition = {
+          tenantId: args.tenantId,
+          orderId: args.orderId,
+          to: args.status,
+          chargeId: args.chargeId ?? null,
+          receiptId: args.receiptId ?? null,
+          lastError: args.lastError ?? null,
+          reason: args.reason ?? null,
+        };
         const { result } = await ledger.runLocal(
           scope(args, OPERATION_TYPES.status),
           { schemaVersion: 1, value: { orderId: args.orderId, status: args.status } },
-          async (tx) => {
-            const outcome = await applyOrderTransition(tx, {
-              tenantId: args.tenantId,
-              orderId: args.orderId,
-              to: args.status,
-              chargeId: args.chargeId ?? null,
-              receiptId: args.receiptId ?? null,
-              lastError: args.lastError ?? null,
-              reason: args.reason ?? null,
-            });
+          async (tx, updated) => {
+            // The UPDATE went out with the claim (one round trip fewer); its result is read here.
+            const outcome = await transitionOutcome(tx, transition, updated!);
             if (outcome.kind === 'not_found') {
               throw ApplicationFailure.create({
                 type: 'OrderNotFound',
@@ -252,6 +254,7 @@ export function createOrderActivities(deps: OrderActivityDeps) {
             }
             return { applied: outcome.kind === 'applied', status: outcome.status };
           },
+          { first: orderTransitionStatement(transition) },
         );
         log.info('step finished', { status: result.status, applied: result.applied });
         return result;

@@ -5,6 +5,7 @@
  * of an uncertain outcome). Vocabulary: see the Terminology block in types.ts.
  */
 import { randomUUID } from 'node:crypto';
+import type pg from 'pg';
 import {
   SQLSTATE,
   isSqlState,
@@ -30,6 +31,7 @@ import type {
   LedgerInput,
   LedgerOptions,
   ListFilter,
+  LocalRunOptions,
   OperationRecord,
   ReapOptions,
   ReapResult,
@@ -206,12 +208,13 @@ export class Ledger {
   async runLocal<T extends Json>(
     scope: Scope,
     input: LedgerInput,
-    fn: (tx: PoolClient) => Promise<T>,
+    fn: (tx: PoolClient, first: pg.QueryResult | undefined) => Promise<T>,
+    opts: LocalRunOptions = {},
   ): Promise<{ result: T; replayed: boolean }> {
     const fp = this.#prepare(scope, input);
     for (let attempt = 0; ; attempt++) {
       try {
-        return await this.#runLocalOnce(scope, input.schemaVersion, fp, fn);
+        return await this.#runLocalOnce(scope, input.schemaVersion, fp, fn, opts.first);
       } catch (err) {
         const retryable =
           err instanceof RaceRetry ||
@@ -249,7 +252,8 @@ export class Ledger {
     scope: Scope,
     schemaVersion: number,
     fp: string,
-    fn: (tx: PoolClient) => Promise<T>,
+    fn: (tx: PoolClient, first: pg.QueryResult | undefined) => Promise<T>,
+    first: pg.QueryConfig | undefined,
   ): Promise<{ result: T; replayed: boolean }> {
     return withClient(this.#pool, async (client) => {
       // Replays are answered by one primary-key read, outside any transaction.
@@ -267,14 +271,20 @@ export class Ledger {
       try {
         const ownerToken = randomUUID();
         let claimed: boolean;
+        let firstResult: PromiseSettledResult<pg.QueryResult> | undefined;
         try {
-          claimed = await sql.beginLocalClaim(client, scope, {
-            fingerprint: fp,
-            schemaVersion,
-            ownerToken,
-            leaseMs: this.#leaseMs,
-            lockTimeoutMs: this.#localWaitMs,
-          });
+          ({ claimed, first: firstResult } = await sql.beginLocalClaim(
+            client,
+            scope,
+            {
+              fingerprint: fp,
+              schemaVersion,
+              ownerToken,
+              leaseMs: this.#leaseMs,
+              lockTimeoutMs: this.#localWaitMs,
+            },
+            first,
+          ));
         } catch (err) {
           // 55P03: a duplicate still holds its uncommitted claim after localWaitMs.
           if (isSqlState(err, SQLSTATE.lockNotAvailable)) {
@@ -297,7 +307,9 @@ export class Ledger {
         let state: 'succeeded' | 'failed' = 'succeeded';
         let value: unknown;
         try {
-          value = await fn(client);
+          // The first statement's error is the body's error: rolled back and rethrown below.
+          if (firstResult?.status === 'rejected') throw firstResult.reason;
+          value = await fn(client, firstResult?.value);
         } catch (err) {
           if (!(err instanceof FinalFailure)) {
             await rollback();

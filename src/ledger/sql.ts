@@ -186,12 +186,21 @@ export async function beginLocalClaim(
     leaseMs: number;
     lockTimeoutMs: number;
   },
-): Promise<boolean> {
-  const [begin, claim] = await pipelined<[pg.QueryResult, pg.QueryResult]>(client, () => [
-    client.query('BEGIN'),
-    client.query({
-      name: 'ledger_insert_local_claim',
-      text: `with prev as materialized (select current_setting('lock_timeout') as v),
+  /**
+   * The body's first statement, sent in the same write after the claim (see
+   * Ledger.runLocal's `first`): it runs inside the transaction whether or not
+   * the claim inserted; the caller rolls back when it did not.
+   */
+  first?: pg.QueryConfig,
+): Promise<{ claimed: boolean; first?: PromiseSettledResult<pg.QueryResult> }> {
+  const [begin, claim, firstResult] = await pipelined<[pg.QueryResult, pg.QueryResult, pg.QueryResult]>(
+    client,
+    () =>
+      [
+        client.query('BEGIN'),
+        client.query({
+          name: 'ledger_insert_local_claim',
+          text: `with prev as materialized (select current_setting('lock_timeout') as v),
                   bound as materialized (select set_config('lock_timeout', $8::int::text, true) as v from prev)
              insert into operations (tenant_id, operation_type, key, fingerprint, schema_version, state,
                owner_token, lease_expires_at)
@@ -200,18 +209,21 @@ export async function beginLocalClaim(
                from bound
              on conflict (tenant_id, operation_type, key) do nothing
              returning set_config('lock_timeout', (select v from prev), true)`,
-      values: [
-        ...pk(scope),
-        args.fingerprint,
-        args.schemaVersion,
-        args.ownerToken,
-        args.leaseMs,
-        args.lockTimeoutMs,
-      ],
-    }),
-  ]);
+          values: [
+            ...pk(scope),
+            args.fingerprint,
+            args.schemaVersion,
+            args.ownerToken,
+            args.leaseMs,
+            args.lockTimeoutMs,
+          ],
+        }),
+        ...(first ? [client.query(first)] : []),
+      ] as never,
+  );
   settledValue(begin);
-  return settledValue(claim).rowCount === 1;
+  const claimed = settledValue(claim).rowCount === 1;
+  return first ? { claimed, first: firstResult } : { claimed };
 }
 
 /** The message finishLocalClaimAndCommit fails with if the claim is not ours inside our own transaction. */

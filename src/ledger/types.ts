@@ -35,6 +35,8 @@
  *   Never deletes `in_progress` or `unknown` records.
  */
 
+import type pg from 'pg';
+
 export interface Scope {
   tenantId: string;
   operationType: string;
@@ -149,6 +151,21 @@ export interface PerformContext {
 export interface ExternalHandlers<T extends Json> {
   perform(ctx: PerformContext): Promise<ExternalOutcome<T>>;
   reconcile(ctx: ReconcileContext): Promise<ReconcileOutcome<T>>;
+}
+
+/** Per-call options of runLocal. */
+export interface LocalRunOptions {
+  /**
+   * The body's first statement, sent in the same network write as `BEGIN`
+   * and the claim: a fresh step then costs one round trip fewer. It runs
+   * inside the step's transaction before the claim's outcome is known, so
+   * when the claim finds an existing record (a replay, or a duplicate that
+   * committed first) it ran for nothing and is rolled back with the rest;
+   * it must therefore be a plain write or read with no effect outside the
+   * transaction. Its result is `fn`'s second argument; its error is the
+   * body's error (rolled back, rethrown).
+   */
+  first?: pg.QueryConfig;
 }
 
 /** Per-call options of runExternal. */

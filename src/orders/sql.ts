@@ -5,10 +5,11 @@
  *
  * Writers: the API inserts an order in `accepted` (in the same transaction as
  * its ledger claim and its outbox row); after that only
- * `applyOrderTransition` moves it, through the state machine in model.ts.
+ * `orderTransitionStatement` moves it, through the state machine in model.ts.
  * Readers: the API, the operator (src/ops), the metrics and the chaos
  * harness. Cross-table aggregates (src/metrics/sql.ts) are the one exception.
  */
+import type pg from 'pg';
 import type { Queryable } from '../db/index.ts';
 import { TRANSITIONS, type OrderItem, type OrderStatus } from './model.ts';
 
@@ -89,27 +90,29 @@ export type TransitionOutcome =
   | { kind: 'unchanged'; status: OrderStatus }
   | { kind: 'not_found' };
 
+export interface OrderTransition {
+  tenantId: string;
+  orderId: string;
+  to: OrderStatus;
+  chargeId: string | null;
+  receiptId: string | null;
+  lastError: string | null;
+  /** Machine-readable code (ORDER_REASONS); stored for rejected and needs_attention, cleared otherwise. */
+  reason?: string | null;
+}
+
 /**
  * Moves an order forward. The WHERE clause is the state machine: the row is
  * updated only if its current status may lead to `to`, so a late or duplicate
  * call can never move an order backwards, even under concurrency (the row lock
- * taken by UPDATE serialises competing transitions).
+ * taken by UPDATE serialises competing transitions). A statement, not a
+ * call: the status step sends it in one write with its ledger claim
+ * (Ledger.runLocal's `first`); transitionOutcome reads its result.
  */
-export async function applyOrderTransition(
-  db: Queryable,
-  t: {
-    tenantId: string;
-    orderId: string;
-    to: OrderStatus;
-    chargeId: string | null;
-    receiptId: string | null;
-    lastError: string | null;
-    /** Machine-readable code (ORDER_REASONS); stored for rejected and needs_attention, cleared otherwise. */
-    reason?: string | null;
-  },
-): Promise<TransitionOutcome> {
-  const updated = await db.query<{ status: OrderStatus }>(
-    `update orders
+export function orderTransitionStatement(t: OrderTransition): pg.QueryConfig {
+  return {
+    name: 'orders_transition',
+    text: `update orders
         set status = $3,
             status_seq = status_seq + 1,
             charge_id = coalesce($4, charge_id),
@@ -121,9 +124,27 @@ export async function applyOrderTransition(
             updated_at = now()
       where tenant_id = $1 and id = $2 and status = any($7::text[])
       returning status`,
-    [t.tenantId, t.orderId, t.to, t.chargeId, t.receiptId, t.lastError, sourcesOf(t.to), t.reason ?? null],
-  );
-  if (updated.rows[0]) return { kind: 'applied', status: updated.rows[0].status };
+    values: [
+      t.tenantId,
+      t.orderId,
+      t.to,
+      t.chargeId,
+      t.receiptId,
+      t.lastError,
+      sourcesOf(t.to),
+      t.reason ?? null,
+    ],
+  };
+}
+
+/** What the transition's UPDATE did: applied, or (a second read) unchanged or not found. */
+export async function transitionOutcome(
+  db: Queryable,
+  t: Pick<OrderTransition, 'tenantId' | 'orderId'>,
+  updated: pg.QueryResult,
+): Promise<TransitionOutcome> {
+  const row = updated.rows[0] as { status: OrderStatus } | undefined;
+  if (row) return { kind: 'applied', status: row.status };
   const status = await getOrderStatus(db, t.tenantId, t.orderId);
   return status ? { kind: 'unchanged', status } : { kind: 'not_found' };
 }

@@ -159,6 +159,91 @@ describe('runLocal', () => {
     expect(await businessRows(scope)).toEqual(['winner']);
   });
 
+  describe('with a first statement sent along with the claim', () => {
+    const firstInsert = (scope: Scope, label: string) => ({
+      text: `insert into ${business} (tenant_id, key, label) values ($1, $2, $3) returning label`,
+      values: [scope.tenantId, scope.key, label],
+    });
+
+    it("runs it in the step's transaction, hands its result to the body, and replays without it", async () => {
+      const ledger = new Ledger(pool);
+      const scope = scopeFor('first');
+      let calls = 0;
+      const run = () =>
+        ledger.runLocal(
+          scope,
+          input({ n: 1 }),
+          async (tx, first) => {
+            calls++;
+            await insertBusiness(tx, scope, 'body');
+            return { label: (first?.rows[0] as { label: string }).label };
+          },
+          { first: firstInsert(scope, 'first') },
+        );
+      expect(await run()).toEqual({ result: { label: 'first' }, replayed: false });
+      expect(await run()).toEqual({ result: { label: 'first' }, replayed: true });
+      expect(calls).toBe(1);
+      expect(await businessRows(scope)).toEqual(['first', 'body']);
+    });
+
+    it("50 duplicates racing freely: the statement's effect is kept once, by the one that claimed", async () => {
+      const ledger = new Ledger(pool);
+      const scope = scopeFor('first-race');
+      let calls = 0;
+      const settled = await Promise.allSettled(
+        Array.from({ length: 50 }, () =>
+          ledger.runLocal(
+            scope,
+            input({ n: 1 }),
+            async () => {
+              calls++;
+              return { n: 1 };
+            },
+            // Every duplicate that reaches the claim runs this before knowing it lost: rolled back.
+            { first: firstInsert(scope, 'first') },
+          ),
+        ),
+      );
+      expect(calls).toBe(1);
+      for (const s of settled) {
+        if (s.status === 'fulfilled') expect(s.value.result).toEqual({ n: 1 });
+        else expect(s.reason).toMatchObject({ code: 'in_progress' });
+      }
+      expect(await businessRows(scope)).toEqual(['first']);
+    });
+
+    it("its error is the body's error: everything rolls back, nothing is stored, a retry runs once", async () => {
+      const ledger = new Ledger(pool);
+      const scope = scopeFor('first-fails');
+      let calls = 0;
+      await expect(
+        ledger.runLocal(
+          scope,
+          input({ n: 1 }),
+          async () => {
+            calls++;
+            return 'never';
+          },
+          { first: { text: 'select 1 / 0' } },
+        ),
+      ).rejects.toMatchObject({ code: '22012' });
+      expect(calls).toBe(0);
+      expect(await ledger.get(scope)).toBeNull();
+      const retry = await ledger.runLocal(scope, input({ n: 1 }), async () => 'ok', {
+        first: firstInsert(scope, 'retry'),
+      });
+      expect(retry).toEqual({ result: 'ok', replayed: false });
+      expect(await businessRows(scope)).toEqual(['retry']);
+      // The connection went back to the pool clean: no transaction left open on it.
+      const { rows } = await pool.query<{ n: number }>(
+        `select count(*)::int as n from pg_stat_activity
+          where application_name = $1 and state like 'idle in transaction%'`,
+        [appName],
+      );
+      expect(rows[0]!.n).toBe(0);
+    });
+  });
+
   it('25 A + 25 B: one winner; every other-input loser gets conflict, including on the insert-conflict path', async () => {
     const log = eventLog();
     const ledger = new Ledger(pool, { localWaitMs: 30_000, hooks: log });

@@ -537,6 +537,8 @@ async function main(): Promise<void> {
     );
 
     let seq = 0;
+    /** The last baseline workflow started (its history is counted at the end). */
+    let lastBaselineId = '';
     const completedIds: string[] = [];
     /** Every order's latency at the current level, to explain the slowest ones (see slowestReport). */
     let slowest: { workflowId: string; ms: number }[] = [];
@@ -577,7 +579,7 @@ async function main(): Promise<void> {
       const t0 = performance.now();
       const handle = await client.workflow.start('baselineWorkflow', {
         taskQueue: baselineQueue,
-        workflowId: `bench-baseline-${runId}-${i}`,
+        workflowId: (lastBaselineId = `bench-baseline-${runId}-${i}`),
         args: [],
       });
       await handle.result();
@@ -689,7 +691,7 @@ async function main(): Promise<void> {
       }
     }
     const baselineHistory = await client.workflow
-      .getHandle(`bench-baseline-${runId}-${seq - 1}`)
+      .getHandle(lastBaselineId)
       .fetchHistory();
     const perOrder = Object.fromEntries(
       Object.entries(typeCounts)

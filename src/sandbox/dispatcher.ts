@@ -197,7 +197,10 @@ export function createWebhookDispatcher(deps: {
       } catch (err) {
         log.warn('sandbox webhook dispatcher pass failed', errorFields(err));
       }
-      if (running && leased === 0) await idle(o.pollMs);
+      // A full batch may have left more due events: go again at once. A partial one took
+      // every event that was due, so the next pass waits for a poke (new events committed)
+      // or the poll interval (retries coming due) instead of reading an empty batch.
+      if (running && leased < o.batchSize) await idle(o.pollMs);
     }
   }
 

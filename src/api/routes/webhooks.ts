@@ -8,7 +8,9 @@
  *    INSERT ... ON CONFLICT DO NOTHING, then signal the order's workflow.
  *    A duplicate finds the row and returns 200 without signalling. If the
  *    signal fails for a reason worth retrying, the transaction rolls back
- *    (the marker with it) and the provider's retry gets another chance.
+ *    (the marker with it) and the provider's retry gets another chance. An
+ *    event with nothing to signal (4. below, or an ignored type or unknown
+ *    order) is recorded by one autocommitted statement.
  * 3. Ordering is the workflow's job: it settles the charge once and ignores
  *    later events, so a late or reordered event never moves an order back.
  *    This route never touches the order's status.
@@ -198,27 +200,23 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
               }
             : {}),
         },
-        () =>
-          withTransaction(pool, async (tx) => {
-            const base = {
-              provider: WEBHOOK_PROVIDER,
-              eventId: event.id,
-              consumer: ORDER_SIGNAL_CONSUMER,
-              eventType: event.type,
-              tenantId: tenantId ?? null,
-              orderId: orderId ?? null,
-            };
-            if (!outcome || !order) {
-              const why = !outcome ? 'ignored_event_type' : 'ignored_unknown_order';
-              const fresh = await recordWebhookEvent(tx, { ...base, outcome: why });
-              return { duplicate: !fresh, outcome: why };
-            }
-            if (chargeSettled) {
-              const fresh = await recordWebhookEvent(tx, { ...base, outcome: 'charge_settled' });
-              return fresh
-                ? { duplicate: false, outcome: 'charge_settled' }
-                : { duplicate: true, outcome: 'duplicate' };
-            }
+        async (): Promise<{ duplicate: boolean; outcome: string }> => {
+          const base = {
+            provider: WEBHOOK_PROVIDER,
+            eventId: event.id,
+            consumer: ORDER_SIGNAL_CONSUMER,
+            eventType: event.type,
+            tenantId: tenantId ?? null,
+            orderId: orderId ?? null,
+          };
+          if (!outcome || !order || chargeSettled) {
+            // Nothing to signal: recording the event is all there is, one autocommitted statement.
+            const why = !outcome ? 'ignored_event_type' : !order ? 'ignored_unknown_order' : 'charge_settled';
+            const fresh = await withClient(pool, (c) => recordWebhookEvent(c, { ...base, outcome: why }));
+            if (fresh) return { duplicate: false, outcome: why };
+            return { duplicate: true, outcome: why === 'charge_settled' ? 'duplicate' : why };
+          }
+          return withTransaction(pool, async (tx) => {
             const fresh = await recordWebhookEvent(tx, { ...base, outcome: 'signalled' });
             if (!fresh) return { duplicate: true, outcome: 'duplicate' };
             const signal: PaymentEvent = {
@@ -251,7 +249,8 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
                 },
               );
             }
-          }),
+          });
+        },
       ).catch((err: unknown) => {
         if (!(err instanceof ProblemError)) {
           log.error('webhook processing failed', { eventId: event.id, ...errorFields(err) });

@@ -254,7 +254,9 @@ export function createOrderActivities(deps: OrderActivityDeps) {
             }
             return { applied: outcome.kind === 'applied', status: outcome.status };
           },
-          { first: orderTransitionStatement(transition) },
+          // No replay probe: a local activity runs again only when its workflow task failed before
+          // recording the result (rare); every first run saves the probe's round trip.
+          { first: orderTransitionStatement(transition), replayProbe: false },
         );
         log.info('step finished', { status: result.status, applied: result.applied });
         return result;

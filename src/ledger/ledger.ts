@@ -214,7 +214,7 @@ export class Ledger {
     const fp = this.#prepare(scope, input);
     for (let attempt = 0; ; attempt++) {
       try {
-        return await this.#runLocalOnce(scope, input.schemaVersion, fp, fn, opts.first);
+        return await this.#runLocalOnce(scope, input.schemaVersion, fp, fn, opts);
       } catch (err) {
         const retryable =
           err instanceof RaceRetry ||
@@ -253,12 +253,15 @@ export class Ledger {
     schemaVersion: number,
     fp: string,
     fn: (tx: PoolClient, first: pg.QueryResult | undefined) => Promise<T>,
-    first: pg.QueryConfig | undefined,
+    { first, replayProbe = true }: LocalRunOptions,
   ): Promise<{ result: T; replayed: boolean }> {
     return withClient(this.#pool, async (client) => {
-      // Replays are answered by one primary-key read, outside any transaction.
-      const existing = await sql.selectProbe(client, scope);
-      if (existing) return this.#replayLocal<T>(scope, fp, existing);
+      // Replays are answered by one primary-key read, outside any transaction
+      // (unless the caller skips it: then the claim below finds the record).
+      if (replayProbe) {
+        const existing = await sql.selectProbe(client, scope);
+        if (existing) return this.#replayLocal<T>(scope, fp, existing);
+      }
 
       // From here the transaction may be open: BEGIN goes out with the claim
       // (one round trip), and the claim INSERT bounds its own wait (see beginLocalClaim).

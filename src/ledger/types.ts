@@ -166,6 +166,15 @@ export interface LocalRunOptions {
    * body's error (rolled back, rethrown).
    */
   first?: pg.QueryConfig;
+  /**
+   * Look for a stored result with one primary-key read before opening the
+   * transaction (default true): a replay then costs that one read. false
+   * skips it, so a first run is one round trip cheaper and a replay finds
+   * the record through the claim instead (the claim, a read and a
+   * ROLLBACK). For steps that are rarely replayed, such as a local activity,
+   * which runs again only when its workflow task failed before recording it.
+   */
+  replayProbe?: boolean;
 }
 
 /** Per-call options of runExternal. */

@@ -212,6 +212,30 @@ describe('runLocal', () => {
       expect(await businessRows(scope)).toEqual(['first']);
     });
 
+    it("without the replay probe, a replay and a conflict are found through the claim, and the statement's effect is not kept", async () => {
+      const log = eventLog();
+      const ledger = new Ledger(pool, { hooks: log });
+      const scope = scopeFor('no-probe');
+      let calls = 0;
+      const run = (value: Json, label: string) =>
+        ledger.runLocal(
+          scope,
+          input(value),
+          async (_tx, first) => {
+            calls++;
+            return { label: (first?.rows[0] as { label: string }).label };
+          },
+          { first: firstInsert(scope, label), replayProbe: false },
+        );
+      expect(await run({ n: 1 }, 'first')).toEqual({ result: { label: 'first' }, replayed: false });
+      // The replay's own statement ran inside its transaction, then rolled back with it.
+      expect(await run({ n: 1 }, 'replay')).toEqual({ result: { label: 'first' }, replayed: true });
+      await expect(run({ n: 2 }, 'other')).rejects.toMatchObject({ code: 'conflict' });
+      expect(calls).toBe(1);
+      expect(log.count('replay')).toBe(1);
+      expect(await businessRows(scope)).toEqual(['first']);
+    });
+
     it("its error is the body's error: everything rolls back, nothing is stored, a retry runs once", async () => {
       const ledger = new Ledger(pool);
       const scope = scopeFor('first-fails');

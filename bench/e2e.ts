@@ -367,6 +367,12 @@ interface LevelResult {
   cpuPerBaselineByProcessSec: Record<string, number>;
 }
 
+/** CPU seconds this process has used since `start` (process.cpuUsage). */
+function cpuSince(start: NodeJS.CpuUsage): number {
+  const d = process.cpuUsage(start);
+  return (d.user + d.system) / 1e6;
+}
+
 function perOrderSec(byGroup: Record<string, number>, n: number): Record<string, number> {
   return Object.fromEntries(Object.entries(byGroup).map(([k, v]) => [k, round(v / n, 4)]));
 }
@@ -599,6 +605,8 @@ async function main(): Promise<void> {
       // the baseline, the other half of the orders): a drift over the level (the machine's speed,
       // the server's growing state) weighs on both sides alike instead of on whichever ran second.
       const halves = [Math.ceil(n / 2), Math.floor(n / 2)] as const;
+      /** This process's own CPU (the load generator), per side: not part of the stack's figures. */
+      const clientCpu = { orders: 0, baseline: 0 };
       say(
         `concurrency ${c}: ${n} orders and ${n} baseline workflows, in halves (orders, baseline, baseline, orders)`,
       );
@@ -619,16 +627,20 @@ async function main(): Promise<void> {
       const runOrders = async (count: number, label: string) => {
         if (BASELINE_ONLY || count === 0) return;
         const stop = await orderCpu();
+        const client0 = process.cpuUsage();
         orderSecs += await closedLoop(`orders c=${c} (${label})`, count, c, () =>
           order(lat, serverLat, failures),
         );
         add(oCpu, await stop());
+        clientCpu.orders += cpuSince(client0);
       };
       const runBaseline = async (count: number, label: string) => {
         if (count === 0) return;
         const stop = await baselineCpu();
+        const client0 = process.cpuUsage();
         baselineSecs += await closedLoop(`baseline c=${c} (${label})`, count, c, () => baseline(bLat));
         add(bCpu, await stop());
+        clientCpu.baseline += cpuSince(client0);
       };
       await runOrders(halves[0], 'first half');
       await runBaseline(halves[0], 'first half');
@@ -658,8 +670,8 @@ async function main(): Promise<void> {
         cpuPerOrderSec: round(oCpu.stack / n, 3),
         postgresCpuPerOrderSec: round(oCpu.postgres / n, 3),
         cpuPerBaselineSec: round(bCpu.stack / n, 3),
-        cpuPerOrderByProcessSec: perOrderSec(oCpu.byGroup, n),
-        cpuPerBaselineByProcessSec: perOrderSec(bCpu.byGroup, n),
+        cpuPerOrderByProcessSec: perOrderSec({ ...oCpu.byGroup, loadGenerator: clientCpu.orders }, n),
+        cpuPerBaselineByProcessSec: perOrderSec({ ...bCpu.byGroup, loadGenerator: clientCpu.baseline }, n),
       };
       const r = results[String(c)]!;
       say(

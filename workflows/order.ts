@@ -29,6 +29,7 @@ import {
 import type { OrderActivities, ReconcileResult } from '../activities/order.ts';
 import { ORDER_REASONS, stepKeys, type OrderStatus, type OrderWorkflowInput } from '../src/orders/model.ts';
 import {
+  FIRST_ORDER_STATUS,
   OrderLastErrorKey,
   OrderStatusKey,
   paymentEventSignal,
@@ -90,8 +91,15 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
   let chargeSettled = false;
   let redrives = 0;
   let redriveRequested = false;
-  /** TenantId goes with the first status upsert: one search-attribute update per status change. */
-  let tenantTagged = false;
+  // What visibility already has from the start: the outbox relay starts an order with TenantId
+  // and OrderStatus = FIRST_ORDER_STATUS (src/orders/contract.ts), so that first status needs
+  // no upsert of its own. A run started without them (an older relay, a test) tags the tenant
+  // with its first status upsert. Read from the start event, so replay decides the same way.
+  const startAttributes = workflowInfo().typedSearchAttributes;
+  /** TenantId is set once: at start, or with the first status upsert. */
+  let tenantTagged = startAttributes.get(TenantIdKey) !== undefined;
+  /** True until the first status upsert, if the start already indexed the first status. */
+  let firstStatusIndexed = tenantTagged && startAttributes.get(OrderStatusKey) === FIRST_ORDER_STATUS;
 
   setHandler(statusQuery, () => state);
   setHandler(paymentEventSignal, (event) => {
@@ -152,6 +160,9 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
   });
 
   function upsertStatus(status: OrderStatus, lastError?: string | null): void {
+    const indexed = firstStatusIndexed && status === FIRST_ORDER_STATUS && !lastError;
+    firstStatusIndexed = false;
+    if (indexed) return;
     upsertSearchAttributes([
       ...(tenantTagged ? [] : [{ key: TenantIdKey, value: input.tenantId }]),
       { key: OrderStatusKey, value: status },

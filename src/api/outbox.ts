@@ -28,6 +28,7 @@ import { context } from '@opentelemetry/api';
 import type { Pool } from '../db/index.ts';
 import { contextFromCarrier } from '../tracing/index.ts';
 import { errorFields, log } from '../log.ts';
+import { orderStartSearchAttributes } from '../orders/contract.ts';
 import {
   claimDueOutbox,
   claimOutboxRow,
@@ -160,6 +161,9 @@ export class OutboxRelay {
             workflowId: row.workflow_id,
             args: [row.input],
             workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+            ...(row.workflow_type === ORDER_WORKFLOW_TYPE
+              ? { typedSearchAttributes: orderStartSearchAttributes(row.tenant_id) }
+              : {}),
           }),
         ),
       );

@@ -9,7 +9,7 @@
  * allows workflows/ to import only `src/<concept>/contract.ts` and
  * src/orders/model.ts). The workflow bundle's hash covers it.
  */
-import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/common';
+import { defineSearchAttributeKey, SearchAttributeType, type SearchAttributePair } from '@temporalio/common';
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { OrderStatus } from './model.ts';
 
@@ -18,6 +18,23 @@ import type { OrderStatus } from './model.ts';
 export const OrderStatusKey = defineSearchAttributeKey('OrderStatus', SearchAttributeType.KEYWORD);
 export const TenantIdKey = defineSearchAttributeKey('TenantId', SearchAttributeType.KEYWORD);
 export const OrderLastErrorKey = defineSearchAttributeKey('OrderLastError', SearchAttributeType.TEXT);
+
+/**
+ * The status the workflow records first (the API has written `accepted` with
+ * the order). The outbox relay starts the workflow with it, and the tenant,
+ * already indexed, so the workflow does not upsert them itself: a
+ * search-attribute update is a visibility write on the server, the most
+ * expensive event of a workflow task (docs/BENCHMARKS.md).
+ */
+export const FIRST_ORDER_STATUS: OrderStatus = 'payment_pending';
+
+/** The search attributes an order workflow is started with (src/api/outbox.ts). */
+export function orderStartSearchAttributes(tenantId: string): SearchAttributePair[] {
+  return [
+    { key: TenantIdKey, value: tenantId },
+    { key: OrderStatusKey, value: FIRST_ORDER_STATUS },
+  ];
+}
 
 /** Longest OrderLastError value the workflow sets (visibility stores it for every run). */
 export const LAST_ERROR_MAX_CHARS = 1000;

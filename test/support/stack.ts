@@ -3,6 +3,7 @@
  * an in-process worker on its own task queue (real Temporal, real Postgres),
  * and helpers to start orders and read the sandbox's audit.
  */
+import { orderStartSearchAttributes } from '../../src/orders/contract.ts';
 import { Worker, type NativeConnection } from '@temporalio/worker';
 import type { Client, WorkflowHandle } from '@temporalio/client';
 import { createWorker } from '../../src/worker/worker.ts';
@@ -128,10 +129,12 @@ export async function startOrderStack(
     },
     async startOrder(overrides = {}, timing = TEST_TIMING) {
       const { input, workflowId } = await stack.insertOrder(overrides);
+      // Started as the outbox relay starts it: tenant and first status already indexed.
       const handle = await client.workflow.start<typeof orderWorkflow>('orderWorkflow', {
         taskQueue,
         workflowId,
         args: [{ ...input, timing }],
+        typedSearchAttributes: orderStartSearchAttributes(input.tenantId),
       });
       return { input, workflowId, handle };
     },

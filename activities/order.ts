@@ -242,7 +242,7 @@ export function createOrderActivities(deps: OrderActivityDeps) {
         const { result } = await ledger.runLocal(
           scope(args, OPERATION_TYPES.status),
           { schemaVersion: 1, value: { orderId: args.orderId, status: args.status } },
-          async (tx, updated) => {
+          async (tx, [updated]) => {
             // The UPDATE went out with the claim (one round trip fewer); its result is read here.
             const outcome = await transitionOutcome(tx, transition, updated!);
             if (outcome.kind === 'not_found') {
@@ -256,7 +256,7 @@ export function createOrderActivities(deps: OrderActivityDeps) {
           },
           // No replay probe: a local activity runs again only when its workflow task failed before
           // recording the result (rare); every first run saves the probe's round trip.
-          { first: orderTransitionStatement(transition), replayProbe: false },
+          { first: [orderTransitionStatement(transition)], replayProbe: false },
         );
         log.info('step finished', { status: result.status, applied: result.applied });
         return result;

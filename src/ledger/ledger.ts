@@ -208,7 +208,7 @@ export class Ledger {
   async runLocal<T extends Json>(
     scope: Scope,
     input: LedgerInput,
-    fn: (tx: PoolClient, first: pg.QueryResult | undefined) => Promise<T>,
+    fn: (tx: PoolClient, first: pg.QueryResult[]) => Promise<T>,
     opts: LocalRunOptions = {},
   ): Promise<{ result: T; replayed: boolean }> {
     const fp = this.#prepare(scope, input);
@@ -252,7 +252,7 @@ export class Ledger {
     scope: Scope,
     schemaVersion: number,
     fp: string,
-    fn: (tx: PoolClient, first: pg.QueryResult | undefined) => Promise<T>,
+    fn: (tx: PoolClient, first: pg.QueryResult[]) => Promise<T>,
     { first, replayProbe = true }: LocalRunOptions,
   ): Promise<{ result: T; replayed: boolean }> {
     return withClient(this.#pool, async (client) => {
@@ -274,9 +274,9 @@ export class Ledger {
       try {
         const ownerToken = randomUUID();
         let claimed: boolean;
-        let firstResult: PromiseSettledResult<pg.QueryResult> | undefined;
+        let firstResults: PromiseSettledResult<pg.QueryResult>[];
         try {
-          ({ claimed, first: firstResult } = await sql.beginLocalClaim(
+          ({ claimed, first: firstResults } = await sql.beginLocalClaim(
             client,
             scope,
             {
@@ -310,9 +310,13 @@ export class Ledger {
         let state: 'succeeded' | 'failed' = 'succeeded';
         let value: unknown;
         try {
-          // The first statement's error is the body's error: rolled back and rethrown below.
-          if (firstResult?.status === 'rejected') throw firstResult.reason;
-          value = await fn(client, firstResult?.value);
+          // A first statement's error is the body's error: rolled back and rethrown below.
+          const failed = firstResults.find((r) => r.status === 'rejected');
+          if (failed) throw failed.reason;
+          value = await fn(
+            client,
+            firstResults.map((r) => (r as PromiseFulfilledResult<pg.QueryResult>).value),
+          );
         } catch (err) {
           if (!(err instanceof FinalFailure)) {
             await rollback();

@@ -187,13 +187,13 @@ export async function beginLocalClaim(
     lockTimeoutMs: number;
   },
   /**
-   * The body's first statement, sent in the same write after the claim (see
-   * Ledger.runLocal's `first`): it runs inside the transaction whether or not
+   * The body's first statements, sent in the same write after the claim (see
+   * Ledger.runLocal's `first`): they run inside the transaction whether or not
    * the claim inserted; the caller rolls back when it did not.
    */
-  first?: pg.QueryConfig,
-): Promise<{ claimed: boolean; first?: PromiseSettledResult<pg.QueryResult> }> {
-  const [begin, claim, firstResult] = await pipelined<[pg.QueryResult, pg.QueryResult, pg.QueryResult]>(
+  first: readonly pg.QueryConfig[] = [],
+): Promise<{ claimed: boolean; first: PromiseSettledResult<pg.QueryResult>[] }> {
+  const [begin, claim, ...firstResults] = await pipelined<pg.QueryResult[]>(
     client,
     () =>
       [
@@ -218,12 +218,11 @@ export async function beginLocalClaim(
             args.lockTimeoutMs,
           ],
         }),
-        ...(first ? [client.query(first)] : []),
+        ...first.map((statement) => client.query(statement)),
       ] as never,
   );
-  settledValue(begin);
-  const claimed = settledValue(claim).rowCount === 1;
-  return first ? { claimed, first: firstResult } : { claimed };
+  settledValue(begin!);
+  return { claimed: settledValue(claim!).rowCount === 1, first: firstResults };
 }
 
 /** The message finishLocalClaimAndCommit fails with if the claim is not ours inside our own transaction. */

@@ -156,16 +156,17 @@ export interface ExternalHandlers<T extends Json> {
 /** Per-call options of runLocal. */
 export interface LocalRunOptions {
   /**
-   * The body's first statement, sent in the same network write as `BEGIN`
-   * and the claim: a fresh step then costs one round trip fewer. It runs
-   * inside the step's transaction before the claim's outcome is known, so
-   * when the claim finds an existing record (a replay, or a duplicate that
-   * committed first) it ran for nothing and is rolled back with the rest;
-   * it must therefore be a plain write or read with no effect outside the
-   * transaction. Its result is `fn`'s second argument; its error is the
-   * body's error (rolled back, rethrown).
+   * The body's first statements, sent in the same network write as `BEGIN`
+   * and the claim: a fresh step then costs one round trip, not one per
+   * statement. They run inside the step's transaction, in order, before the
+   * claim's outcome is known, so when the claim finds an existing record (a
+   * replay, or a duplicate that committed first) they ran for nothing and are
+   * rolled back with the rest; each must therefore be a plain write or read
+   * with no effect outside the transaction, and none may depend on another's
+   * result. Their results are `fn`'s second argument, in order; the first
+   * error among them is the body's error (rolled back, rethrown).
    */
-  first?: pg.QueryConfig;
+  first?: readonly pg.QueryConfig[];
   /**
    * Look for a stored result with one primary-key read before opening the
    * transaction (default true): a replay then costs that one read. false

@@ -44,27 +44,35 @@ const ORDER_COLUMNS = `tenant_id, id, workflow_id, status, status_seq, amount, c
 
 // --- writes -----------------------------------------------------------------
 
+export interface NewOrder {
+  tenantId: string;
+  orderId: string;
+  workflowId: string;
+  amount: number;
+  currency: string;
+  customerId: string;
+  customerEmail: string;
+  items: OrderItem[];
+  paymentMethod: string;
+}
+
 /** The API only ever inserts orders in 'accepted'; the workflow's activities move them on. */
-export async function insertAcceptedOrder(
-  db: Queryable,
-  o: {
-    tenantId: string;
-    orderId: string;
-    workflowId: string;
-    amount: number;
-    currency: string;
-    customerId: string;
-    customerEmail: string;
-    items: OrderItem[];
-    paymentMethod: string;
-  },
-): Promise<OrderRow> {
-  const { rows } = await db.query<OrderRow>(
-    `insert into orders (tenant_id, id, workflow_id, status, amount, currency, customer_id, customer_email,
-                         items, payment_method)
-     values ($1, $2, $3, 'accepted', $4, $5, $6, $7, $8, $9)
-     returning ${ORDER_COLUMNS}`,
-    [
+export async function insertAcceptedOrder(db: Queryable, o: NewOrder): Promise<OrderRow> {
+  return (await db.query<OrderRow>(insertAcceptedOrderStatement(o))).rows[0]!;
+}
+
+/**
+ * insertAcceptedOrder as a statement, for a caller that sends it in a
+ * pipeline (the API sends it with its idempotency claim); the result's one
+ * row is the OrderRow.
+ */
+export function insertAcceptedOrderStatement(o: NewOrder): pg.QueryConfig {
+  return {
+    text: `insert into orders (tenant_id, id, workflow_id, status, amount, currency, customer_id, customer_email,
+                               items, payment_method)
+           values ($1, $2, $3, 'accepted', $4, $5, $6, $7, $8, $9)
+           returning ${ORDER_COLUMNS}`,
+    values: [
       o.tenantId,
       o.orderId,
       o.workflowId,
@@ -75,8 +83,7 @@ export async function insertAcceptedOrder(
       JSON.stringify(o.items),
       o.paymentMethod,
     ],
-  );
-  return rows[0]!;
+  };
 }
 
 /** Statuses from which `to` may be entered. */

@@ -5,6 +5,7 @@
  * (src/api/outbox.ts) claims due rows, starts their workflows and records
  * the outcome. One function per statement, client first.
  */
+import type pg from 'pg';
 import type { Queryable } from '../db/index.ts';
 import type { OrderWorkflowInput } from '../orders/model.ts';
 import type { TraceCarrier } from '../tracing/index.ts';
@@ -22,31 +23,33 @@ export interface OutboxRow {
   trace_context: TraceCarrier | null;
 }
 
+export interface NewOutboxRow {
+  workflowId: string;
+  tenantId: string;
+  orderId: string;
+  workflowType: string;
+  taskQueue: string;
+  input: OrderWorkflowInput;
+  traceContext?: TraceCarrier | null;
+  /** Inserted already claimed by the inserting process for this long (see insertOutboxStatement). */
+  claimedForMs?: number;
+}
+
 /**
  * Inserts the start intent, due at once, or with `claimedForMs` already
  * claimed by the inserting process for that long (the same lease a claim
  * takes, see claimOutboxRow): the accepting API starts the workflow right
  * after commit without a claim statement of its own, and if it dies first,
- * any relay starts it once the lease runs out. Returns the row as inserted.
+ * any relay starts it once the lease runs out. A statement: the API sends it
+ * in one network write with the order's insert (Ledger.runLocal's `first`);
+ * outboxRowOf is the row it inserts.
  */
-export async function insertOutbox(
-  db: Queryable,
-  r: {
-    workflowId: string;
-    tenantId: string;
-    orderId: string;
-    workflowType: string;
-    taskQueue: string;
-    input: OrderWorkflowInput;
-    traceContext?: TraceCarrier | null;
-    claimedForMs?: number;
-  },
-): Promise<OutboxRow> {
-  await db.query(
-    `insert into workflow_outbox (workflow_id, tenant_id, order_id, workflow_type, task_queue, input, trace_context,
-                                  next_attempt_at)
-     values ($1, $2, $3, $4, $5, $6, $7, now() + $8::integer * interval '1 millisecond') returning workflow_id`,
-    [
+export function insertOutboxStatement(r: NewOutboxRow): pg.QueryConfig {
+  return {
+    text: `insert into workflow_outbox (workflow_id, tenant_id, order_id, workflow_type, task_queue, input,
+                                        trace_context, next_attempt_at)
+           values ($1, $2, $3, $4, $5, $6, $7, now() + $8::integer * interval '1 millisecond')`,
+    values: [
       r.workflowId,
       r.tenantId,
       r.orderId,
@@ -56,7 +59,11 @@ export async function insertOutbox(
       r.traceContext ? JSON.stringify(r.traceContext) : null,
       Math.max(0, Math.round(r.claimedForMs ?? 0)),
     ],
-  );
+  };
+}
+
+/** The row insertOutboxStatement inserts, as the relay reads it. */
+export function outboxRowOf(r: NewOutboxRow): OutboxRow {
   return {
     workflow_id: r.workflowId,
     tenant_id: r.tenantId,

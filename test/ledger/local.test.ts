@@ -173,12 +173,12 @@ describe('runLocal', () => {
         ledger.runLocal(
           scope,
           input({ n: 1 }),
-          async (tx, first) => {
+          async (tx, [first]) => {
             calls++;
             await insertBusiness(tx, scope, 'body');
             return { label: (first?.rows[0] as { label: string }).label };
           },
-          { first: firstInsert(scope, 'first') },
+          { first: [firstInsert(scope, 'first')] },
         );
       expect(await run()).toEqual({ result: { label: 'first' }, replayed: false });
       expect(await run()).toEqual({ result: { label: 'first' }, replayed: true });
@@ -200,7 +200,7 @@ describe('runLocal', () => {
               return { n: 1 };
             },
             // Every duplicate that reaches the claim runs this before knowing it lost: rolled back.
-            { first: firstInsert(scope, 'first') },
+            { first: [firstInsert(scope, 'first')] },
           ),
         ),
       );
@@ -221,11 +221,11 @@ describe('runLocal', () => {
         ledger.runLocal(
           scope,
           input(value),
-          async (_tx, first) => {
+          async (_tx, [first]) => {
             calls++;
             return { label: (first?.rows[0] as { label: string }).label };
           },
-          { first: firstInsert(scope, label), replayProbe: false },
+          { first: [firstInsert(scope, label)], replayProbe: false },
         );
       expect(await run({ n: 1 }, 'first')).toEqual({ result: { label: 'first' }, replayed: false });
       // The replay's own statement ran inside its transaction, then rolled back with it.
@@ -248,13 +248,13 @@ describe('runLocal', () => {
             calls++;
             return 'never';
           },
-          { first: { text: 'select 1 / 0' } },
+          { first: [{ text: 'select 1 / 0' }] },
         ),
       ).rejects.toMatchObject({ code: '22012' });
       expect(calls).toBe(0);
       expect(await ledger.get(scope)).toBeNull();
       const retry = await ledger.runLocal(scope, input({ n: 1 }), async () => 'ok', {
-        first: firstInsert(scope, 'retry'),
+        first: [firstInsert(scope, 'retry')],
       });
       expect(retry).toEqual({ result: 'ok', replayed: false });
       expect(await businessRows(scope)).toEqual(['retry']);

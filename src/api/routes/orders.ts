@@ -17,7 +17,6 @@ import {
   orderTotal,
   orderWorkflowId,
   type OrderItem,
-  type OrderWorkflowInput,
 } from '../../orders/model.ts';
 import type { ApiContext } from '../context.ts';
 import { readIdempotencyKey } from '../idempotency.ts';
@@ -40,8 +39,8 @@ import {
   jsonResponse,
   problemResponse,
 } from '../schemas.ts';
-import { getOrder, insertAcceptedOrder, listOrders, type OrderRow } from '../../orders/sql.ts';
-import { insertOutbox, type OutboxRow } from '../../outbox/sql.ts';
+import { getOrder, insertAcceptedOrderStatement, listOrders, type OrderRow } from '../../orders/sql.ts';
+import { insertOutboxStatement, outboxRowOf, type NewOutboxRow, type OutboxRow } from '../../outbox/sql.ts';
 import { ORDER_WORKFLOW_TYPE } from '../outbox.ts';
 import { requestSpan, requestTraceCarrier } from '../../tracing/index.ts';
 
@@ -203,51 +202,60 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
       /** The start intent this request committed (the last attempt's, if the transaction was retried). */
       let startIntent: OutboxRow | undefined;
       try {
+        // The order and its start intent are written by two statements sent with BEGIN and the
+        // idempotency claim, in one network write (runLocal's `first`); a replay rolls them back.
+        const orderId = newOrderId();
+        const workflowId = orderWorkflowId(tenantId, orderId);
+        const intent: NewOutboxRow = {
+          workflowId,
+          tenantId,
+          orderId,
+          workflowType: ORDER_WORKFLOW_TYPE,
+          taskQueue: ctx.config.temporal.taskQueue,
+          input: {
+            tenantId,
+            orderId,
+            amount: order.amount,
+            currency: order.currency,
+            paymentMethod: order.paymentMethod,
+            customer: order.customer,
+          },
+          // So the workflow joins this request's trace, whoever starts it and whenever.
+          traceContext: requestTraceCarrier(request),
+          // Claimed for this API's relay, which starts it right after commit: see outbox.ts.
+          claimedForMs: relay.claimForKickMs,
+        };
         outcome = await ledger.runLocal<StoredResponse>(
           { tenantId, operationType: OPERATION_TYPES.createOrder, key },
           {
             schemaVersion: CREATE_ORDER_SCHEMA_VERSION,
             value: { method: 'POST', path: CREATE_ORDER_PATH, body: order },
           },
-          async (tx) => {
-            const orderId = newOrderId();
-            const workflowId = orderWorkflowId(tenantId, orderId);
-            const row = await insertAcceptedOrder(tx, {
-              tenantId,
-              orderId,
-              workflowId,
-              amount: order.amount,
-              currency: order.currency,
-              customerId: order.customer.id,
-              customerEmail: order.customer.email,
-              items: order.items,
-              paymentMethod: order.paymentMethod,
-            });
-            const input: OrderWorkflowInput = {
-              tenantId,
-              orderId,
-              amount: order.amount,
-              currency: order.currency,
-              paymentMethod: order.paymentMethod,
-              customer: order.customer,
-            };
-            // The start intent commits with the order, claimed for this API's relay: see outbox.ts.
-            startIntent = await insertOutbox(tx, {
-              workflowId,
-              tenantId,
-              orderId,
-              workflowType: ORDER_WORKFLOW_TYPE,
-              taskQueue: ctx.config.temporal.taskQueue,
-              input,
-              // So the workflow joins this request's trace, whoever starts it and whenever.
-              traceContext: requestTraceCarrier(request),
-              claimedForMs: relay.claimForKickMs,
-            });
+          async (_tx, [inserted]) => {
+            const row = inserted!.rows[0] as OrderRow;
+            startIntent = outboxRowOf(intent);
             return {
               statusCode: 202,
               headers: { location: `/v1/orders/${orderId}` },
               body: orderView(row),
             };
+          },
+          {
+            first: [
+              insertAcceptedOrderStatement({
+                tenantId,
+                orderId,
+                workflowId,
+                amount: order.amount,
+                currency: order.currency,
+                customerId: order.customer.id,
+                customerEmail: order.customer.email,
+                items: order.items,
+                paymentMethod: order.paymentMethod,
+              }),
+              // The start intent commits with the order.
+              insertOutboxStatement(intent),
+            ],
           },
         );
       } catch (err) {

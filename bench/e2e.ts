@@ -702,9 +702,7 @@ async function main(): Promise<void> {
         events++;
       }
     }
-    const baselineHistory = await client.workflow
-      .getHandle(lastBaselineId)
-      .fetchHistory();
+    const baselineHistory = await client.workflow.getHandle(lastBaselineId).fetchHistory();
     const perOrder = Object.fromEntries(
       Object.entries(typeCounts)
         .sort((a, b) => b[1] - a[1])

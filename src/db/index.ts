@@ -133,16 +133,42 @@ export function isSqlState(err: unknown, code: string): boolean {
 export async function withTransaction<T>(
   pool: pg.Pool,
   cb: (client: pg.PoolClient) => Promise<T>,
-  { retries = 3 }: { retries?: number } = {},
+  {
+    retries = 3,
+    beginWithFirstStatement = false,
+  }: {
+    retries?: number;
+    /**
+     * Send `BEGIN` in one network write with the body's first statement
+     * (node-postgres' pipeline mode, on for this transaction only): one round
+     * trip fewer. Only for bodies whose statements are plain parameterised
+     * or single statements (pipeline mode refuses cursors and `rows`, and
+     * runs each statement on its own).
+     */
+    beginWithFirstStatement?: boolean;
+  } = {},
 ): Promise<T> {
   for (let attempt = 0; ; attempt++) {
     const co = await checkout(pool);
     const client = co.client;
+    const mode = client as unknown as { pipeline?: boolean };
+    const pipelining = beginWithFirstStatement && mode.pipeline === false;
     let cause: unknown;
     // The client goes back (or is discarded) before the backoff, not after it.
     try {
-      await client.query('BEGIN');
+      let begun: Promise<unknown>;
+      if (pipelining) {
+        // Written at once; its answer arrives before the first statement's, which
+        // fails too if BEGIN did (a dead connection), so the body sees the error.
+        mode.pipeline = true;
+        begun = client.query('BEGIN');
+        begun.catch(() => undefined);
+      } else {
+        begun = client.query('BEGIN');
+        await begun;
+      }
       const result = await cb(client);
+      await begun;
       await client.query('COMMIT');
       return result;
     } catch (err) {
@@ -154,6 +180,7 @@ export async function withTransaction<T>(
       const retryable = state === SQLSTATE.serializationFailure || state === SQLSTATE.deadlockDetected;
       if (!retryable || attempt >= retries) throw err;
     } finally {
+      if (pipelining) mode.pipeline = false;
       co.release(cause);
     }
     await new Promise((r) => setTimeout(r, 10 * 2 ** attempt + Math.random() * 20));

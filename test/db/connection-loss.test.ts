@@ -82,4 +82,55 @@ describe('withClient / withTransaction under connection loss', () => {
       expect((await client.query(`select to_regclass('pg_temp.leaked') as t`)).rows).toEqual([{ t: null }]);
     });
   });
+
+  describe('with BEGIN sent along with the first statement (beginWithFirstStatement)', () => {
+    const opts = { beginWithFirstStatement: true, retries: 0 } as const;
+
+    it('commits, rolls back on an error, and hands the connection back out of pipeline mode', async () => {
+      const pool = onePool();
+      await pool.query('create table if not exists tx_pipe (x int)');
+      expect(
+        await withTransaction(
+          pool,
+          async (tx) => {
+            await tx.query('insert into tx_pipe values ($1)', [1]);
+            return (await tx.query('select txid_current_if_assigned() is not null as in_tx')).rows[0];
+          },
+          opts,
+        ),
+      ).toEqual({ in_tx: true });
+      await expect(
+        withTransaction(
+          pool,
+          async (tx) => {
+            await tx.query('insert into tx_pipe values ($1)', [2]);
+            await tx.query('select 1/0');
+          },
+          opts,
+        ),
+      ).rejects.toThrow(/division by zero/);
+      expect((await pool.query('select x from tx_pipe order by x')).rows).toEqual([{ x: 1 }]);
+      await withClient(pool, async (client) => {
+        expect((client as unknown as { pipeline: boolean }).pipeline).toBe(false);
+      });
+    });
+
+    it('a connection killed inside it fails that transaction only', async () => {
+      const pool = onePool();
+      await expect(
+        withTransaction(
+          pool,
+          async (tx) => {
+            await tx.query('select 1');
+            const end = closed(tx);
+            await terminateConnections(db.name);
+            await end;
+            await tx.query('select 2');
+          },
+          opts,
+        ),
+      ).rejects.toThrow();
+      expect((await pool.query('select 3 as n')).rows).toEqual([{ n: 3 }]);
+    });
+  });
 });

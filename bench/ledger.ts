@@ -5,7 +5,8 @@
  *   npm run bench:ledger [-- --seconds=3] [--connections=8]
  *
  * - fresh claim: `runLocal` on a new key with a trivial body (claim +
- *   complete in one transaction) vs. a bare `insert ... on conflict do
+ *   complete in one transaction), with and without the replay probe
+ *   (`replayProbe: false`, as the order's status steps run it), vs. a bare `insert ... on conflict do
  *   nothing` plus `update`, and vs. the physical limit: the same two
  *   statements prepared, in ONE transaction (what pgbench -M prepared does);
  * - replay: `runLocal` on a completed key vs. a primary-key `select`.
@@ -190,6 +191,11 @@ async function main(): Promise<void> {
         tx: () => rawFreshTx(pool, 'bench.fresh', `f${n}-${seq++}`),
         ledger: (_w, i) =>
           ledger.runLocal(scope('bench.fresh', `f${n}-${seq++}`), input(i), async () => ({ ok: true })),
+        // As the order's status steps run it: no replay probe (2 round trips instead of 3).
+        ledgerNoProbe: (_w, i) =>
+          ledger.runLocal(scope('bench.fresh', `f${n}-${seq++}`), input(i), async () => ({ ok: true }), {
+            replayProbe: false,
+          }),
       });
       const pick = (w: number, i: number) => (w * 7919 + i) % REPLAY_KEYS;
       const replay = await compare(pool, n, {
@@ -211,11 +217,14 @@ async function main(): Promise<void> {
         freshClaimRatioVsPrepared: round(get(fresh, 'ledger') / get(fresh, 'prepared'), 3),
         /** Against the physical limit: one transaction, prepared (the issue's target: >= 0.8 at 8). */
         freshClaimRatioVsOneTx: round(get(fresh, 'ledger') / get(fresh, 'tx'), 3),
+        /** The same without the replay probe (`replayProbe: false`, what the status steps use). */
+        freshClaimNoProbeRatioVsOneTx: round(get(fresh, 'ledgerNoProbe') / get(fresh, 'tx'), 3),
         replayRatioVsPrepared: round(get(replay, 'ledger') / get(replay, 'prepared'), 3),
         ledger: {
           freshClaimsPerSec: round(get(fresh, 'ledger'), 0),
           replaysPerSec: round(get(replay, 'ledger'), 0),
         },
+        ledgerNoProbe: { freshClaimsPerSec: round(get(fresh, 'ledgerNoProbe'), 0) },
         raw: { freshClaimsPerSec: round(get(fresh, 'raw'), 0), replaysPerSec: round(get(replay, 'raw'), 0) },
         rawPrepared: {
           freshClaimsPerSec: round(get(fresh, 'prepared'), 0),
@@ -258,11 +267,13 @@ function printTable(results: Record<string, unknown>): void {
   type Row = {
     freshClaimRatio: number;
     freshClaimRatioVsOneTx: number;
+    freshClaimNoProbeRatioVsOneTx: number;
     replayRatio: number;
     ledger: Rates;
     raw: Rates;
     rawPrepared: Rates;
     rawOneTxPrepared: { freshClaimsPerSec: number };
+    ledgerNoProbe: { freshClaimsPerSec: number };
   };
   const header = [
     'conns',
@@ -271,6 +282,8 @@ function printTable(results: Record<string, unknown>): void {
     'fresh ratio',
     '(raw prep/s)',
     '1-tx prep/s',
+    'vs 1-tx',
+    'no probe/s',
     'vs 1-tx',
     'replay ledger/s',
     'replay raw/s',
@@ -288,6 +301,8 @@ function printTable(results: Record<string, unknown>): void {
       String(r.rawPrepared.freshClaimsPerSec),
       String(r.rawOneTxPrepared.freshClaimsPerSec),
       r.freshClaimRatioVsOneTx.toFixed(2),
+      String(r.ledgerNoProbe.freshClaimsPerSec),
+      r.freshClaimNoProbeRatioVsOneTx.toFixed(2),
       String(r.ledger.replaysPerSec),
       String(r.raw.replaysPerSec),
       r.replayRatio.toFixed(2),

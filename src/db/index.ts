@@ -156,17 +156,12 @@ export async function withTransaction<T>(
     let cause: unknown;
     // The client goes back (or is discarded) before the backoff, not after it.
     try {
-      let begun: Promise<unknown>;
-      if (pipelining) {
-        // Written at once; its answer arrives before the first statement's, which
-        // fails too if BEGIN did (a dead connection), so the body sees the error.
-        mode.pipeline = true;
-        begun = client.query('BEGIN');
-        begun.catch(() => undefined);
-      } else {
-        begun = client.query('BEGIN');
-        await begun;
-      }
+      // Pipelined, BEGIN is written at once and answered before the body's first statement,
+      // which fails too if BEGIN did (a dead connection), so the body sees the error.
+      if (pipelining) mode.pipeline = true;
+      const begun = client.query('BEGIN');
+      begun.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
+      if (!pipelining) await begun;
       const result = await cb(client);
       await begun;
       await client.query('COMMIT');

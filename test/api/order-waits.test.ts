@@ -104,26 +104,33 @@ describe('GET /v1/orders/{id}?wait=: woken by the status notification', () => {
 
   it('a status that is not terminal does not wake the waiter; a terminal one does', async () => {
     const id = await createOrder(api, tenant.key);
+    // A second order whose terminal status is announced after the first one's non-terminal
+    // ones: notifications reach the one listening connection in commit order, so once this
+    // one's waiter has woken, the first order's notifications have been handled too.
+    const marker = await createOrder(api, tenant.key);
     const wait = waits.watch(id);
+    const markerWait = waits.watch(marker);
     try {
       let woken = false;
       const next = wait.next(20_000).then(() => (woken = true));
-      const setStatus = (status: string) =>
+      const markerWoken = markerWait.next(20_000);
+      const setStatus = (order: string, status: string) =>
         api.pool.query(`update orders set status = $3 where tenant_id = $1 and id = $2`, [
           tenant.tenantId,
-          id,
+          order,
           status,
         ]);
-      await setStatus('payment_pending');
-      await setStatus('paid');
-      // The notifications are delivered within milliseconds; give them ample time to (not) wake it.
-      await new Promise((r) => setTimeout(r, 1_000));
+      await setStatus(id, 'payment_pending');
+      await setStatus(id, 'paid');
+      await setStatus(marker, 'completed');
+      await markerWoken;
       expect(woken).toBe(false);
-      await setStatus('completed');
+      await setStatus(id, 'completed');
       await next;
       expect(woken).toBe(true);
     } finally {
       wait.done();
+      markerWait.done();
     }
   });
 

@@ -28,7 +28,7 @@ await runProcess('api', async ({ resources, stopping, started }) => {
   // Tracing first (OTEL_EXPORTER_OTLP_ENDPOINT; a no-op when unset): the HTTP app and the client read it.
   const tracing = resources.add('tracing', await startTracing(config.tracing, 'api'), (t) => t.shutdown());
 
-  const pool = openPool(resources, config, { max: 20 });
+  const pool = openPool(resources, config, { max: 20, applicationName: 'onceflow-api' });
   const temporal = openTemporalClient(resources, config, { interceptors: tracing.clientInterceptors });
   const metrics = createMetrics({
     pool,

@@ -14,11 +14,22 @@ import type { EmailProvider, PaymentProvider } from '../providers/types.ts';
 import { connectionSettings } from '../temporal/connection.ts';
 import type { Resources } from './resources.ts';
 
-/** A pool on DATABASE_URL; connections open on first use and close with the resources. */
-export function openPool(resources: Resources, config: Config, opts: { max?: number } = {}): Pool {
+/**
+ * A pool on DATABASE_URL; connections open on first use and close with the resources.
+ * `applicationName` names the process's connections in pg_stat_activity and the server log
+ * (a fallback: an application_name in DATABASE_URL or PGAPPNAME wins).
+ */
+export function openPool(
+  resources: Resources,
+  config: Config,
+  opts: { max?: number; applicationName?: string } = {},
+): Pool {
   return resources.add(
     'postgres pool',
-    createPool(config.databaseUrl, opts.max ? { max: opts.max } : {}),
+    createPool(config.databaseUrl, {
+      ...(opts.max ? { max: opts.max } : {}),
+      ...(opts.applicationName ? { fallback_application_name: opts.applicationName } : {}),
+    }),
     (pool) => pool.end(),
   );
 }

@@ -16,7 +16,7 @@ await runProcess('sandbox', async ({ resources, stopping, started }) => {
   configureLogging({ level: config.logLevel, pretty: config.logPretty, service: 'sandbox' });
   // Tracing (OTEL_EXPORTER_OTLP_ENDPOINT; a no-op when unset): before the app, which reads it.
   resources.add('tracing', await startTracing(config.tracing, 'sandbox'), (t) => t.shutdown());
-  const pool = openPool(resources, config);
+  const pool = openPool(resources, config, { applicationName: 'onceflow-sandbox' });
   const { rows } = await pool.query<{ t: string | null }>(`select to_regclass('sandbox.charges')::text as t`);
   if (!rows[0]?.t) {
     throw new Error(

@@ -30,7 +30,7 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
     sdkMetricsPort: config.ports.workerSdkMetrics,
     logger: temporalSdkLogger(),
   });
-  const pool = openPool(resources, config);
+  const pool = openPool(resources, config, { applicationName: 'onceflow-worker' });
   const metrics = createMetrics({
     pool,
     // Under --workers N each worker has its own metrics port; the label names it too.

@@ -12,7 +12,7 @@ import { Ledger, LedgerError, type ExternalRunOptions } from '../src/ledger/inde
 import type { EmailProvider, PaymentProvider } from '../src/providers/types.ts';
 import { ProviderError } from '../src/providers/types.ts';
 import { OPERATION_TYPES, type OrderStatus } from '../src/orders/model.ts';
-import { orderTransitionStatement, transitionOutcome, type OrderTransition } from '../src/orders/sql.ts';
+import { orderTransitionStatement, type OrderTransition } from '../src/orders/sql.ts';
 import * as payment from '../src/steps/payment.ts';
 import * as receipt from '../src/steps/receipt.ts';
 import { childLog, errorFields, type Log } from '../src/log.ts';
@@ -239,25 +239,22 @@ export function createOrderActivities(deps: OrderActivityDeps) {
           lastError: args.lastError ?? null,
           reason: args.reason ?? null,
         };
-        const { result } = await ledger.runLocal(
+        // The transition and the step's record in one statement (one round trip, no BEGIN/COMMIT);
+        // a replay (a local activity runs again only when its workflow task failed before recording
+        // the result) finds the record through the statement's conflict and returns it.
+        const ran = await ledger.runLocalStatement<{ applied: boolean; status: OrderStatus }>(
           scope(args, OPERATION_TYPES.status),
           { schemaVersion: 1, value: { orderId: args.orderId, status: args.status } },
-          async (tx, [updated]) => {
-            // The UPDATE went out with the claim (one round trip fewer); its result is read here.
-            const outcome = await transitionOutcome(tx, transition, updated!);
-            if (outcome.kind === 'not_found') {
-              throw ApplicationFailure.create({
-                type: 'OrderNotFound',
-                message: `order ${args.tenantId}/${args.orderId} does not exist`,
-                nonRetryable: true,
-              });
-            }
-            return { applied: outcome.kind === 'applied', status: outcome.status };
-          },
-          // No replay probe: a local activity runs again only when its workflow task failed before
-          // recording the result (rare); every first run saves the probe's round trip.
-          { first: [orderTransitionStatement(transition)], replayProbe: false },
+          orderTransitionStatement(transition),
         );
+        if (!ran) {
+          throw ApplicationFailure.create({
+            type: 'OrderNotFound',
+            message: `order ${args.tenantId}/${args.orderId} does not exist`,
+            nonRetryable: true,
+          });
+        }
+        const result: StatusResult = ran.result;
         log.info('step finished', { status: result.status, applied: result.applied });
         return result;
       } catch (err) {

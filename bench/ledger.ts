@@ -196,6 +196,14 @@ async function main(): Promise<void> {
           ledger.runLocal(scope('bench.fresh', `f${n}-${seq++}`), input(i), async () => ({ ok: true }), {
             replayProbe: false,
           }),
+        // As the order's status steps run now: the body, the claim and the record in one
+        // autocommitted statement (runLocalStatement); here the body writes nothing, like the others'.
+        ledgerStatement: (_w, i) =>
+          ledger.runLocalStatement(scope('bench.fresh', `f${n}-${seq++}`), input(i), {
+            name: 'bench_ok',
+            ctes: `ledger_result as (select json_build_object('ok', true) as result)`,
+            values: [],
+          }),
       });
       const pick = (w: number, i: number) => (w * 7919 + i) % REPLAY_KEYS;
       const replay = await compare(pool, n, {
@@ -219,12 +227,15 @@ async function main(): Promise<void> {
         freshClaimRatioVsOneTx: round(get(fresh, 'ledger') / get(fresh, 'tx'), 3),
         /** The same without the replay probe (`replayProbe: false`, what the status steps use). */
         freshClaimNoProbeRatioVsOneTx: round(get(fresh, 'ledgerNoProbe') / get(fresh, 'tx'), 3),
+        /** One statement (`runLocalStatement`, what the status steps use now). */
+        freshClaimStatementRatioVsOneTx: round(get(fresh, 'ledgerStatement') / get(fresh, 'tx'), 3),
         replayRatioVsPrepared: round(get(replay, 'ledger') / get(replay, 'prepared'), 3),
         ledger: {
           freshClaimsPerSec: round(get(fresh, 'ledger'), 0),
           replaysPerSec: round(get(replay, 'ledger'), 0),
         },
         ledgerNoProbe: { freshClaimsPerSec: round(get(fresh, 'ledgerNoProbe'), 0) },
+        ledgerStatement: { freshClaimsPerSec: round(get(fresh, 'ledgerStatement'), 0) },
         raw: { freshClaimsPerSec: round(get(fresh, 'raw'), 0), replaysPerSec: round(get(replay, 'raw'), 0) },
         rawPrepared: {
           freshClaimsPerSec: round(get(fresh, 'prepared'), 0),
@@ -268,12 +279,14 @@ function printTable(results: Record<string, unknown>): void {
     freshClaimRatio: number;
     freshClaimRatioVsOneTx: number;
     freshClaimNoProbeRatioVsOneTx: number;
+    freshClaimStatementRatioVsOneTx: number;
     replayRatio: number;
     ledger: Rates;
     raw: Rates;
     rawPrepared: Rates;
     rawOneTxPrepared: { freshClaimsPerSec: number };
     ledgerNoProbe: { freshClaimsPerSec: number };
+    ledgerStatement: { freshClaimsPerSec: number };
   };
   const header = [
     'conns',
@@ -284,6 +297,8 @@ function printTable(results: Record<string, unknown>): void {
     '1-tx prep/s',
     'vs 1-tx',
     'no probe/s',
+    'vs 1-tx',
+    '1-stmt/s',
     'vs 1-tx',
     'replay ledger/s',
     'replay raw/s',
@@ -303,6 +318,8 @@ function printTable(results: Record<string, unknown>): void {
       r.freshClaimRatioVsOneTx.toFixed(2),
       String(r.ledgerNoProbe.freshClaimsPerSec),
       r.freshClaimNoProbeRatioVsOneTx.toFixed(2),
+      String(r.ledgerStatement.freshClaimsPerSec),
+      r.freshClaimStatementRatioVsOneTx.toFixed(2),
       String(r.ledger.replaysPerSec),
       String(r.raw.replaysPerSec),
       r.replayRatio.toFixed(2),

@@ -32,6 +32,7 @@ import type {
   LedgerOptions,
   ListFilter,
   LocalRunOptions,
+  LocalStatement,
   OperationRecord,
   ReapOptions,
   ReapResult,
@@ -223,6 +224,65 @@ export class Ledger {
         if (!retryable || attempt >= LOCAL_RETRIES) {
           if (err instanceof RaceRetry) throw this.#inProgress(scope, LOCAL_RETRY_AFTER_MS);
           throw err;
+        }
+        await new Promise((r) => setTimeout(r, 10 * 2 ** attempt + Math.random() * 20));
+      }
+    }
+  }
+
+  /**
+   * Local mode in one autocommitted statement, for a body whose whole work is
+   * data-modifying SQL (see LocalStatement): the business write and the final
+   * record are one statement and one round trip, with no BEGIN, claim,
+   * completion or COMMIT of their own. Same guarantees as runLocal:
+   * - Replay: the stored result (the statement's INSERT of the record fails
+   *   on the committed one, which aborts the body's writes with it; then one
+   *   primary-key read). A stored FinalFailure is thrown again.
+   * - Concurrent duplicate: the INSERT waits for the first attempt's record
+   *   up to `localWaitMs`, then replays (or runs, if the first rolled back);
+   *   past the wait, LedgerError('in_progress').
+   * - Different input under the scope: LedgerError('conflict').
+   * Returns null, storing nothing, when `ledger_result` has no row.
+   * The result is only what SQL computed: there is no `fn` and no FinalFailure.
+   */
+  async runLocalStatement<T extends Json>(
+    scope: Scope,
+    input: LedgerInput,
+    body: LocalStatement,
+  ): Promise<{ result: T; replayed: boolean } | null> {
+    const fp = this.#prepare(scope, input);
+    // Prepared as `ledger_stmt_<name>`: Postgres keeps 63 bytes of a statement name.
+    if (!/^[a-z0-9_]{1,50}$/.test(body.name))
+      throw new LedgerError('invalid_input', 'a local statement name is 1-50 of [a-z0-9_]');
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const row = await sql.insertLocalStatement(
+          this.#pool,
+          scope,
+          { fingerprint: fp, schemaVersion: input.schemaVersion, lockTimeoutMs: this.#localWaitMs },
+          body,
+        );
+        if (!row) return null;
+        this.#emit('claim', scope, 'local');
+        this.#emit('complete', scope, 'succeeded');
+        return { result: row.result as T, replayed: false };
+      } catch (err) {
+        if (
+          isSqlState(err, SQLSTATE.uniqueViolation) &&
+          (err as pg.DatabaseError).constraint === 'operations_pkey'
+        ) {
+          // The record exists and is committed (the INSERT waited for it if it was not yet).
+          const existing = await sql.selectProbe(this.#pool, scope);
+          if (existing) return this.#replayLocal<T>(scope, fp, existing);
+          // It vanished between the two statements (the reaper): run again.
+          if (attempt >= LOCAL_RETRIES) throw this.#inProgress(scope, LOCAL_RETRY_AFTER_MS);
+        } else if (isSqlState(err, SQLSTATE.lockNotAvailable)) {
+          // A duplicate still holds its uncommitted record after localWaitMs.
+          throw this.#inProgress(scope, LOCAL_RETRY_AFTER_MS);
+        } else {
+          const retryable =
+            isSqlState(err, SQLSTATE.serializationFailure) || isSqlState(err, SQLSTATE.deadlockDetected);
+          if (!retryable || attempt >= LOCAL_RETRIES) throw err;
         }
         await new Promise((r) => setTimeout(r, 10 * 2 ** attempt + Math.random() * 20));
       }

@@ -11,7 +11,15 @@
  */
 import type pg from 'pg';
 import type { Queryable } from '../db/index.ts';
-import type { FinalState, Json, ListFilter, OperationRecord, OperationState, Scope } from './types.ts';
+import type {
+  FinalState,
+  Json,
+  ListFilter,
+  LocalStatement,
+  OperationRecord,
+  OperationState,
+  Scope,
+} from './types.ts';
 
 const COLUMNS = `tenant_id, operation_type, key, fingerprint, schema_version, state, owner_token,
   lease_expires_at, attempts, downstream_key, provider_ref, result, error, created_at, updated_at, completed_at`;
@@ -223,6 +231,47 @@ export async function beginLocalClaim(
   );
   settledValue(begin!);
   return { claimed: settledValue(claim!).rowCount === 1, first: firstResults };
+}
+
+/**
+ * Local mode as one autocommitted statement (Ledger.runLocalStatement): the
+ * body's CTEs, then the final record inserted from `ledger_result`. The
+ * statement is its own transaction, so the business write and the record
+ * commit together or not at all:
+ * - a committed record under the key makes the INSERT fail with a unique
+ *   violation on operations_pkey, which aborts the whole statement, the
+ *   body's writes with it; the caller then reads the record (replay);
+ * - a duplicate's uncommitted record makes the INSERT wait for it (bounded,
+ *   like the claim in beginLocalClaim, by `ledger_wait`, which sets
+ *   lock_timeout for this statement's implicit transaction only), then fail
+ *   the same way if it committed, or insert if it rolled back;
+ * - no `ledger_result` row: nothing inserted, no row returned.
+ * `attempts` keeps its default (1), as a local claim's record does.
+ */
+export async function insertLocalStatement(
+  db: Queryable,
+  scope: Scope,
+  args: { fingerprint: string; schemaVersion: number; lockTimeoutMs: number },
+  body: LocalStatement,
+): Promise<{ result: Json } | null> {
+  const n = body.values.length;
+  const p = (i: number) => `$${n + i}`;
+  return first<{ result: Json }>(
+    await db.query<{ result: Json }>({
+      name: `ledger_stmt_${body.name}`,
+      text: `with ledger_wait as materialized (select set_config('lock_timeout', ${p(1)}::int::text, true) as v),
+             ${body.ctes},
+             ledger_record as (
+               insert into operations (tenant_id, operation_type, key, fingerprint, schema_version, state,
+                 result, completed_at)
+               select ${p(2)}::text, ${p(3)}::text, ${p(4)}::text, ${p(5)}::text, ${p(6)}::int, 'succeeded',
+                      r.result, now()
+                 from ledger_result r, ledger_wait
+               returning result)
+             select result from ledger_record`,
+      values: [...body.values, args.lockTimeoutMs, ...pk(scope), args.fingerprint, args.schemaVersion],
+    }),
+  );
 }
 
 /** The message finishLocalClaimAndCommit fails with if the claim is not ours inside our own transaction. */

@@ -11,6 +11,7 @@
  */
 import type pg from 'pg';
 import type { Queryable } from '../db/index.ts';
+import type { LocalStatement } from '../ledger/types.ts';
 import { TRANSITIONS, type OrderItem, type OrderStatus } from './model.ts';
 
 /** One row of `orders`, as every select here returns it. */
@@ -91,12 +92,6 @@ function sourcesOf(to: OrderStatus): OrderStatus[] {
   return (Object.keys(TRANSITIONS) as OrderStatus[]).filter((from) => TRANSITIONS[from].includes(to));
 }
 
-export type TransitionOutcome =
-  | { kind: 'applied'; status: OrderStatus }
-  /** Already there (a duplicate) or past it (a late call): nothing changed. */
-  | { kind: 'unchanged'; status: OrderStatus }
-  | { kind: 'not_found' };
-
 export interface OrderTransition {
   tenantId: string;
   orderId: string;
@@ -109,28 +104,44 @@ export interface OrderTransition {
 }
 
 /**
- * Moves an order forward. The WHERE clause is the state machine: the row is
- * updated only if its current status may lead to `to`, so a late or duplicate
- * call can never move an order backwards, even under concurrency (the row lock
- * taken by UPDATE serialises competing transitions). A statement, not a
- * call: the status step sends it in one write with its ledger claim
- * (Ledger.runLocal's `first`); transitionOutcome reads its result.
+ * Moves an order forward, as the body of a status step's ledger operation
+ * (Ledger.runLocalStatement): the transition and the step's record are one
+ * statement. The WHERE clause is the state machine: the row is updated only
+ * if its current status may lead to `to`, so a late or duplicate call can
+ * never move an order backwards, even under concurrency (the row lock
+ * serialises competing transitions).
+ * - `target` locks the row first (after `ledger_wait` has bounded the wait)
+ *   and, under READ COMMITTED, reads its latest committed status even if a
+ *   competing transition committed while we waited;
+ * - `updated` applies the transition (re-checked against that latest version);
+ * - `ledger_result` is what the step stores: `{ applied, status }`, where
+ *   `status` is the new status, or the one the order already had (a duplicate
+ *   or a late call: nothing changed). No order: no row, nothing stored.
  */
-export function orderTransitionStatement(t: OrderTransition): pg.QueryConfig {
+export function orderTransitionStatement(t: OrderTransition): LocalStatement {
   return {
     name: 'orders_transition',
-    text: `update orders
-        set status = $3,
-            status_seq = status_seq + 1,
-            charge_id = coalesce($4, charge_id),
-            receipt_id = coalesce($5, receipt_id),
-            last_error = case when $3 in ('needs_attention', 'rejected') then coalesce($6, last_error)
-                              else last_error end,
-            -- An order that left needs_attention (re-driven) no longer has a reason to show.
-            reason = case when $3 in ('needs_attention', 'rejected') then $8 else null end,
-            updated_at = now()
-      where tenant_id = $1 and id = $2 and status = any($7::text[])
-      returning status`,
+    ctes: `target as materialized (
+             select status from orders
+              where tenant_id = $1 and id = $2 and exists (select from ledger_wait)
+              for update),
+           updated as (
+             update orders
+                set status = $3,
+                    status_seq = status_seq + 1,
+                    charge_id = coalesce($4, charge_id),
+                    receipt_id = coalesce($5, receipt_id),
+                    last_error = case when $3 in ('needs_attention', 'rejected') then coalesce($6, last_error)
+                                      else last_error end,
+                    -- An order that left needs_attention (re-driven) no longer has a reason to show.
+                    reason = case when $3 in ('needs_attention', 'rejected') then $8 else null end,
+                    updated_at = now()
+              where tenant_id = $1 and id = $2 and status = any($7::text[]) and exists (select from target)
+              returning status),
+           ledger_result as (
+             select json_build_object('applied', exists (select from updated),
+                                      'status', coalesce((select status from updated), t.status)) as result
+               from target t)`,
     values: [
       t.tenantId,
       t.orderId,
@@ -142,18 +153,6 @@ export function orderTransitionStatement(t: OrderTransition): pg.QueryConfig {
       t.reason ?? null,
     ],
   };
-}
-
-/** What the transition's UPDATE did: applied, or (a second read) unchanged or not found. */
-export async function transitionOutcome(
-  db: Queryable,
-  t: Pick<OrderTransition, 'tenantId' | 'orderId'>,
-  updated: pg.QueryResult,
-): Promise<TransitionOutcome> {
-  const row = updated.rows[0] as { status: OrderStatus } | undefined;
-  if (row) return { kind: 'applied', status: row.status };
-  const status = await getOrderStatus(db, t.tenantId, t.orderId);
-  return status ? { kind: 'unchanged', status } : { kind: 'not_found' };
 }
 
 // --- one order --------------------------------------------------------------

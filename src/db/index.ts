@@ -159,10 +159,21 @@ export async function withTransaction<T>(
       // Pipelined, BEGIN is written at once and answered before the body's first statement,
       // which fails too if BEGIN did (a dead connection), so the body sees the error.
       if (pipelining) mode.pipeline = true;
-      const begun = client.query('BEGIN');
-      begun.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
-      if (!pipelining) await begun;
-      const result = await cb(client);
+      let begun: Promise<unknown>;
+      let body: Promise<T>;
+      if (pipelining) {
+        // BEGIN and whatever the body sends before its first await leave in one write.
+        [begun, body] = inOneWrite(client, () => {
+          const b = client.query('BEGIN');
+          b.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
+          return [b, cb(client)] as const;
+        });
+      } else {
+        begun = client.query('BEGIN');
+        await begun;
+        body = cb(client);
+      }
+      const result = await body;
       await begun;
       await client.query('COMMIT');
       return result;
@@ -179,6 +190,26 @@ export async function withTransaction<T>(
       co.release(cause);
     }
     await new Promise((r) => setTimeout(r, 10 * 2 ** attempt + Math.random() * 20));
+  }
+}
+
+/**
+ * Runs `send`, which issues several statements on one node-postgres client
+ * in pipeline mode, with the connection's socket corked, so they leave in one
+ * `writev` instead of one write (a system call, and on loopback the whole
+ * delivery) each. node-postgres writes every statement as soon as it is
+ * issued; corking only makes Node hold them until `send` returns. Anything
+ * that is not such a client (no socket to cork) is sent as before.
+ */
+export function inOneWrite<T>(client: Queryable, send: () => T): T {
+  const stream = (client as unknown as { connection?: { stream?: { cork?(): void; uncork?(): void } } })
+    .connection?.stream;
+  if (typeof stream?.cork !== 'function' || typeof stream.uncork !== 'function') return send();
+  stream.cork();
+  try {
+    return send();
+  } finally {
+    stream.uncork();
   }
 }
 

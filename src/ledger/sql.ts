@@ -10,7 +10,7 @@
  * who may take over.
  */
 import type pg from 'pg';
-import type { Queryable } from '../db/index.ts';
+import { inOneWrite, type Queryable } from '../db/index.ts';
 import type {
   FinalState,
   Json,
@@ -147,7 +147,7 @@ async function pipelined<T extends readonly unknown[]>(
   }
   mode.pipeline = true;
   try {
-    return (await Promise.allSettled(send())) as never;
+    return (await Promise.allSettled(inOneWrite(client, send))) as never;
   } finally {
     // Every statement has answered (or failed): nothing is on the wire that the
     // non-pipelined mode would not expect, except the ReadyForQuery of a

@@ -19,6 +19,7 @@ import {
   completeKey,
   consumeFault,
   releaseKey,
+  takeFaultAndClaimKey,
   type FaultEndpoint,
   type FaultKind,
   type Scope,
@@ -75,7 +76,10 @@ export interface TakenFault {
 
 export async function takeFault(ctx: SandboxContext, endpoint: FaultEndpoint): Promise<TakenFault | null> {
   const f = await consumeFault(ctx.pool, ctx.account, endpoint);
-  if (!f) return null;
+  return f ? logFault(endpoint, f) : null;
+}
+
+function logFault(endpoint: FaultEndpoint, f: { kind: FaultKind; delay_ms: number | null }): TakenFault {
   log.info('sandbox fault injected', { endpoint, kind: f.kind, delayMs: f.delay_ms ?? undefined });
   return { kind: f.kind, delayMs: f.delay_ms ?? 0 };
 }
@@ -146,25 +150,27 @@ export async function handleIdempotentCreate(
   const bad = opts.precheck?.();
   if (bad) return sendError(reply, bad.status, 'invalid_request_error', bad.message);
 
-  const fault = await takeFault(ctx, opts.endpoint);
-  if (applyFailBefore(reply, fault)) return reply;
-
   const fingerprint = requestFingerprint(`${req.method} ${req.routeOptions.url ?? req.url}`, opts.body);
+  const claimArgs = (now: Date, delayMs: number) => ({
+    account: ctx.account,
+    scope: opts.scope,
+    key,
+    fingerprint,
+    token: randomUUID(),
+    now,
+    // The lease outlives an injected delay, so a slow request is never taken over.
+    lockedUntil: new Date(now.getTime() + ctx.claimLeaseMs + delayMs),
+    retentionMs: ctx.keyRetentionMs,
+  });
+  // The fault and the claim in one round trip (no claim under a fail_before fault).
+  const first = await takeFaultAndClaimKey(ctx.pool, { ...claimArgs(ctx.now(), 0), endpoint: opts.endpoint });
+  const fault = first.fault ? logFault(opts.endpoint, first.fault) : null;
+  if (applyFailBefore(reply, fault)) return reply;
   const delayMs = fault?.kind === 'delay' ? fault.delayMs : 0;
-  let claim: Awaited<ReturnType<typeof claimKey>> = null;
-  for (let i = 0; i < 3 && claim === null; i++) {
-    const now = ctx.now();
-    claim = await claimKey(ctx.pool, {
-      account: ctx.account,
-      scope: opts.scope,
-      key,
-      fingerprint,
-      token: randomUUID(),
-      now,
-      // The lease outlives an injected delay, so a slow request is never taken over.
-      lockedUntil: new Date(now.getTime() + ctx.claimLeaseMs + delayMs),
-      retentionMs: ctx.keyRetentionMs,
-    });
+  let claim = first.claim;
+  // The key's row vanished between the claim and the read (released): claim again.
+  for (let i = 0; i < 2 && claim === null; i++) {
+    claim = await claimKey(ctx.pool, claimArgs(ctx.now(), delayMs));
   }
   if (claim === null) throw new Error('idempotency key kept changing under us');
   if (delayMs > 0) await sleep(delayMs);

@@ -31,53 +31,65 @@ export type ClaimOutcome =
  * Returns null if the row vanished between the two statements (released); the
  * caller retries.
  */
-export async function claimKey(
-  db: Queryable,
-  args: {
-    account: string;
-    scope: Scope;
-    key: string;
-    fingerprint: string;
-    token: string;
-    now: Date;
-    lockedUntil: Date;
-    retentionMs: number;
-  },
-): Promise<ClaimOutcome | null> {
-  const expiredBefore = new Date(args.now.getTime() - args.retentionMs);
-  const claimed = await db.query(
-    `insert into sandbox.idempotency_keys
+export async function claimKey(db: Queryable, args: ClaimArgs): Promise<ClaimOutcome | null> {
+  const claimed = await db.query({
+    name: 'sandbox_claim_key',
+    text: `insert into sandbox.idempotency_keys
        (account, scope, key, fingerprint, state, token, locked_until, created_at)
      values ($1, $2, $3, $4, 'processing', $5, $6, $7)
-     on conflict (account, scope, key) do update
+     ${CLAIM_CONFLICT}
+     returning token`,
+    values: claimValues(args),
+  });
+  if (claimed.rowCount === 1) return { kind: 'claimed', token: args.token };
+  return readClaim(db, args);
+}
+
+export interface ClaimArgs {
+  account: string;
+  scope: Scope;
+  key: string;
+  fingerprint: string;
+  token: string;
+  now: Date;
+  lockedUntil: Date;
+  retentionMs: number;
+}
+
+/** Takes over a dead claim or an expired completed key; anything else stays (see claimKey). */
+const CLAIM_CONFLICT = `on conflict (account, scope, key) do update
        set fingerprint = excluded.fingerprint, state = 'processing', token = excluded.token,
            locked_until = excluded.locked_until, created_at = excluded.created_at,
            response_status = null, response_body = null, completed_at = null
        where (sandbox.idempotency_keys.state = 'processing' and sandbox.idempotency_keys.locked_until < $7)
-          or (sandbox.idempotency_keys.state = 'completed' and sandbox.idempotency_keys.created_at < $8)
-     returning token`,
-    [
-      args.account,
-      args.scope,
-      args.key,
-      args.fingerprint,
-      args.token,
-      args.lockedUntil,
-      args.now,
-      expiredBefore,
-    ],
-  );
-  if (claimed.rowCount === 1) return { kind: 'claimed', token: args.token };
+          or (sandbox.idempotency_keys.state = 'completed' and sandbox.idempotency_keys.created_at < $8)`;
+
+function claimValues(args: ClaimArgs): unknown[] {
+  return [
+    args.account,
+    args.scope,
+    args.key,
+    args.fingerprint,
+    args.token,
+    args.lockedUntil,
+    args.now,
+    new Date(args.now.getTime() - args.retentionMs),
+  ];
+}
+
+/** The key's row, when the claim did not insert or take it over; null if it vanished meanwhile (released). */
+async function readClaim(db: Queryable, args: ClaimArgs): Promise<ClaimOutcome | null> {
   const existing = await db.query<{
     fingerprint: string;
     state: 'processing' | 'completed';
     response_status: number | null;
     response_body: unknown;
-  }>(
-    `select fingerprint, state, response_status, response_body
+  }>({
+    name: 'sandbox_read_key',
+    text: `select fingerprint, state, response_status, response_body
        from sandbox.idempotency_keys where account = $1 and scope = $2 and key = $3`,
-    [args.account, args.scope, args.key],
-  );
+    values: [args.account, args.scope, args.key],
+  });
   const row = existing.rows[0];
   if (!row) return null;
   if (row.state === 'processing' || row.response_status === null) {
@@ -90,17 +102,65 @@ export async function claimKey(
   };
 }
 
+/**
+ * A create request's first statement: takes one use of the endpoint's oldest
+ * active fault (as consumeFault) and, unless that fault is `fail_before`
+ * (nothing may happen), claims the key (as claimKey), in one round trip. A
+ * `delay` fault lengthens the claim's lease by its delay, so a slow request
+ * is never taken over. `claim` is null only when the key's row vanished
+ * between the claim and the read (released): the caller claims again.
+ */
+export async function takeFaultAndClaimKey(
+  db: Queryable,
+  args: ClaimArgs & { endpoint: FaultEndpoint },
+): Promise<{ fault: { kind: FaultKind; delay_ms: number | null } | null; claim: ClaimOutcome | null }> {
+  const { rows } = await db.query<{
+    fault_kind: FaultKind | null;
+    fault_delay_ms: number | null;
+    claimed: boolean;
+  }>({
+    name: 'sandbox_fault_and_claim',
+    text: `with fault as (
+               update sandbox.faults set remaining = remaining - 1
+                where id = (select id from sandbox.faults
+                             where account = $1 and endpoint = $9::text and remaining > 0
+                             order by id limit 1
+                             for update)
+                  and remaining > 0
+               returning kind, delay_ms),
+             claim as (
+               insert into sandbox.idempotency_keys
+                 (account, scope, key, fingerprint, state, token, locked_until, created_at)
+               select $1::text, $2::text, $3::text, $4::text, 'processing', $5::uuid,
+                      $6::timestamptz
+                        + coalesce((select delay_ms from fault where kind = 'delay'), 0) * interval '1 millisecond',
+                      $7::timestamptz
+                where not exists (select from fault where kind = 'fail_before')
+               ${CLAIM_CONFLICT}
+               returning token)
+             select (select kind from fault) as fault_kind, (select delay_ms from fault) as fault_delay_ms,
+                    exists (select from claim) as claimed`,
+    values: [...claimValues(args), args.endpoint],
+  });
+  const row = rows[0]!;
+  const fault = row.fault_kind ? { kind: row.fault_kind, delay_ms: row.fault_delay_ms } : null;
+  if (fault?.kind === 'fail_before') return { fault, claim: null };
+  if (row.claimed) return { fault, claim: { kind: 'claimed', token: args.token } };
+  return { fault, claim: await readClaim(db, args) };
+}
+
 /** Stores the final response; only the claim's owner (token) may. Returns false if the claim was lost. */
 export async function completeKey(
   db: Queryable,
   args: { account: string; scope: Scope; key: string; token: string; response: StoredResponse; now: Date },
 ): Promise<boolean> {
-  const { rowCount } = await db.query(
-    `update sandbox.idempotency_keys
+  const { rowCount } = await db.query({
+    name: 'sandbox_complete_key',
+    text: `update sandbox.idempotency_keys
         set state = 'completed', response_status = $5, response_body = $6, completed_at = $7
       where account = $1 and scope = $2 and key = $3 and token = $4 and state = 'processing'
       returning key`,
-    [
+    values: [
       args.account,
       args.scope,
       args.key,
@@ -109,7 +169,7 @@ export async function completeKey(
       JSON.stringify(args.response.body),
       args.now,
     ],
-  );
+  });
   return rowCount === 1;
 }
 
@@ -146,11 +206,12 @@ const CHARGE_COLUMNS = `id, idempotency_key, amount, currency, status, failure_c
   description, receipt_email, metadata, created_at`;
 
 export async function insertCharge(db: Queryable, account: string, c: ChargeRow): Promise<ChargeRow> {
-  const { rows } = await db.query<ChargeRow>(
-    `insert into sandbox.charges (account, ${CHARGE_COLUMNS})
+  const { rows } = await db.query<ChargeRow>({
+    name: 'sandbox_insert_charge',
+    text: `insert into sandbox.charges (account, ${CHARGE_COLUMNS})
      values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
      returning ${CHARGE_COLUMNS}`,
-    [
+    values: [
       account,
       c.id,
       c.idempotency_key,
@@ -164,7 +225,7 @@ export async function insertCharge(db: Queryable, account: string, c: ChargeRow)
       JSON.stringify(c.metadata),
       c.created_at,
     ],
-  );
+  });
   return rows[0]!;
 }
 
@@ -216,11 +277,12 @@ export interface MessageRow {
 const MESSAGE_COLUMNS = `id, idempotency_key, to_address, subject, body_text, metadata, created_at`;
 
 export async function insertMessage(db: Queryable, account: string, m: MessageRow): Promise<MessageRow> {
-  const { rows } = await db.query<MessageRow>(
-    `insert into sandbox.messages (account, ${MESSAGE_COLUMNS})
+  const { rows } = await db.query<MessageRow>({
+    name: 'sandbox_insert_message',
+    text: `insert into sandbox.messages (account, ${MESSAGE_COLUMNS})
      values ($1, $2, $3, $4, $5, $6, $7, $8)
      returning ${MESSAGE_COLUMNS}`,
-    [
+    values: [
       account,
       m.id,
       m.idempotency_key,
@@ -230,7 +292,7 @@ export async function insertMessage(db: Queryable, account: string, m: MessageRo
       JSON.stringify(m.metadata),
       m.created_at,
     ],
-  );
+  });
   return rows[0]!;
 }
 
@@ -341,10 +403,11 @@ export const DEFAULT_WEBHOOK_CONFIG: WebhookConfigRow = {
 };
 
 export async function getWebhookConfig(db: Queryable, account: string): Promise<WebhookConfigRow> {
-  const { rows } = await db.query<WebhookConfigRow>(
-    `select url, enabled, duplicate, reorder from sandbox.webhook_config where account = $1`,
-    [account],
-  );
+  const { rows } = await db.query<WebhookConfigRow>({
+    name: 'sandbox_webhook_config',
+    text: `select url, enabled, duplicate, reorder from sandbox.webhook_config where account = $1`,
+    values: [account],
+  });
   return rows[0] ?? DEFAULT_WEBHOOK_CONFIG;
 }
 
@@ -399,12 +462,13 @@ export async function insertWebhookEvent(
   account: string,
   e: { id: string; type: string; object: unknown; createdAt: Date },
 ): Promise<void> {
-  await db.query(
-    `insert into sandbox.webhook_events (account, id, type, object, created_at, next_attempt_at)
+  await db.query({
+    name: 'sandbox_insert_webhook_event',
+    text: `insert into sandbox.webhook_events (account, id, type, object, created_at, next_attempt_at)
      values ($1, $2, $3, $4, $5, $5)
      returning id`,
-    [account, e.id, e.type, JSON.stringify(e.object), e.createdAt],
-  );
+    values: [account, e.id, e.type, JSON.stringify(e.object), e.createdAt],
+  });
 }
 
 /**
@@ -417,8 +481,9 @@ export async function leaseDueEvents(
   db: Queryable,
   args: { account: string; now: Date; leaseUntil: Date; limit: number },
 ): Promise<WebhookEventRow[]> {
-  const { rows } = await db.query<WebhookEventRow>(
-    `update sandbox.webhook_events
+  const { rows } = await db.query<WebhookEventRow>({
+    name: 'sandbox_lease_due_events',
+    text: `update sandbox.webhook_events
         set locked_until = $3, attempts = attempts + 1
       where id in (select id from sandbox.webhook_events
                     where account = $1 and state = 'pending' and next_attempt_at <= $2
@@ -426,8 +491,8 @@ export async function leaseDueEvents(
                     order by seq limit $4
                     for update skip locked)
       returning ${EVENT_COLUMNS}`,
-    [args.account, args.now, args.leaseUntil, args.limit],
-  );
+    values: [args.account, args.now, args.leaseUntil, args.limit],
+  });
   return rows.sort((a, b) => Number(a.seq) - Number(b.seq));
 }
 
@@ -435,14 +500,15 @@ export async function markEventDelivered(
   db: Queryable,
   args: { account: string; id: string; status: number; now: Date; deliveries: number },
 ): Promise<void> {
-  await db.query(
-    `update sandbox.webhook_events
+  await db.query({
+    name: 'sandbox_event_delivered',
+    text: `update sandbox.webhook_events
         set state = 'delivered', last_status = $3, last_error = null, delivered_at = $4,
             deliveries = deliveries + $5, locked_until = null
       where account = $1 and id = $2
       returning id`,
-    [args.account, args.id, args.status, args.now, args.deliveries],
-  );
+    values: [args.account, args.id, args.status, args.now, args.deliveries],
+  });
 }
 
 /** Schedules a retry, or marks the event 'failed' (kept, visible) once attempts are exhausted. */

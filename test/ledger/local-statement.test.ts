@@ -6,32 +6,25 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Pool } from '../../src/db/index.ts';
 import { Ledger, LedgerError, type LocalStatement, type Scope } from '../../src/ledger/index.ts';
-import { eventLog, lockWaiters, namedPool, scopeFor, tableName } from './support.ts';
+import { businessTable, eventLog, lockWaiters, namedPool, scopeFor } from './support.ts';
 import { deferred, until } from '../support/wait.ts';
 
 let pool: Pool;
 let appName: string;
-const business = tableName('ledger_stmt_biz');
+const table = businessTable('ledger_stmt_biz');
+const business = table.name;
 
 beforeAll(async () => {
   ({ pool, appName } = namedPool(30));
-  await pool.query(
-    `create table ${business} (tenant_id text not null, key text not null, label text not null, id serial primary key)`,
-  );
+  await table.create(pool);
 });
 
 afterAll(async () => {
-  await pool?.query(`drop table if exists ${business}`);
+  if (pool) await table.drop(pool);
   await pool?.end();
 });
 
-async function businessRows(scope: Scope): Promise<string[]> {
-  const { rows } = await pool.query<{ label: string }>(
-    `select label from ${business} where tenant_id = $1 and key = $2 order by id`,
-    [scope.tenantId, scope.key],
-  );
-  return rows.map((r) => r.label);
-}
+const businessRows = (scope: Scope) => table.rows(pool, scope);
 
 /** Inserts a business row labelled `label` and stores `{ label }`; `skip` writes and stores nothing. */
 function insertBusiness(scope: Scope, label: string, opts: { skip?: boolean } = {}): LocalStatement {

@@ -6,32 +6,25 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Pool, PoolClient } from '../../src/db/index.ts';
 import { FinalFailure, Ledger, LedgerError, type Json, type Scope } from '../../src/ledger/index.ts';
 import { LOCAL_CLAIM_VANISHED } from '../../src/ledger/sql.ts';
-import { eventLog, lockWaiters, namedPool, scopeFor, tableName } from './support.ts';
+import { businessTable, eventLog, lockWaiters, namedPool, scopeFor } from './support.ts';
 import { deferred, until } from '../support/wait.ts';
 
 let pool: Pool;
 let appName: string;
-const business = tableName('ledger_biz');
+const table = businessTable('ledger_biz');
+const business = table.name;
 
 beforeAll(async () => {
   ({ pool, appName } = namedPool(55));
-  await pool.query(
-    `create table ${business} (tenant_id text not null, key text not null, label text not null, id serial primary key)`,
-  );
+  await table.create(pool);
 });
 
 afterAll(async () => {
-  await pool?.query(`drop table if exists ${business}`);
+  if (pool) await table.drop(pool);
   await pool?.end();
 });
 
-async function businessRows(scope: Scope): Promise<string[]> {
-  const { rows } = await pool.query<{ label: string }>(
-    `select label from ${business} where tenant_id = $1 and key = $2 order by id`,
-    [scope.tenantId, scope.key],
-  );
-  return rows.map((r) => r.label);
-}
+const businessRows = (scope: Scope) => table.rows(pool, scope);
 
 function insertBusiness(tx: PoolClient, scope: Scope, label: string) {
   return tx.query(`insert into ${business} (tenant_id, key, label) values ($1, $2, $3)`, [

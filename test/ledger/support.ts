@@ -58,3 +58,35 @@ export function eventLog(): {
     count: (type) => events.filter((e) => e.type === type).length,
   };
 }
+
+/**
+ * A per-file business table (tenant_id, key, label) for local-mode tests:
+ * what a body writes, and whether it survived its transaction or statement.
+ */
+export function businessTable(prefix: string): {
+  name: string;
+  create(pool: Pool): Promise<void>;
+  drop(pool: Pool): Promise<void>;
+  /** The labels written under the scope's tenant and key, in insertion order. */
+  rows(pool: Pool, scope: Scope): Promise<string[]>;
+} {
+  const name = tableName(prefix);
+  return {
+    name,
+    async create(pool) {
+      await pool.query(
+        `create table ${name} (tenant_id text not null, key text not null, label text not null, id serial primary key)`,
+      );
+    },
+    async drop(pool) {
+      await pool.query(`drop table if exists ${name}`);
+    },
+    async rows(pool, scope) {
+      const { rows } = await pool.query<{ label: string }>(
+        `select label from ${name} where tenant_id = $1 and key = $2 order by id`,
+        [scope.tenantId, scope.key],
+      );
+      return rows.map((r) => r.label);
+    },
+  };
+}

@@ -277,7 +277,8 @@ export class Ledger {
           // It vanished between the two statements (the reaper): run again.
           if (attempt >= LOCAL_RETRIES) throw this.#inProgress(scope, LOCAL_RETRY_AFTER_MS);
         } else if (isSqlState(err, SQLSTATE.lockNotAvailable)) {
-          // A duplicate still holds its uncommitted record after localWaitMs.
+          // Still waiting after localWaitMs: a duplicate's uncommitted record, or a row the body
+          // locks that another transaction holds. Either way the step is busy elsewhere.
           throw this.#inProgress(scope, LOCAL_RETRY_AFTER_MS);
         } else {
           const retryable =

@@ -6,7 +6,8 @@
  *
  * - fresh claim: `runLocal` on a new key with a trivial body (claim +
  *   complete in one transaction), with and without the replay probe
- *   (`replayProbe: false`, as the order's status steps run it), vs. a bare `insert ... on conflict do
+ *   (`replayProbe: false`), and `runLocalStatement` (one statement, as the
+ *   order's status steps run), vs. a bare `insert ... on conflict do
  *   nothing` plus `update`, and vs. the physical limit: the same two
  *   statements prepared, in ONE transaction (what pgbench -M prepared does);
  * - replay: `runLocal` on a completed key vs. a primary-key `select`.
@@ -191,7 +192,7 @@ async function main(): Promise<void> {
         tx: () => rawFreshTx(pool, 'bench.fresh', `f${n}-${seq++}`),
         ledger: (_w, i) =>
           ledger.runLocal(scope('bench.fresh', `f${n}-${seq++}`), input(i), async () => ({ ok: true })),
-        // As the order's status steps run it: no replay probe (2 round trips instead of 3).
+        // No replay probe (2 round trips instead of 3), for rarely replayed steps.
         ledgerNoProbe: (_w, i) =>
           ledger.runLocal(scope('bench.fresh', `f${n}-${seq++}`), input(i), async () => ({ ok: true }), {
             replayProbe: false,
@@ -225,7 +226,7 @@ async function main(): Promise<void> {
         freshClaimRatioVsPrepared: round(get(fresh, 'ledger') / get(fresh, 'prepared'), 3),
         /** Against the physical limit: one transaction, prepared (the issue's target: >= 0.8 at 8). */
         freshClaimRatioVsOneTx: round(get(fresh, 'ledger') / get(fresh, 'tx'), 3),
-        /** The same without the replay probe (`replayProbe: false`, what the status steps use). */
+        /** The same without the replay probe (`replayProbe: false`). */
         freshClaimNoProbeRatioVsOneTx: round(get(fresh, 'ledgerNoProbe') / get(fresh, 'tx'), 3),
         /** One statement (`runLocalStatement`, what the status steps use now). */
         freshClaimStatementRatioVsOneTx: round(get(fresh, 'ledgerStatement') / get(fresh, 'tx'), 3),

@@ -165,18 +165,6 @@ export async function getOrder(db: Queryable, tenantId: string, orderId: string)
   return rows[0] ?? null;
 }
 
-export async function getOrderStatus(
-  db: Queryable,
-  tenantId: string,
-  orderId: string,
-): Promise<OrderStatus | null> {
-  const { rows } = await db.query<{ status: OrderStatus }>(
-    `select status from orders where tenant_id = $1 and id = $2`,
-    [tenantId, orderId],
-  );
-  return rows[0]?.status ?? null;
-}
-
 export async function selectOrderByWorkflowId(db: Queryable, workflowId: string): Promise<OrderRow | null> {
   const { rows } = await db.query<OrderRow>(`select ${ORDER_COLUMNS} from orders where workflow_id = $1`, [
     workflowId,

@@ -120,14 +120,7 @@ export async function takeFaultAndClaimKey(
     claimed: boolean;
   }>({
     name: 'sandbox_fault_and_claim',
-    text: `with fault as (
-               update sandbox.faults set remaining = remaining - 1
-                where id = (select id from sandbox.faults
-                             where account = $1 and endpoint = $9::text and remaining > 0
-                             order by id limit 1
-                             for update)
-                  and remaining > 0
-               returning kind, delay_ms),
+    text: `with fault as (${takeFaultSql('$1', '$9::text')}),
              claim as (
                insert into sandbox.idempotency_keys
                  (account, scope, key, fingerprint, state, token, locked_until, created_at)
@@ -358,17 +351,22 @@ export async function consumeFault(
   account: string,
   endpoint: FaultEndpoint,
 ): Promise<{ kind: FaultKind; delay_ms: number | null } | null> {
-  const { rows } = await db.query<{ kind: FaultKind; delay_ms: number | null }>(
-    `update sandbox.faults set remaining = remaining - 1
+  const { rows } = await db.query<{ kind: FaultKind; delay_ms: number | null }>(takeFaultSql('$1', '$2'), [
+    account,
+    endpoint,
+  ]);
+  return rows[0] ?? null;
+}
+
+/** consumeFault's statement, with the placeholders of account and endpoint (also a CTE of takeFaultAndClaimKey). */
+function takeFaultSql(account: string, endpoint: string): string {
+  return `update sandbox.faults set remaining = remaining - 1
       where id = (select id from sandbox.faults
-                   where account = $1 and endpoint = $2 and remaining > 0
+                   where account = ${account} and endpoint = ${endpoint} and remaining > 0
                    order by id limit 1
                    for update)
         and remaining > 0
-      returning kind, delay_ms`,
-    [account, endpoint],
-  );
-  return rows[0] ?? null;
+      returning kind, delay_ms`;
 }
 
 export async function listFaults(db: Queryable, account: string): Promise<FaultRow[]> {

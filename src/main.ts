@@ -81,6 +81,8 @@ interface Service {
   /** Consecutive quick exits, for the backoff. */
   crashes: number;
   restartTimer: NodeJS.Timeout | undefined;
+  /** Messages the child sends on an IPC channel; set, the child gets one. */
+  onMessage?: (message: unknown) => void;
 }
 
 const services: Service[] = [];
@@ -100,9 +102,11 @@ function spawnChild(service: Service): void {
   const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, service.entry)], {
     cwd: root,
     env: service.env,
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: ['ignore', 'pipe', 'pipe', service.onMessage ? 'ipc' : 'ignore'],
   });
-  for (const stream of [child.stdout, child.stderr]) {
+  if (service.onMessage) child.on('message', service.onMessage);
+  // Both piped (stdio above), so never null.
+  for (const stream of [child.stdout!, child.stderr!]) {
     readline.createInterface({ input: stream }).on('line', (line) => {
       process.stdout.write(`[${service.name}] ${line}\n`);
     });
@@ -133,8 +137,13 @@ function spawnChild(service: Service): void {
   );
 }
 
-function startService(name: string, entry: string, env: NodeJS.ProcessEnv): Service {
-  const service = { name, entry, env, crashes: 0, restartTimer: undefined } as Service;
+function startService(
+  name: string,
+  entry: string,
+  env: NodeJS.ProcessEnv,
+  onMessage?: (message: unknown) => void,
+): Service {
+  const service = { name, entry, env, crashes: 0, restartTimer: undefined, onMessage } as Service;
   spawnChild(service);
   services.push(service);
   return service;
@@ -287,7 +296,29 @@ async function main(): Promise<void> {
   await selfCheck(temporalAddress, uiUrl);
   if (counts.apiProcesses > 1) {
     say(`starting ${counts.apiProcesses} API processes on port ${config.ports.api} (node:cluster)`);
-    startService('api', 'src/api/cluster.ts', { ...env, API_PROCESSES: String(counts.apiProcesses) });
+    // The port answers as soon as the first process listens; "up" waits for all of them, or
+    // the first requests would all go to that one (the primary hands connections only to
+    // processes that listen). The primary says so on its IPC channel.
+    const waitMs = 60_000 * counts.apiProcesses;
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(
+        () =>
+          reject(
+            new Error(`the ${counts.apiProcesses} API processes did not all listen within ${waitMs} ms`),
+          ),
+        waitMs,
+      );
+      startService(
+        'api',
+        'src/api/cluster.ts',
+        { ...env, API_PROCESSES: String(counts.apiProcesses) },
+        (m) => {
+          if ((m as { type?: unknown } | null)?.type !== 'api-processes-listening') return;
+          clearTimeout(timer);
+          resolve();
+        },
+      );
+    });
   } else {
     startService('api', 'src/api/main.ts', env);
   }

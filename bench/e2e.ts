@@ -35,7 +35,7 @@
  * come from a few fetched histories. Writes bench/results/e2e.json.
  * Every process it starts is stopped by PID, also on Ctrl-C.
  */
-import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -62,6 +62,7 @@ import {
 import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
 import { TERMINAL_STATUSES } from '../src/orders/model.ts';
 import { createCommand, parseCli } from '../scripts/lib/cli.ts';
+import { cpuSeconds } from './lib/proc-cpu.ts';
 
 const program = createCommand(
   'bench:e2e',
@@ -216,26 +217,6 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 }
 
 // ------------------------------------------------------------------------ CPU
-
-const CLK_TCK = (() => {
-  try {
-    return Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
-  } catch {
-    return 100;
-  }
-})();
-
-/** user + system CPU seconds of one process so far; 0 once it is gone. */
-function cpuSeconds(pid: number | undefined): number {
-  if (!pid) return 0;
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
-  } catch {
-    return 0;
-  }
-}
 
 /** Direct children of `pid` (from /proc/<n>/stat's ppid field). */
 function childPids(pid: number): number[] {

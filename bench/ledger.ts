@@ -11,6 +11,8 @@
  *   nothing` plus `update`, and vs. the physical limit: the same two
  *   statements prepared, in ONE transaction (what pgbench -M prepared does);
  * - replay: `runLocal` on a completed key vs. a primary-key `select`.
+ * Each variant's CPU per operation is reported too: this process's (the
+ * client's) and its Postgres backends' (from /proc, when Postgres is local).
  * Creates its own throwaway database (dropped at the end), prints a table and
  * writes bench/results/ledger.json.
  */
@@ -24,6 +26,7 @@ import { createThrowawayDatabase } from '../src/db/migrate.ts';
 import { Ledger } from '../src/ledger/index.ts';
 import { InvalidArgumentError } from 'commander';
 import { createCommand, parseCli } from '../scripts/lib/cli.ts';
+import { cpuSeconds, visibleInProc } from './lib/proc-cpu.ts';
 
 function levels(raw: string): number[] {
   const list = raw.split(',').map(Number);
@@ -70,28 +73,71 @@ async function run(workers: number, ms: number, op: Op): Promise<number> {
 
 type Op = (worker: number, i: number) => Promise<unknown>;
 
+/** CPU per operation of one variant: this process (the client) and the pool's Postgres backends. */
+interface CpuPerOp {
+  clientMicros: number;
+  /** null when the backends are not visible in this machine's /proc (a remote Postgres). */
+  postgresMicros: number | null;
+}
+
+/** The pool's Postgres backends (every client backend of its database; nothing else connects there). */
+async function backendPids(pool: Pool): Promise<number[]> {
+  const { rows } = await pool.query<{ pid: number }>(
+    `select pid from pg_stat_activity where datname = current_database() and backend_type = 'client backend'`,
+  );
+  return rows.map((r) => r.pid);
+}
+
 /**
  * Measures several variants of one operation fairly on a shared, noisy
  * machine: after a warm-up, the variants take turns in short segments in
  * ABBA order (A B B A A B ...), so slow drift in background load hits every
- * variant alike. Returns operations per second per variant.
+ * variant alike. Returns operations per second per variant, and CPU per
+ * operation: this process's (the client's) and its Postgres backends'
+ * (from /proc, when Postgres runs on this machine), which say where a
+ * variant's time goes.
  */
 async function compare(
   pool: Pool,
   workers: number,
   variants: Record<string, Op>,
-): Promise<Record<string, number>> {
+): Promise<{ rates: Record<string, number>; cpu: Record<string, CpuPerOp> }> {
   const names = Object.keys(variants);
   const ops = Object.fromEntries(names.map((n) => [n, 0]));
+  const client = Object.fromEntries(names.map((n) => [n, 0]));
+  const postgres = Object.fromEntries(names.map((n) => [n, 0]));
+  let postgresVisible = true;
   for (const n of names) await run(workers, warmupMs, variants[n] as Op);
   await pool.query('checkpoint'); // don't let one variant pay for another's dirty pages
   const rounds = 4;
   const segmentMs = measureMs / rounds;
   for (let r = 0; r < rounds; r++) {
     const order = r % 2 === 0 ? names : [...names].reverse();
-    for (const n of order) ops[n] = (ops[n] ?? 0) + (await run(workers, segmentMs, variants[n] as Op));
+    for (const n of order) {
+      const pids = await backendPids(pool);
+      postgresVisible &&= pids.length > 0 && pids.every(visibleInProc);
+      const pgBefore = pids.reduce((sum, pid) => sum + cpuSeconds(pid), 0);
+      const cpuBefore = process.cpuUsage();
+      ops[n] = (ops[n] ?? 0) + (await run(workers, segmentMs, variants[n] as Op));
+      const used = process.cpuUsage(cpuBefore);
+      client[n] = (client[n] ?? 0) + (used.user + used.system);
+      postgres[n] =
+        (postgres[n] ?? 0) + (pids.reduce((sum, pid) => sum + cpuSeconds(pid), 0) - pgBefore) * 1e6;
+    }
   }
-  return Object.fromEntries(names.map((n) => [n, (ops[n] ?? 0) / seconds]));
+  const cpu = Object.fromEntries(
+    names.map((n) => {
+      const count = ops[n] || Number.NaN;
+      return [
+        n,
+        {
+          clientMicros: round((client[n] ?? 0) / count, 0),
+          postgresMicros: postgresVisible ? round((postgres[n] ?? 0) / count, 0) : null,
+        },
+      ];
+    }),
+  );
+  return { rates: Object.fromEntries(names.map((n) => [n, (ops[n] ?? 0) / seconds])), cpu };
 }
 
 async function main(): Promise<void> {
@@ -186,7 +232,7 @@ async function main(): Promise<void> {
       );
 
       let seq = 0; // fresh keys are never reused across variants, segments or warm-ups
-      const fresh = await compare(pool, n, {
+      const { rates: fresh, cpu: freshCpu } = await compare(pool, n, {
         raw: () => rawFresh(pool, 'bench.fresh', `f${n}-${seq++}`, false),
         prepared: () => rawFresh(pool, 'bench.fresh', `f${n}-${seq++}`, true),
         tx: () => rawFreshTx(pool, 'bench.fresh', `f${n}-${seq++}`),
@@ -207,7 +253,7 @@ async function main(): Promise<void> {
           }),
       });
       const pick = (w: number, i: number) => (w * 7919 + i) % REPLAY_KEYS;
-      const replay = await compare(pool, n, {
+      const { rates: replay, cpu: replayCpu } = await compare(pool, n, {
         raw: (w, i) => rawReplay(pool, `r${n}-${pick(w, i)}`, false),
         prepared: (w, i) => rawReplay(pool, `r${n}-${pick(w, i)}`, true),
         ledger: (w, i) => {
@@ -243,6 +289,8 @@ async function main(): Promise<void> {
           replaysPerSec: round(get(replay, 'prepared'), 0),
         },
         rawOneTxPrepared: { freshClaimsPerSec: round(get(fresh, 'tx'), 0) },
+        /** Where each variant's time goes: microseconds of CPU per operation, client and Postgres. */
+        cpuMicrosPerOp: { fresh: freshCpu, replay: replayCpu },
       };
     }
 
@@ -260,6 +308,7 @@ async function main(): Promise<void> {
       connections: results,
     };
     printTable(results);
+    printCpuTable(results);
     const out = path.resolve(import.meta.dirname, 'results/ledger.json');
     fs.mkdirSync(path.dirname(out), { recursive: true });
     fs.writeFileSync(out, `${JSON.stringify(report, null, 2)}\n`);
@@ -329,6 +378,31 @@ function printTable(results: Record<string, unknown>): void {
   }
   const widths = header.map((_, i) => Math.max(...lines.map((l) => (l[i] ?? '').length)));
   console.log('');
+  for (const l of lines) console.log(l.map((c, i) => c.padStart(widths[i] ?? 0)).join('  '));
+}
+
+/** Where the time goes: CPU microseconds per fresh claim, client (this process) + Postgres. */
+function printCpuTable(results: Record<string, unknown>): void {
+  const variants: [string, string][] = [
+    ['tx', '1-tx prepared'],
+    ['ledger', 'ledger'],
+    ['ledgerNoProbe', 'no probe'],
+    ['ledgerStatement', '1-stmt'],
+  ];
+  const header = ['conns', ...variants.map(([, label]) => `${label} client+pg us`)];
+  const lines = [header];
+  for (const [n, value] of Object.entries(results)) {
+    const cpu = (value as { cpuMicrosPerOp: { fresh: Record<string, CpuPerOp> } }).cpuMicrosPerOp.fresh;
+    lines.push([
+      n,
+      ...variants.map(([key]) => {
+        const c = cpu[key];
+        return c ? `${c.clientMicros} + ${c.postgresMicros ?? '?'}` : '-';
+      }),
+    ]);
+  }
+  const widths = header.map((_, i) => Math.max(...lines.map((l) => (l[i] ?? '').length)));
+  console.log('\nCPU per fresh claim, microseconds: this process (client) + its Postgres backends');
   for (const l of lines) console.log(l.map((c, i) => c.padStart(widths[i] ?? 0)).join('  '));
 }
 

@@ -358,11 +358,12 @@ export class Ledger {
           throw err;
         }
         if (!claimed) {
-          // We waited on a duplicate's row and it committed (or it committed
-          // between our probe and insert). This statement gets a fresh snapshot
-          // (READ COMMITTED), so it sees the winner's committed record.
-          const winner = await sql.selectProbe(client, scope);
+          // The record was committed already, or by a duplicate we waited on.
+          // Roll back first: a `first` statement that failed has aborted the
+          // transaction, and nothing in it is ours to keep. The read after it
+          // is autocommitted, so it sees the committed record.
           await rollback();
+          const winner = await sql.selectProbe(client, scope);
           if (!winner) throw new RaceRetry();
           return this.#replayLocal<T>(scope, fp, winner);
         }

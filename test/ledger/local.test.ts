@@ -453,6 +453,23 @@ describe('runLocal', () => {
     expect(await ledger.get(base)).toBeNull();
   });
 
+  it("a replay found through the claim answers the record even when the body's first statement fails", async () => {
+    const ledger = new Ledger(pool);
+    const scope = scopeFor('replay-first-fails');
+    await ledger.runLocal(scope, input({ n: 1 }), async () => ({ n: 1 }));
+    // The first statements run before the claim's outcome is known; a replay must not depend on them.
+    const failing = { first: [{ text: 'select 1 / 0' }], replayProbe: false };
+    await expect(ledger.runLocal(scope, input({ n: 1 }), async () => 'never', failing)).resolves.toEqual({
+      result: { n: 1 },
+      replayed: true,
+    });
+    await expect(ledger.runLocal(scope, input({ n: 2 }), async () => 'never', failing)).rejects.toMatchObject(
+      {
+        code: 'conflict',
+      },
+    );
+  });
+
   it("runs the body with the session's own lock_timeout, not the claim's wait bound", async () => {
     const ledger = new Ledger(pool, { localWaitMs: 1234 });
     const scope = scopeFor('locktimeout');

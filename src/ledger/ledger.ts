@@ -41,6 +41,7 @@ import type {
   ReconcileUnresolvedResult,
   Scope,
 } from './types.ts';
+import { ReplayProbePolicy } from './probe-policy.ts';
 
 /**
  * Default retention of completed records: 7 days. It must cover the longest
@@ -142,6 +143,8 @@ export class Ledger {
   readonly #hooks: LedgerHooks;
   readonly #leaseMs: number;
   readonly #localWaitMs: number;
+  /** Which operation types runLocal reads first (`replayProbe: 'auto'`): see probe-policy.ts. */
+  readonly #probePolicy = new ReplayProbePolicy();
 
   constructor(pool: Pool, options: LedgerOptions = {}) {
     this.#pool = pool;
@@ -213,9 +216,12 @@ export class Ledger {
     opts: LocalRunOptions = {},
   ): Promise<{ result: T; replayed: boolean }> {
     const fp = this.#prepare(scope, input);
+    const { replayProbe = 'auto' } = opts;
+    if (replayProbe !== 'auto' && typeof replayProbe !== 'boolean')
+      throw new LedgerError('invalid_input', "replayProbe must be true, false or 'auto'");
     for (let attempt = 0; ; attempt++) {
       try {
-        return await this.#runLocalOnce(scope, input.schemaVersion, fp, fn, opts);
+        return await this.#runLocalOnce(scope, input.schemaVersion, fp, fn, opts.first, replayProbe);
       } catch (err) {
         const retryable =
           err instanceof RaceRetry ||
@@ -314,13 +320,17 @@ export class Ledger {
     schemaVersion: number,
     fp: string,
     fn: (tx: PoolClient, first: pg.QueryResult[]) => Promise<T>,
-    { first, replayProbe = true }: LocalRunOptions,
+    first: LocalRunOptions['first'],
+    replayProbe: NonNullable<LocalRunOptions['replayProbe']>,
   ): Promise<{ result: T; replayed: boolean }> {
+    const type = scope.operationType;
+    const probe = replayProbe === 'auto' ? this.#probePolicy.shouldProbe(type) : replayProbe;
     return withClient(this.#pool, async (client) => {
-      // Replays are answered by one primary-key read, outside any transaction
-      // (unless the caller skips it: then the claim below finds the record).
-      if (replayProbe) {
+      // A replay is answered by one primary-key read, outside any transaction,
+      // when probing first is worth it; otherwise the claim below finds the record.
+      if (probe) {
         const existing = await sql.selectProbe(client, scope);
+        this.#probePolicy.record(type, existing !== null);
         if (existing) return this.#replayLocal<T>(scope, fp, existing);
       }
 
@@ -357,6 +367,8 @@ export class Ledger {
           }
           throw err;
         }
+        // Whether the record was there already (a probe that found nothing has recorded false).
+        if (!probe || !claimed) this.#probePolicy.record(type, !claimed);
         if (!claimed) {
           // The record was committed already, or by a duplicate we waited on.
           // Roll back first: a `first` statement that failed has aborted the

@@ -169,13 +169,15 @@ export interface LocalRunOptions {
   first?: readonly pg.QueryConfig[];
   /**
    * Look for a stored result with one primary-key read before opening the
-   * transaction (default true): a replay then costs that one read. false
-   * skips it, so a first run is one round trip cheaper and a replay finds
-   * the record through the claim instead (the claim, a read and a
-   * ROLLBACK). For steps that are rarely replayed, such as a local activity,
-   * which runs again only when its workflow task failed before recording it.
+   * transaction. true: always, so a replay costs that one read; false: never,
+   * so a first run is one statement and round trip cheaper and a replay finds
+   * the record through the claim instead (the claim, a ROLLBACK and a read:
+   * 3 statements more). 'auto' (the default): per operation type, whichever
+   * is cheaper for its recent calls: read first while at least a quarter of
+   * them found the record (see probe-policy.ts). Every choice gives the same
+   * answers under the same guarantees; only the cost differs.
    */
-  replayProbe?: boolean;
+  replayProbe?: boolean | 'auto';
 }
 
 /**

@@ -480,3 +480,127 @@ describe('runLocal', () => {
     expect(result).toBe('0');
   });
 });
+
+describe("runLocal's replay probe", () => {
+  /** The statements the ledger sends while `run` runs: names of prepared ones, else the text. */
+  let recording: string[] | null = null;
+  const watched = new WeakSet<PoolClient>();
+  const watch = (client: PoolClient) => {
+    if (watched.has(client)) return;
+    watched.add(client);
+    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+    client.query = ((config: unknown, ...rest: unknown[]) => {
+      const c = config as { name?: string; text?: string } | string;
+      recording?.push(typeof c === 'string' ? c : (c.name ?? c.text ?? '?'));
+      return query(config, ...rest);
+    }) as PoolClient['query'];
+  };
+  async function statementsOf(run: () => Promise<unknown>): Promise<string[]> {
+    const sent: string[] = [];
+    recording = sent;
+    pool.on('acquire', watch);
+    try {
+      await run();
+    } finally {
+      pool.off('acquire', watch);
+      recording = null;
+    }
+    return sent;
+  }
+  const claims = (sent: string[]) => sent.filter((s) => s === 'ledger_insert_local_claim').length;
+  const probes = (sent: string[]) => sent.filter((s) => s === 'ledger_select_probe').length;
+
+  it("'auto' reads first only for a type whose calls keep finding their record, and answers alike either way", async () => {
+    const log = eventLog();
+    const ledger = new Ledger(pool, { hooks: log });
+    const scope = scopeFor('auto-probe');
+    let calls = 0;
+    const run = () =>
+      ledger.runLocal(scope, input({ n: 1 }), async () => {
+        calls++;
+        return { n: 1 };
+      });
+
+    // A type not seen before: the first run claims straight away (no read first).
+    const fresh = await statementsOf(run);
+    expect(fresh).toEqual(['BEGIN', 'ledger_insert_local_claim', 'ledger_finish_local_claim', 'COMMIT']);
+
+    // Replays: the first ones find the record through the claim (BEGIN, claim, ROLLBACK, read)...
+    const replays: string[][] = [];
+    for (let i = 0; i < 6; i++) {
+      let outcome: unknown;
+      replays.push(await statementsOf(async () => (outcome = await run())));
+      expect(outcome).toEqual({ result: { n: 1 }, replayed: true });
+    }
+    expect(replays[0]).toEqual(['BEGIN', 'ledger_insert_local_claim', 'ROLLBACK', 'ledger_select_probe']);
+    // ...until a quarter of the type's recent calls were replays: then one read answers each.
+    expect(replays.at(-1)).toEqual(['ledger_select_probe']);
+    const switchedAt = replays.findIndex((s) => claims(s) === 0);
+    expect(switchedAt).toBeGreaterThan(0);
+    expect(replays.slice(switchedAt).every((s) => s.length === 1 && probes(s) === 1)).toBe(true);
+    expect(calls).toBe(1);
+
+    // Fresh keys of the same type: read first at first, then no longer once replays are rare again.
+    const later: string[][] = [];
+    for (let i = 0; i < 20; i++) {
+      const s = scopeFor(`auto-probe-fresh-${i}`);
+      later.push(
+        await statementsOf(() =>
+          ledger.runLocal({ ...s, operationType: scope.operationType }, input({ i }), async () => ({ i })),
+        ),
+      );
+    }
+    expect(probes(later[0]!)).toBe(1);
+    expect(later.at(-1)).toEqual([
+      'BEGIN',
+      'ledger_insert_local_claim',
+      'ledger_finish_local_claim',
+      'COMMIT',
+    ]);
+    expect(log.count('replay')).toBe(6);
+  });
+
+  it('true always reads first, false never; both give the same answers as auto', async () => {
+    const ledger = new Ledger(pool);
+    const scope = scopeFor('fixed-probe');
+    let calls = 0;
+    const run = (replayProbe: boolean, value: Json = { n: 1 }) =>
+      ledger.runLocal(
+        scope,
+        input(value),
+        async () => {
+          calls++;
+          return { n: 1 };
+        },
+        { replayProbe },
+      );
+    const first = await statementsOf(() => run(true));
+    expect(first).toEqual([
+      'ledger_select_probe',
+      'BEGIN',
+      'ledger_insert_local_claim',
+      'ledger_finish_local_claim',
+      'COMMIT',
+    ]);
+    // A replay: one read with the probe (however often the type replays), the claim's path without.
+    for (let i = 0; i < 3; i++) expect(await statementsOf(() => run(true))).toEqual(['ledger_select_probe']);
+    expect(claims(await statementsOf(() => run(false)))).toBe(1);
+    await expect(run(true)).resolves.toEqual({ result: { n: 1 }, replayed: true });
+    await expect(run(false)).resolves.toEqual({ result: { n: 1 }, replayed: true });
+    await expect(run(true, { n: 2 })).rejects.toMatchObject({ code: 'conflict' });
+    await expect(run(false, { n: 2 })).rejects.toMatchObject({ code: 'conflict' });
+    expect(calls).toBe(1);
+  });
+
+  it('refuses a replayProbe that is not true, false or auto, before touching the database', async () => {
+    const ledger = new Ledger(pool);
+    const scope = scopeFor('bad-probe');
+    const sent = await statementsOf(() =>
+      expect(
+        ledger.runLocal(scope, input({}), async () => 1, { replayProbe: 'yes' as unknown as boolean }),
+      ).rejects.toMatchObject({ code: 'invalid_input' }),
+    );
+    expect(sent).toEqual([]);
+    expect(await ledger.get(scope)).toBeNull();
+  });
+});

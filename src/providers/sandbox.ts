@@ -23,6 +23,7 @@ import {
   type MessageRequest,
   type PaymentProvider,
 } from './types.ts';
+import { Agent, request as httpRequest } from 'undici';
 import { httpClientSpan } from '../tracing/index.ts';
 
 export interface SandboxClientOptions {
@@ -31,6 +32,16 @@ export interface SandboxClientOptions {
   /** Whole request, including reading the body. */
   timeoutMs: number;
 }
+
+/**
+ * The connection pool every provider client of this process shares: undici's
+ * `request` on keep-alive connections, not `fetch`. Same HTTP engine (fetch
+ * is undici too), without the WHATWG layer (Request/Response objects, web
+ * streams) that cost 3-4x the client CPU per call; see docs/BENCHMARKS.md,
+ * round 7. No automatic retries and no redirects, as with fetch: a POST is
+ * sent at most once per call.
+ */
+const dispatcher = new Agent({ keepAliveTimeout: 10_000 });
 
 interface HttpResult {
   status: number;
@@ -44,11 +55,12 @@ interface ApiErrorBody {
 /**
  * Errors that can only happen before a connection exists, so before any
  * byte of the request was written: refused by the peer, or no address for
- * the host. Undici reports them as `TypeError('fetch failed')` whose cause
- * carries the code and the syscall (`connect` / `getaddrinfo`); with
- * happy eyeballs the cause is an AggregateError of one such error per
- * address. Anything else (reset, socket closed, timeout, abort) may come
- * after the request left, so it stays uncertain.
+ * the host. Undici's `request` rejects with the socket's own error, whose
+ * code and syscall say which (`connect` / `getaddrinfo`); `fetch` wrapped
+ * the same error as the cause of `TypeError('fetch failed')`. With happy
+ * eyeballs the error is an AggregateError of one such error per address.
+ * Anything else (reset, socket closed, timeout, abort) may come after the
+ * request left, so it stays uncertain.
  */
 const NOT_SENT: Record<string, { syscall: string; code: string }> = {
   ECONNREFUSED: { syscall: 'connect', code: 'connection_refused' },
@@ -57,8 +69,9 @@ const NOT_SENT: Record<string, { syscall: string; code: string }> = {
 };
 
 function notSentCode(err: unknown): string | null {
-  const cause = err instanceof Error ? err.cause : undefined;
-  const parts = cause instanceof AggregateError ? cause.errors : [cause];
+  // fetch's wrapper, if a caller still passes one; otherwise the error itself.
+  const root = err instanceof TypeError && err.cause !== undefined ? err.cause : err;
+  const parts = root instanceof AggregateError ? root.errors : [root];
   let code: string | null = null;
   for (const part of parts) {
     const p = part as { code?: unknown; syscall?: unknown } | null | undefined;
@@ -86,18 +99,20 @@ async function request(
   if (init.body !== undefined) headers['content-type'] = 'application/json';
   if (init.idempotencyKey !== undefined) headers['idempotency-key'] = init.idempotencyKey;
   const signal = AbortSignal.timeout(opts.timeoutMs);
+  const url = new URL(path, opts.baseUrl);
   let status: number;
   let text: string;
   try {
     // A client span (child of the running activity's), with `traceparent` in the headers.
-    ({ status, text } = await httpClientSpan(method, new URL(path, opts.baseUrl), headers, async () => {
-      const res = await fetch(new URL(path, opts.baseUrl), {
+    ({ status, text } = await httpClientSpan(method, url, headers, async () => {
+      const res = await httpRequest(url, {
         method,
         headers,
         body: init.body === undefined ? null : JSON.stringify(init.body),
         signal,
+        dispatcher,
       });
-      return { status: res.status, text: await res.text() };
+      return { status: res.statusCode, text: await res.body.text() };
     }));
   } catch (err) {
     // No (complete) response: the request may or may not have been acted on,

@@ -5,6 +5,7 @@
  * with `redeliver`. Test switches (per account, at runtime): `duplicate`
  * sends every event twice, `reorder` delivers each leased batch newest first.
  */
+import { Agent, request } from 'undici';
 import type { Pool } from '../db/index.ts';
 import { log, errorFields } from '../log.ts';
 import { SIGNATURE_HEADER, signWebhook } from '../providers/webhook-signature.ts';
@@ -87,11 +88,14 @@ export function createWebhookDispatcher(deps: {
   let loop: Promise<void> | undefined;
   let wake: (() => void) | undefined;
   let poked = false;
+  // Keep-alive connections to the receiver, through undici's `request` (not `fetch`: the same
+  // engine without the WHATWG layer, a third of the CPU per delivery). No retries, no redirects.
+  const agent = new Agent({ keepAliveTimeout: 10_000 });
 
   async function send(url: string, event: WebhookEventRow): Promise<DeliveryResult> {
     const body = eventBody(event);
     try {
-      const res = await fetch(url, {
+      const res = await request(url, {
         method: 'POST',
         headers: {
           'content-type': 'application/json',
@@ -100,10 +104,12 @@ export function createWebhookDispatcher(deps: {
         },
         body,
         signal: AbortSignal.timeout(o.timeoutMs),
+        dispatcher: agent,
       });
-      await res.arrayBuffer().catch(() => undefined);
-      const ok = res.status >= 200 && res.status < 300;
-      return { ok, status: res.status, error: ok ? null : `receiver answered ${res.status}` };
+      await res.body.dump().catch(() => undefined);
+      const status = res.statusCode;
+      const ok = status >= 200 && status < 300;
+      return { ok, status, error: ok ? null : `receiver answered ${status}` };
     } catch (err) {
       const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : '';
       return {

@@ -9,7 +9,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { TypeBoxValidatorCompiler, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { FastifyBaseLogger } from 'fastify';
-import { withTransaction, type Pool } from '../db/index.ts';
+import { withTransaction, type Pool, type Queryable } from '../db/index.ts';
 import { PROVIDER_KEY_WINDOW_MS } from '../providers/contract.ts';
 import { createWebhookDispatcher, type DispatcherOptions, type WebhookDispatcher } from './dispatcher.ts';
 import {
@@ -45,17 +45,19 @@ import {
   findChargeByKey,
   findMessageByKey,
   getWebhookConfig,
-  insertCharge,
+  commitCharge,
+  commitMessage,
   insertFault,
-  insertMessage,
-  insertWebhookEvent,
   listCharges,
   listFaults,
   listMessages,
   listWebhookEvents,
   resetAccount,
   updateWebhookConfig,
+  type ChargeRow,
   type FaultRow,
+  type KeyCompletion,
+  type MessageRow,
 } from './sql.ts';
 
 /** The sandbox keeps idempotency keys exactly as long as the product assumes a provider does. */
@@ -165,9 +167,9 @@ export function buildSandboxApp(deps: SandboxDeps): SandboxApp {
               status: 400,
               message: `No such payment_method: '${body.payment_method}'. Test methods: ${[...TEST_PAYMENT_METHODS.keys()].join(', ')}.`,
             },
-      perform: async (client, key, at) => {
+      perform: (key, at) => {
         const declined = pm?.declineCode !== undefined;
-        const charge = await insertCharge(client, account, {
+        const charge: ChargeRow = {
           id: newId('ch'),
           idempotency_key: key,
           amount: body.amount,
@@ -179,25 +181,29 @@ export function buildSandboxApp(deps: SandboxDeps): SandboxApp {
           receipt_email: body.receipt_email ?? null,
           metadata: body.metadata,
           created_at: at,
-        });
+        };
         const object = chargeObject(charge);
         // The outbox row commits with the charge: an event exists iff the charge does.
-        await insertWebhookEvent(client, account, {
+        const event = {
           id: newId('evt'),
           type: declined ? 'charge.failed' : 'charge.succeeded',
           object,
-          createdAt: at,
-        });
-        if (!declined) return { status: 200, body: object };
+        };
+        const commit = (db: Queryable, completion: KeyCompletion) =>
+          commitCharge(db, completion, charge, event);
+        if (!declined) return { response: { status: 200, body: object }, commit };
         return {
-          status: 402,
-          body: errorBody('card_error', 'Your card was declined.', {
-            code: 'card_declined',
-            decline_code: pm?.declineCode,
-            charge: charge.id,
-            // Sandbox convenience, like Stripe's `error.payment_intent`: the full failed charge.
-            charge_object: object,
-          }),
+          response: {
+            status: 402,
+            body: errorBody('card_error', 'Your card was declined.', {
+              code: 'card_declined',
+              decline_code: pm?.declineCode,
+              charge: charge.id,
+              // Sandbox convenience, like Stripe's `error.payment_intent`: the full failed charge.
+              charge_object: object,
+            }),
+          },
+          commit,
         };
       },
     });
@@ -225,8 +231,8 @@ export function buildSandboxApp(deps: SandboxDeps): SandboxApp {
       scope: 'messages',
       endpoint: 'messages.create',
       body,
-      perform: async (client, key, at) => {
-        const message = await insertMessage(client, account, {
+      perform: (key, at) => {
+        const message: MessageRow = {
           id: newId('msg'),
           idempotency_key: key,
           to_address: body.to,
@@ -234,8 +240,11 @@ export function buildSandboxApp(deps: SandboxDeps): SandboxApp {
           body_text: body.text,
           metadata: body.metadata,
           created_at: at,
-        });
-        return { status: 200, body: messageObject(message) };
+        };
+        return {
+          response: { status: 200, body: messageObject(message) },
+          commit: (db: Queryable, completion: KeyCompletion) => commitMessage(db, completion, message),
+        };
       },
     });
   });

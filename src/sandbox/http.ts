@@ -6,22 +6,22 @@
  *   key check (400, nothing stored) -> take a fault -> fail_before (500, nothing
  *   happens) -> claim the key -> delay (while holding the claim, so concurrent
  *   requests with the same key get 409) -> effect + stored response, committed
- *   together -> fail_after (500 instead of the response) / drop_after (socket
+ *   together in one statement -> fail_after (500 instead of the response) / drop_after (socket
  *   destroyed) -> response.
  */
 import { randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { withTransaction, type Pool, type PoolClient } from '../db/index.ts';
+import type { Pool, Queryable } from '../db/index.ts';
 import { errorFields, log } from '../log.ts';
 import { requestFingerprint } from './objects.ts';
 import {
   claimKey,
-  completeKey,
   consumeFault,
   releaseKey,
   takeFaultAndClaimKey,
   type FaultEndpoint,
   type FaultKind,
+  type KeyCompletion,
   type Scope,
   type StoredResponse,
 } from './sql.ts';
@@ -139,8 +139,18 @@ export async function handleIdempotentCreate(
     body: unknown;
     /** Rejects a valid-looking request before anything is stored (e.g. unknown payment method). */
     precheck?: () => { status: number; message: string } | null;
-    /** The effect. Runs inside the transaction that also stores the response. */
-    perform: (client: PoolClient, key: string, now: Date) => Promise<StoredResponse>;
+    /**
+     * The effect: its response, and how to commit it. `commit` writes the
+     * effect together with the key's completion (one statement), and only if
+     * the claim is still ours; it returns false, having written nothing, if not.
+     */
+    perform: (
+      key: string,
+      now: Date,
+    ) => {
+      response: StoredResponse;
+      commit: (db: Queryable, completion: KeyCompletion) => Promise<boolean>;
+    };
     enqueuesEvents?: boolean;
   },
 ): Promise<FastifyReply> {
@@ -200,28 +210,20 @@ export async function handleIdempotentCreate(
   }
 
   const token = claim.token;
-  let response: StoredResponse;
+  const now = ctx.now();
+  const effect = opts.perform(key, now);
+  const response = effect.response;
   try {
-    // BEGIN goes out with the effect's first insert (one round trip fewer per request).
-    response = await withTransaction(
-      ctx.pool,
-      async (client) => {
-        const now = ctx.now();
-        const result = await opts.perform(client, key, now);
-        // Completion commits with the effect: either both happened or neither did.
-        const owned = await completeKey(client, {
-          account: ctx.account,
-          scope: opts.scope,
-          key,
-          token,
-          response: result,
-          now,
-        });
-        if (!owned) throw new LostClaimError('the idempotency claim was taken over');
-        return result;
-      },
-      { beginWithFirstStatement: true },
-    );
+    // The effect and the key's completion commit together: both happened or neither did.
+    const owned = await effect.commit(ctx.pool, {
+      account: ctx.account,
+      scope: opts.scope,
+      key,
+      token,
+      response,
+      now,
+    });
+    if (!owned) throw new LostClaimError('the idempotency claim was taken over');
   } catch (err) {
     await releaseKey(ctx.pool, { account: ctx.account, scope: opts.scope, key, token }).catch(
       () => undefined,

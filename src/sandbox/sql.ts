@@ -142,28 +142,29 @@ export async function takeFaultAndClaimKey(
   return { fault, claim: await readClaim(db, args) };
 }
 
-/** Stores the final response; only the claim's owner (token) may. Returns false if the claim was lost. */
-export async function completeKey(
-  db: Queryable,
-  args: { account: string; scope: Scope; key: string; token: string; response: StoredResponse; now: Date },
-): Promise<boolean> {
-  const { rowCount } = await db.query({
-    name: 'sandbox_complete_key',
-    text: `update sandbox.idempotency_keys
-        set state = 'completed', response_status = $5, response_body = $6, completed_at = $7
-      where account = $1 and scope = $2 and key = $3 and token = $4 and state = 'processing'
-      returning key`,
-    values: [
-      args.account,
-      args.scope,
-      args.key,
-      args.token,
-      args.response.status,
-      JSON.stringify(args.response.body),
-      args.now,
-    ],
-  });
-  return rowCount === 1;
+/** What completes an owned key: the final response, stored for replays. */
+export interface KeyCompletion {
+  account: string;
+  scope: Scope;
+  key: string;
+  token: string;
+  response: StoredResponse;
+  now: Date;
+}
+
+/**
+ * The completion of the key as the first part of a statement ($1-$7): the
+ * effect's inserts that follow read from `done`, so they happen only if this
+ * token still owns the claim, and the whole statement commits or fails as one.
+ */
+const COMPLETE_KEY_CTE = `done as (
+    update sandbox.idempotency_keys
+       set state = 'completed', response_status = $5, response_body = $6, completed_at = $7
+     where account = $1 and scope = $2 and key = $3 and token = $4 and state = 'processing'
+     returning key)`;
+
+function completionValues(c: KeyCompletion): unknown[] {
+  return [c.account, c.scope, c.key, c.token, c.response.status, JSON.stringify(c.response.body), c.now];
 }
 
 /** Gives an unfinished claim back (the effect did not commit), so a retry runs normally. */
@@ -198,28 +199,52 @@ export interface ChargeRow {
 const CHARGE_COLUMNS = `id, idempotency_key, amount, currency, status, failure_code, payment_method,
   description, receipt_email, metadata, created_at`;
 
-export async function insertCharge(db: Queryable, account: string, c: ChargeRow): Promise<ChargeRow> {
-  const { rows } = await db.query<ChargeRow>({
-    name: 'sandbox_insert_charge',
-    text: `insert into sandbox.charges (account, ${CHARGE_COLUMNS})
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-     returning ${CHARGE_COLUMNS}`,
+/**
+ * A charge, its webhook event (the outbox row: an event exists iff the charge
+ * does; it is stamped with the charge's time) and the key's completion, in
+ * one autocommitted statement. Returns
+ * false, with nothing written, if the claim was lost.
+ */
+export async function commitCharge(
+  db: Queryable,
+  c: KeyCompletion,
+  charge: ChargeRow,
+  event: { id: string; type: string; object: unknown },
+): Promise<boolean> {
+  const { rows } = await db.query<{ owned: boolean }>({
+    name: 'sandbox_commit_charge',
+    text: `with ${COMPLETE_KEY_CTE},
+      charge as (
+        insert into sandbox.charges (account, ${CHARGE_COLUMNS})
+        select $1, $8::text, $9::text, $10::int, $11::text, $12::text, $13::text, $14::text, $15::text,
+               $16::text, $17::jsonb, $21::timestamptz
+          from done
+        returning id),
+      event as (
+        insert into sandbox.webhook_events (account, id, type, object, created_at, next_attempt_at)
+        select $1, $18::text, $19::text, $20::jsonb, $21::timestamptz, $21::timestamptz
+          from charge
+        returning id)
+      select exists (select 1 from done) as owned`,
     values: [
-      account,
-      c.id,
-      c.idempotency_key,
-      c.amount,
-      c.currency,
-      c.status,
-      c.failure_code,
-      c.payment_method,
-      c.description,
-      c.receipt_email,
-      JSON.stringify(c.metadata),
-      c.created_at,
+      ...completionValues(c),
+      charge.id,
+      charge.idempotency_key,
+      charge.amount,
+      charge.currency,
+      charge.status,
+      charge.failure_code,
+      charge.payment_method,
+      charge.description,
+      charge.receipt_email,
+      JSON.stringify(charge.metadata),
+      event.id,
+      event.type,
+      JSON.stringify(event.object),
+      charge.created_at,
     ],
   });
-  return rows[0]!;
+  return rows[0]!.owned;
 }
 
 /** The most recent charge made under this key (a key reused after the retention window may have several). */
@@ -269,14 +294,19 @@ export interface MessageRow {
 
 const MESSAGE_COLUMNS = `id, idempotency_key, to_address, subject, body_text, metadata, created_at`;
 
-export async function insertMessage(db: Queryable, account: string, m: MessageRow): Promise<MessageRow> {
-  const { rows } = await db.query<MessageRow>({
-    name: 'sandbox_insert_message',
-    text: `insert into sandbox.messages (account, ${MESSAGE_COLUMNS})
-     values ($1, $2, $3, $4, $5, $6, $7, $8)
-     returning ${MESSAGE_COLUMNS}`,
+/** A message and the key's completion in one autocommitted statement; false, with nothing written, if the claim was lost. */
+export async function commitMessage(db: Queryable, c: KeyCompletion, m: MessageRow): Promise<boolean> {
+  const { rows } = await db.query<{ owned: boolean }>({
+    name: 'sandbox_commit_message',
+    text: `with ${COMPLETE_KEY_CTE},
+      message as (
+        insert into sandbox.messages (account, ${MESSAGE_COLUMNS})
+        select $1, $8::text, $9::text, $10::text, $11::text, $12::text, $13::jsonb, $14::timestamptz
+          from done
+        returning id)
+      select exists (select 1 from done) as owned`,
     values: [
-      account,
+      ...completionValues(c),
       m.id,
       m.idempotency_key,
       m.to_address,
@@ -286,7 +316,7 @@ export async function insertMessage(db: Queryable, account: string, m: MessageRo
       m.created_at,
     ],
   });
-  return rows[0]!;
+  return rows[0]!.owned;
 }
 
 export async function findMessageByKey(
@@ -454,20 +484,6 @@ export interface WebhookEventRow {
 
 const EVENT_COLUMNS = `id, seq, type, object, created_at, state, attempts, deliveries, next_attempt_at,
   last_status, last_error, delivered_at`;
-
-export async function insertWebhookEvent(
-  db: Queryable,
-  account: string,
-  e: { id: string; type: string; object: unknown; createdAt: Date },
-): Promise<void> {
-  await db.query({
-    name: 'sandbox_insert_webhook_event',
-    text: `insert into sandbox.webhook_events (account, id, type, object, created_at, next_attempt_at)
-     values ($1, $2, $3, $4, $5, $5)
-     returning id`,
-    values: [account, e.id, e.type, JSON.stringify(e.object), e.createdAt],
-  });
-}
 
 /**
  * Leases up to `limit` due events to this dispatcher. SKIP LOCKED plus the

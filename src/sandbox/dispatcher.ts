@@ -120,26 +120,18 @@ export function createWebhookDispatcher(deps: {
     }
   }
 
-  async function effectiveUrl(): Promise<{
-    url: string | undefined;
-    duplicate: boolean;
-    reorder: boolean;
-  } | null> {
-    const cfg = await getWebhookConfig(pool, account);
-    if (!cfg.enabled) return null;
-    return { url: cfg.url ?? deps.webhook.url, duplicate: cfg.duplicate, reorder: cfg.reorder };
-  }
-
   async function runOnce(): Promise<number> {
-    const cfg = await effectiveUrl();
-    if (!cfg?.url) return 0; // disabled or nowhere to send: events wait, pending
     const now = deps.now();
-    const leased = await leaseDueEvents(pool, {
+    // The account's delivery settings come with the lease: nothing is leased while delivery is
+    // disabled or has nowhere to send (events wait, pending).
+    const { events: leased, config: cfg } = await leaseDueEvents(pool, {
       account,
       now,
       leaseUntil: new Date(now.getTime() + o.leaseMs),
       limit: o.batchSize,
+      defaultUrl: deps.webhook.url ?? null,
     });
+    if (!cfg?.url) return 0;
     if (cfg.reorder) leased.reverse();
     for (const event of leased) {
       const first = await send(cfg.url, event);

@@ -485,29 +485,56 @@ export interface WebhookEventRow {
 const EVENT_COLUMNS = `id, seq, type, object, created_at, state, attempts, deliveries, next_attempt_at,
   last_status, last_error, delivered_at`;
 
+/** The delivery settings a pass of the dispatcher works with: the account's, or the defaults. */
+export interface DeliveryConfig {
+  /** The account's URL, else the process default; null: nowhere to send. */
+  url: string | null;
+  duplicate: boolean;
+  reorder: boolean;
+}
+
 /**
- * Leases up to `limit` due events to this dispatcher. SKIP LOCKED plus the
+ * Leases up to `limit` due events to this dispatcher, if the account's
+ * delivery is enabled and has a URL (its own, else `defaultUrl`), and returns
+ * them with that configuration: one statement, and one snapshot, for both.
+ * Nothing is leased otherwise (events wait, pending). SKIP LOCKED plus the
  * lease lets several dispatchers (processes) share one outbox without
  * delivering the same attempt twice; a dispatcher that dies mid-delivery
  * loses its lease and the event is retried (at least once).
  */
 export async function leaseDueEvents(
   db: Queryable,
-  args: { account: string; now: Date; leaseUntil: Date; limit: number },
-): Promise<WebhookEventRow[]> {
-  const { rows } = await db.query<WebhookEventRow>({
+  args: { account: string; now: Date; leaseUntil: Date; limit: number; defaultUrl: string | null },
+): Promise<{ events: WebhookEventRow[]; config: DeliveryConfig | null }> {
+  const { rows } = await db.query<
+    WebhookEventRow & { cfg_url: string; cfg_duplicate: boolean; cfg_reorder: boolean }
+  >({
     name: 'sandbox_lease_due_events',
-    text: `update sandbox.webhook_events
-        set locked_until = $3, attempts = attempts + 1
-      where id in (select id from sandbox.webhook_events
-                    where account = $1 and state = 'pending' and next_attempt_at <= $2
-                      and (locked_until is null or locked_until <= $2)
-                    order by seq limit $4
-                    for update skip locked)
-      returning ${EVENT_COLUMNS}`,
-    values: [args.account, args.now, args.leaseUntil, args.limit],
+    text: `with cfg as (
+        select coalesce(c.url, $5::text) as url, coalesce(c.enabled, true) as enabled,
+               coalesce(c.duplicate, false) as duplicate, coalesce(c.reorder, false) as reorder
+          from (select 1) as one left join sandbox.webhook_config c on c.account = $1
+      ), leased as (
+        update sandbox.webhook_events
+           set locked_until = $3, attempts = attempts + 1
+         where id in (select id from sandbox.webhook_events
+                       where account = $1 and state = 'pending' and next_attempt_at <= $2
+                         and (locked_until is null or locked_until <= $2)
+                       order by seq limit $4
+                       for update skip locked)
+           and exists (select 1 from cfg where enabled and url is not null)
+        returning ${EVENT_COLUMNS})
+      select leased.*, cfg.url as cfg_url, cfg.duplicate as cfg_duplicate, cfg.reorder as cfg_reorder
+        from leased cross join cfg`,
+    values: [args.account, args.now, args.leaseUntil, args.limit, args.defaultUrl],
   });
-  return rows.sort((a, b) => Number(a.seq) - Number(b.seq));
+  const first = rows[0];
+  if (!first) return { events: [], config: null };
+  const config = { url: first.cfg_url, duplicate: first.cfg_duplicate, reorder: first.cfg_reorder };
+  const events = rows
+    .map(({ cfg_url: _u, cfg_duplicate: _d, cfg_reorder: _r, ...event }) => event)
+    .sort((a, b) => Number(a.seq) - Number(b.seq));
+  return { events, config };
 }
 
 export async function markEventDelivered(

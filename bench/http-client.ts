@@ -93,7 +93,7 @@ async function main(): Promise<void> {
       'idempotency-key': 'order/acme/ord_0123456789abcdef01234567/charge',
     };
     const httpAgent = new http.Agent({ keepAlive: true });
-    const undiciAgent = new Agent({ keepAliveTimeout: 10_000 });
+    const undiciAgent = new Agent();
     const clients: Record<string, () => Promise<unknown>> = {
       fetch: async () => {
         const res = await fetch(url, { method: 'POST', headers, body, signal: AbortSignal.timeout(5_000) });

@@ -36,12 +36,13 @@ export interface SandboxClientOptions {
 /**
  * The connection pool every provider client of this process shares: undici's
  * `request` on keep-alive connections, not `fetch`. Same HTTP engine (fetch
- * is undici too), without the WHATWG layer (Request/Response objects, web
- * streams) that cost 3-4x the client CPU per call; see docs/BENCHMARKS.md,
- * round 7. No automatic retries and no redirects, as with fetch: a POST is
- * sent at most once per call.
+ * is undici too) with the same Agent defaults as fetch's global dispatcher,
+ * without the WHATWG layer (Request/Response objects, web streams) that costs
+ * about 4x the client CPU per call (`npm run bench:http`; docs/BENCHMARKS.md,
+ * round 7). No automatic retries, as with fetch, and no redirects (fetch
+ * followed them): a POST is sent at most once per call, to this URL only.
  */
-const dispatcher = new Agent({ keepAliveTimeout: 10_000 });
+const dispatcher = new Agent();
 
 interface HttpResult {
   status: number;

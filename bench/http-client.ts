@@ -21,6 +21,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
+import { InvalidArgumentError } from 'commander';
 import { Agent, request } from 'undici';
 import { createCommand, parseCli, positiveInt } from '../scripts/lib/cli.ts';
 
@@ -54,18 +55,23 @@ if (process.argv[2] === '--serve') {
   await main();
 }
 
+/** A positive integer no larger than `max` (the run stays bounded), as a commander option parser. */
+function upTo(max: number): (raw: string) => number {
+  return (raw) => {
+    const n = positiveInt(raw);
+    if (n > max) throw new InvalidArgumentError(`must be at most ${max}`);
+    return n;
+  };
+}
+
 async function main(): Promise<void> {
   const program = createCommand('bench:http', 'CPU per provider call: fetch vs node:http vs undici request.')
-    .option('--calls <n>', 'requests per client per round', positiveInt, 3000)
-    .option('--rounds <n>', 'rounds (each runs every client once)', positiveInt, 3)
-    .option('--concurrency <n>', 'requests in flight', positiveInt, 8)
+    .option('--calls <n>', 'requests per client per round, at most 100000', upTo(100_000), 3000)
+    .option('--rounds <n>', 'rounds (each runs every client once), at most 20', upTo(20), 3)
+    .option('--concurrency <n>', 'requests in flight, at most 64', upTo(64), 8)
     .addHelpText('after', '\nRun as: npm run bench:http [-- options], e.g. npm run bench:http -- --rounds=5');
   parseCli(program);
   const opts = program.opts<{ calls: number; rounds: number; concurrency: number }>();
-  if (opts.calls > 100_000 || opts.rounds > 20 || opts.concurrency > 64) {
-    console.error('bench:http: --calls <= 100000, --rounds <= 20, --concurrency <= 64');
-    process.exit(2);
-  }
 
   const server = fork(import.meta.filename, ['--serve'], {
     execArgv: ['--import', 'tsx'],

@@ -57,8 +57,7 @@ interface ApiErrorBody {
  * Errors that can only happen before a connection exists, so before any
  * byte of the request was written: refused by the peer, or no address for
  * the host. Undici's `request` rejects with the socket's own error, whose
- * code and syscall say which (`connect` / `getaddrinfo`); `fetch` wrapped
- * the same error as the cause of `TypeError('fetch failed')`. With happy
+ * code and syscall say which (`connect` / `getaddrinfo`). With happy
  * eyeballs the error is an AggregateError of one such error per address.
  * Anything else (reset, socket closed, timeout, abort) may come after the
  * request left, so it stays uncertain.
@@ -70,9 +69,7 @@ const NOT_SENT: Record<string, { syscall: string; code: string }> = {
 };
 
 function notSentCode(err: unknown): string | null {
-  // fetch's wrapper, if a caller still passes one; otherwise the error itself.
-  const root = err instanceof TypeError && err.cause !== undefined ? err.cause : err;
-  const parts = root instanceof AggregateError ? root.errors : [root];
+  const parts = err instanceof AggregateError ? err.errors : [err];
   let code: string | null = null;
   for (const part of parts) {
     const p = part as { code?: unknown; syscall?: unknown } | null | undefined;

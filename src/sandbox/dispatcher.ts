@@ -132,7 +132,7 @@ export function createWebhookDispatcher(deps: {
       limit: o.batchSize,
       defaultUrl: deps.webhook.url ?? null,
     });
-    if (!cfg?.url) return 0;
+    if (!cfg) return 0;
     if (cfg.reorder) leased.reverse();
     for (const event of leased) {
       const first = await send(cfg.url, event);

@@ -6,8 +6,8 @@
  *   key check (400, nothing stored) -> take a fault -> fail_before (500, nothing
  *   happens) -> claim the key -> delay (while holding the claim, so concurrent
  *   requests with the same key get 409) -> effect + stored response, committed
- *   together in one statement -> fail_after (500 instead of the response) / drop_after (socket
- *   destroyed) -> response.
+ *   together in one statement -> fail_after (500 instead of the response) /
+ *   drop_after (socket destroyed) -> response.
  */
 import { randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';

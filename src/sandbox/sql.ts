@@ -202,8 +202,8 @@ const CHARGE_COLUMNS = `id, idempotency_key, amount, currency, status, failure_c
 /**
  * A charge, its webhook event (the outbox row: an event exists iff the charge
  * does; it is stamped with the charge's time) and the key's completion, in
- * one autocommitted statement. Returns
- * false, with nothing written, if the claim was lost.
+ * one autocommitted statement. Returns false, with nothing written, if the
+ * claim was lost.
  */
 export async function commitCharge(
   db: Queryable,
@@ -487,8 +487,8 @@ const EVENT_COLUMNS = `id, seq, type, object, created_at, state, attempts, deliv
 
 /** The delivery settings a pass of the dispatcher works with: the account's, or the defaults. */
 export interface DeliveryConfig {
-  /** The account's URL, else the process default; null: nowhere to send. */
-  url: string | null;
+  /** The account's URL, else the process default. */
+  url: string;
   duplicate: boolean;
   reorder: boolean;
 }
@@ -497,7 +497,9 @@ export interface DeliveryConfig {
  * Leases up to `limit` due events to this dispatcher, if the account's
  * delivery is enabled and has a URL (its own, else `defaultUrl`), and returns
  * them with that configuration: one statement, and one snapshot, for both.
- * Nothing is leased otherwise (events wait, pending). SKIP LOCKED plus the
+ * Nothing is leased otherwise (events wait, pending), and the configuration
+ * is null whenever nothing was leased. A missing settings row means the
+ * column defaults (DEFAULT_WEBHOOK_CONFIG). SKIP LOCKED plus the
  * lease lets several dispatchers (processes) share one outbox without
  * delivering the same attempt twice; a dispatcher that dies mid-delivery
  * loses its lease and the event is retried (at least once).

@@ -65,6 +65,12 @@ describe('sandbox: effect and key completion in one fenced statement', () => {
     created_at: new Date('2026-12-01T10:00:00.123Z'),
   });
 
+  const eventFor = (charge: ChargeRow) => ({
+    id: uniq('evt'),
+    type: 'charge.succeeded',
+    object: { id: charge.id, idempotency_key: charge.idempotency_key },
+  });
+
   async function rows(key: string) {
     const charges = await pool.query(
       'select id, amount, metadata, created_at from sandbox.charges where account = $1 and idempotency_key = $2',
@@ -86,11 +92,7 @@ describe('sandbox: effect and key completion in one fenced statement', () => {
     const key = uniq('k');
     await claim('charges', key);
     const charge = chargeRow(key);
-    const event = {
-      id: uniq('evt'),
-      type: 'charge.succeeded',
-      object: { id: charge.id, idempotency_key: key },
-    };
+    const event = eventFor(charge);
     const owned = await commitCharge(
       pool,
       completion('charges', key, randomUUID(), { id: charge.id }),
@@ -108,11 +110,7 @@ describe('sandbox: effect and key completion in one fenced statement', () => {
     const key = uniq('k');
     const token = await claim('charges', key);
     const charge = chargeRow(key);
-    const event = {
-      id: uniq('evt'),
-      type: 'charge.succeeded',
-      object: { id: charge.id, idempotency_key: key },
-    };
+    const event = eventFor(charge);
     const c = completion('charges', key, token, { id: charge.id, amount: 1250 });
     expect(await commitCharge(pool, c, charge, event)).toBe(true);
     const after = await rows(key);
@@ -140,11 +138,7 @@ describe('sandbox: effect and key completion in one fenced statement', () => {
     const key = uniq('k');
     const token = await claim('charges', key);
     const charge = { ...chargeRow(key), amount: -5 }; // violates amount > 0
-    const event = {
-      id: uniq('evt'),
-      type: 'charge.succeeded',
-      object: { id: charge.id, idempotency_key: key },
-    };
+    const event = eventFor(charge);
     await expect(
       commitCharge(pool, completion('charges', key, token, { id: charge.id }), charge, event),
     ).rejects.toMatchObject({ code: '23514' });

@@ -443,6 +443,9 @@ async function main(): Promise<void> {
     ONCEFLOW_DATA_DIR: runDir,
     API_RATE_LIMIT_MAX: '100000000',
     LOG_LEVEL: 'warn',
+    ...(process.env.WEBHOOK_CHARGE_WAIT_MS
+      ? { WEBHOOK_CHARGE_WAIT_MS: process.env.WEBHOOK_CHARGE_WAIT_MS }
+      : {}),
   };
   const sandbox = startChild('sandbox', ['src/sandbox/main.ts'], env, runDir);
   await waitForHttp(`${env.SANDBOX_URL}/healthz`, 60_000);
@@ -684,6 +687,16 @@ async function main(): Promise<void> {
       }
     }
     const baselineHistory = await client.workflow.getHandle(lastBaselineId).fetchHistory();
+    // What the provider's webhook events did, over every order of the run (warm-up included):
+    // `signalled` ones cost a signal, a history write and a workflow task each.
+    const webhookRows = await pool.query<{ outcome: string; n: number }>(
+      'select outcome, count(*)::int as n from webhook_events group by outcome order by outcome',
+    );
+    const orderCount =
+      (await pool.query<{ n: number }>('select count(*)::int as n from orders')).rows[0]?.n ?? 0;
+    const webhookOutcomesPerOrder = Object.fromEntries(
+      webhookRows.rows.map((r) => [r.outcome, round(r.n / Math.max(1, orderCount), 3)]),
+    );
     const perOrder = Object.fromEntries(
       Object.entries(typeCounts)
         .sort((a, b) => b[1] - a[1])
@@ -719,6 +732,7 @@ async function main(): Promise<void> {
       historyEventsPerOrder: round(events / Math.max(1, sample.length), 1),
       historyEventTypesPerOrder: perOrder,
       baselineHistoryEvents: baselineHistory.events?.length ?? 0,
+      webhookOutcomesPerOrder,
       targets: {
         ordersPerSecAt32: { target: 12, measured: results['32']?.ordersPerSec ?? null },
         ratioAt32: { target: 1.0, measured: results['32']?.ratio ?? null },
@@ -733,6 +747,13 @@ async function main(): Promise<void> {
         Object.entries(perOrder)
           .map(([k, v]) => `${k} ${v}`)
           .join(', '),
+    );
+    say(
+      `webhook events per order, by outcome: ${
+        Object.entries(webhookOutcomesPerOrder)
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', ') || 'none'
+      }`,
     );
     const variant = [
       BASELINE_ONLY ? 'baseline' : '',

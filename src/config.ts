@@ -85,6 +85,13 @@ export interface Config {
     outboxRelay: boolean;
     /** How often the relay polls for unstarted workflows (ms). */
     outboxPollMs: number;
+    /**
+     * WEBHOOK_CHARGE_WAIT_MS: how long a payment webhook that arrives while
+     * the charge's own provider call is in flight (its ledger claim
+     * in_progress) waits for that call to record the answer before it
+     * signals the workflow. 0 signals at once. See src/api/routes/webhooks.ts.
+     */
+    webhookChargeWaitMs: number;
     /** Requests per tenant per window (API_RATE_LIMIT_MAX). */
     rateLimitMax: number;
     rateLimitWindowMs: number;
@@ -273,6 +280,19 @@ function nonNegativeInt(env: NodeJS.ProcessEnv, name: string, fallback: number):
   return n;
 }
 
+/** Providers time a webhook delivery out after seconds (the sandbox after 5): the wait stays well inside. */
+export const MAX_WEBHOOK_CHARGE_WAIT_MS = 3_000;
+
+function webhookChargeWait(env: NodeJS.ProcessEnv): number {
+  const ms = nonNegativeInt(env, 'WEBHOOK_CHARGE_WAIT_MS', 1000);
+  if (ms > MAX_WEBHOOK_CHARGE_WAIT_MS) {
+    throw new ConfigError(
+      `WEBHOOK_CHARGE_WAIT_MS must be at most ${MAX_WEBHOOK_CHARGE_WAIT_MS} ms (a provider times its delivery out), got ${ms}`,
+    );
+  }
+  return ms;
+}
+
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
@@ -367,6 +387,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
         .filter(Boolean),
       outboxRelay: onOff(env, 'OUTBOX_RELAY', true),
       outboxPollMs: positiveInt(env, 'OUTBOX_POLL_MS', 1000),
+      webhookChargeWaitMs: webhookChargeWait(env),
       rateLimitMax: positiveInt(env, 'API_RATE_LIMIT_MAX', 1000),
       rateLimitWindowMs: positiveInt(env, 'API_RATE_LIMIT_WINDOW_MS', 60_000),
     },

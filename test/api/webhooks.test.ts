@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { defaultPayloadConverter } from '@temporalio/common';
 import { signWebhook } from '../../src/providers/webhook-signature.ts';
 import type { PaymentProvider } from '../../src/providers/types.ts';
-import { runCharge } from '../../src/steps/payment.ts';
+import { chargeScope, runCharge } from '../../src/steps/payment.ts';
 import { uniq } from '../support/env.ts';
 import { PROBLEM, call, newTenant, startApi, validOrder, type TestApi } from './support.ts';
 
@@ -245,6 +245,64 @@ describe('POST /v1/webhooks/payments', () => {
     const evt3 = event(parked, 'charge.succeeded');
     expect((await send(evt3)).body).toMatchObject({ outcome: 'signalled' });
     expect((await signals(parked.workflowId)).map((s) => s.arg.eventId)).toEqual([evt3.id]);
+  });
+
+  it("an event that overtakes the charge's own response waits for the call to record it, and is signalled if it does not in time", async () => {
+    /** A charge whose provider call is held open until `answer()`: its ledger record stays in_progress. */
+    async function chargeInFlight(order: Order) {
+      let answer!: () => void;
+      const gate = new Promise<void>((resolve) => (answer = resolve));
+      const payments = {
+        createCharge: async () => {
+          await gate;
+          return { id: `ch_${order.id}`, status: 'succeeded' as const };
+        },
+        findChargeByIdempotencyKey: async () => null,
+      } as unknown as PaymentProvider;
+      const key = `${order.workflowId}/charge`;
+      const done = runCharge(
+        { ledger: api.ledger, payments },
+        {
+          tenantId: t.tenantId,
+          orderId: order.id,
+          key,
+          amount: 1000,
+          currency: 'usd',
+          paymentMethod: 'pm_card_visa',
+        },
+      );
+      await expect
+        .poll(async () => (await api.ledger.get(chargeScope({ tenantId: t.tenantId, key })))?.state)
+        .toBe('in_progress');
+      return { answer, done };
+    }
+    const toPaymentPending = (order: Order) =>
+      api.pool.query(`update orders set status = 'payment_pending' where tenant_id = $1 and id = $2`, [
+        t.tenantId,
+        order.id,
+      ]);
+
+    // The call records its answer while the event waits: nothing to signal.
+    const overtaken = await createOrder();
+    await toPaymentPending(overtaken);
+    const first = await chargeInFlight(overtaken);
+    const evt = event(overtaken, 'charge.succeeded');
+    const pending = send(evt);
+    await new Promise((r) => setTimeout(r, 100));
+    first.answer();
+    expect((await first.done).outcome).toBe('succeeded');
+    expect((await pending).body).toEqual({ received: true, duplicate: false, outcome: 'charge_settled' });
+    expect(await signals(overtaken.workflowId)).toEqual([]);
+
+    // The call stays open past the wait (its response lost, say): the event is signalled as before.
+    const lost = await createOrder();
+    await toPaymentPending(lost);
+    const second = await chargeInFlight(lost);
+    const evt2 = event(lost, 'charge.succeeded');
+    expect((await send(evt2)).body).toMatchObject({ outcome: 'signalled' });
+    expect((await signals(lost.workflowId)).map((s) => s.arg.eventId)).toEqual([evt2.id]);
+    second.answer();
+    await second.done;
   });
 
   it('an event for a workflow not started yet gets 503 and is not recorded, so the provider retry is processed', async () => {

@@ -24,7 +24,16 @@
  *    case (the webhook arrives just after the charge's own response), and a
  *    signal costs the Temporal server a history write and the worker a
  *    workflow task per order.
+ * 5. The webhook can also overtake the charge's own response: the provider
+ *    sends it right after it commits, while the worker is still receiving the
+ *    answer and recording it (the record in_progress). Such an event waits,
+ *    at most WEBHOOK_CHARGE_WAIT_MS (re-reading the record with backoff), for
+ *    the call to record its answer; then it is `charge_settled` as in 4. If
+ *    the call does not record it in time (its response was lost, the worker
+ *    died), the event is signalled as before, so it still settles an order
+ *    that goes to payment_unknown. The wait holds no connection or lock.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyPluginAsync } from 'fastify';
 import { SpanKind } from '@opentelemetry/api';
 import { WorkflowNotFoundError } from '@temporalio/client';
@@ -42,6 +51,7 @@ import { stepKeys, type OrderStatus } from '../../orders/model.ts';
 import { chargeScope, chargeState } from '../../steps/payment.ts';
 import { getOutbox } from '../../outbox/sql.ts';
 import { recordWebhookEvent, setWebhookEventOutcome } from '../../webhooks/sql.ts';
+import type { OperationRecord } from '../../ledger/index.ts';
 
 export const WEBHOOK_PROVIDER = 'sandbox';
 /** The consumer that turns payment events into workflow signals. Another consumer gets its own markers. */
@@ -98,6 +108,29 @@ function parseEvent(raw: Buffer): ChargeEvent {
  * needs_attention: those wait for a payment event.
  */
 const SETTLED_CHARGE_STATUSES: readonly OrderStatus[] = ['payment_pending', 'paid', 'completed', 'rejected'];
+
+/**
+ * Whether the charge's ledger record holds a definite outcome. While the
+ * charge's call is in flight (the record in_progress) it re-reads, with
+ * backoff from 10 ms, until the record is final, it is anything else
+ * (unknown: the workflow waits for this event), `waitMs` have passed, or the
+ * sender hung up (`gone`).
+ */
+export async function chargeRecordSettled(
+  read: () => Promise<OperationRecord | null>,
+  waitMs: number,
+  gone: () => boolean = () => false,
+): Promise<boolean> {
+  const deadline = Date.now() + waitMs;
+  for (let pause = 10; ; pause *= 2) {
+    const record = await read();
+    if (!record) return false;
+    if (chargeState(record).settled) return true;
+    const left = deadline - Date.now();
+    if (record.state !== 'in_progress' || left <= 0 || gone()) return false;
+    await sleep(Math.min(pause, left));
+  }
+}
 
 const OUTCOMES: Record<string, PaymentEvent['outcome']> = {
   'charge.succeeded': 'succeeded',
@@ -177,12 +210,19 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
         order && tracingActive()
           ? (await withClient(pool, (c) => getOutbox(c, order.workflow_id)))?.trace_context
           : null;
-      // Read before the event is recorded: whether a signal could still change anything (see 4. above).
+      // Read before the event is recorded: whether a signal could still change anything (4. and 5. above).
       const chargeSettled =
         order && outcome && SETTLED_CHARGE_STATUSES.includes(order.status)
-          ? await ledger
-              .get(chargeScope({ tenantId: order.tenant_id, key: stepKeys.charge(order.workflow_id) }))
-              .then((record) => (record ? chargeState(record).settled : false))
+          ? await chargeRecordSettled(
+              () =>
+                ledger.get(
+                  chargeScope({ tenantId: order.tenant_id, key: stepKeys.charge(order.workflow_id) }),
+                ),
+              // Only a charge not yet answered can still be in flight.
+              order.status === 'payment_pending' ? config.api.webhookChargeWaitMs : 0,
+              // The socket, not the request: a request whose body has been read is already destroyed.
+              () => request.raw.socket?.destroyed ?? true,
+            )
           : false;
       const requestSpanContext = requestSpan(request)?.spanContext();
       const result = await inSpan(

@@ -8,8 +8,15 @@ import { chargeRecordSettled } from '../../src/api/routes/webhooks.ts';
 import type { OperationRecord } from '../../src/ledger/index.ts';
 import { ConfigError, loadConfig } from '../../src/config.ts';
 
-const record = (state: OperationRecord['state']) =>
-  ({ state, result: state === 'succeeded' ? { chargeId: 'ch_1' } : null }) as unknown as OperationRecord;
+const record = (
+  state: OperationRecord['state'],
+  leaseExpiresAt: Date | null = new Date(Date.now() + 15_000),
+) =>
+  ({
+    state,
+    result: state === 'succeeded' ? { chargeId: 'ch_1' } : null,
+    leaseExpiresAt: state === 'in_progress' ? leaseExpiresAt : null,
+  }) as unknown as OperationRecord;
 
 /** A read that returns the scripted records in turn (the last one repeats), counting reads. */
 function script(...states: (OperationRecord['state'] | null)[]) {
@@ -52,6 +59,14 @@ describe('chargeRecordSettled', () => {
     // Backoff from 10 ms: 10 + 20 + 20 (what is left of 50) -> a handful of reads, not a busy loop.
     expect(never.reads()).toBeGreaterThanOrEqual(2);
     expect(never.reads()).toBeLessThanOrEqual(5);
+  });
+
+  it('does not wait on a claim whose lease has run out: its owner died or paused', async () => {
+    let reads = 0;
+    const expired = async () =>
+      reads++ === 0 ? record('in_progress', new Date(Date.now() - 1)) : record('succeeded');
+    expect(await chargeRecordSettled(expired, 2_000)).toBe(false);
+    expect(reads).toBe(1);
   });
 
   it('stops waiting when the sender has hung up', async () => {

@@ -113,8 +113,9 @@ const SETTLED_CHARGE_STATUSES: readonly OrderStatus[] = ['payment_pending', 'pai
  * Whether the charge's ledger record holds a definite outcome. While the
  * charge's call is in flight (the record in_progress) it re-reads, with
  * backoff from 10 ms, until the record is final, it is anything else
- * (unknown: the workflow waits for this event), `waitMs` have passed, or the
- * sender hung up (`gone`).
+ * (unknown: the workflow waits for this event), its lease has run out (no
+ * live owner will record anything), `waitMs` have passed, or the sender hung
+ * up (`gone`).
  */
 export async function chargeRecordSettled(
   read: () => Promise<OperationRecord | null>,
@@ -126,8 +127,11 @@ export async function chargeRecordSettled(
     const record = await read();
     if (!record) return false;
     if (chargeState(record).settled) return true;
-    const left = deadline - Date.now();
-    if (record.state !== 'in_progress' || left <= 0 || gone()) return false;
+    const now = Date.now();
+    const left = deadline - now;
+    // A claim whose lease has run out has no live owner to record an answer (it died or paused).
+    const ownerGone = record.leaseExpiresAt !== null && record.leaseExpiresAt.getTime() <= now;
+    if (record.state !== 'in_progress' || ownerGone || left <= 0 || gone()) return false;
     await sleep(Math.min(pause, left));
   }
 }

@@ -104,6 +104,38 @@ describe('POST /v1/webhooks/payments', () => {
     return rows[0].n;
   }
 
+  /**
+   * The charge step on the real ledger, with a stub provider that answers `succeeded` once
+   * `answered` resolves: until then the charge's record stays in_progress, as during a real call.
+   */
+  function chargeThroughLedger(order: Order, answered: Promise<void> = Promise.resolve()) {
+    const payments = {
+      createCharge: async () => {
+        await answered;
+        return { id: `ch_${order.id}`, status: 'succeeded' as const };
+      },
+      findChargeByIdempotencyKey: async () => null,
+    } as unknown as PaymentProvider;
+    return runCharge(
+      { ledger: api.ledger, payments },
+      {
+        tenantId: t.tenantId,
+        orderId: order.id,
+        key: `${order.workflowId}/charge`,
+        amount: 1000,
+        currency: 'usd',
+        paymentMethod: 'pm_card_visa',
+      },
+    );
+  }
+
+  const setStatus = (order: Order, status: string) =>
+    api.pool.query('update orders set status = $3 where tenant_id = $1 and id = $2', [
+      t.tenantId,
+      order.id,
+      status,
+    ]);
+
   it('forged, tampered, unsigned, malformed and stale events get 401 and leave no trace', async () => {
     const order = await createOrder();
     const evt = event(order, 'charge.succeeded');
@@ -192,31 +224,8 @@ describe('POST /v1/webhooks/payments', () => {
 
   it("no signal once the ledger holds the charge's definite outcome, unless the order waits for an event (payment_unknown, needs_attention)", async () => {
     /** The charge's ledger record, settled as the charge activity leaves it (real ledger, stub provider). */
-    async function chargeSettledInLedger(order: Order) {
-      const payments = {
-        createCharge: async () => ({ id: `ch_${order.id}`, status: 'succeeded' as const }),
-        findChargeByIdempotencyKey: async () => null,
-      } as unknown as PaymentProvider;
-      const key = `${order.workflowId}/charge`;
-      const result = await runCharge(
-        { ledger: api.ledger, payments },
-        {
-          tenantId: t.tenantId,
-          orderId: order.id,
-          key,
-          amount: 1000,
-          currency: 'usd',
-          paymentMethod: 'pm_card_visa',
-        },
-      );
-      expect(result.outcome).toBe('succeeded');
-    }
-    const setStatus = (order: Order, status: string) =>
-      api.pool.query('update orders set status = $3 where tenant_id = $1 and id = $2', [
-        t.tenantId,
-        order.id,
-        status,
-      ]);
+    const chargeSettledInLedger = async (order: Order) =>
+      expect((await chargeThroughLedger(order)).outcome).toBe('succeeded');
 
     // payment_pending and the charge final in the ledger: the workflow has the answer already.
     const settled = await createOrder();
@@ -251,40 +260,20 @@ describe('POST /v1/webhooks/payments', () => {
     /** A charge whose provider call is held open until `answer()`: its ledger record stays in_progress. */
     async function chargeInFlight(order: Order) {
       let answer!: () => void;
-      const gate = new Promise<void>((resolve) => (answer = resolve));
-      const payments = {
-        createCharge: async () => {
-          await gate;
-          return { id: `ch_${order.id}`, status: 'succeeded' as const };
-        },
-        findChargeByIdempotencyKey: async () => null,
-      } as unknown as PaymentProvider;
-      const key = `${order.workflowId}/charge`;
-      const done = runCharge(
-        { ledger: api.ledger, payments },
-        {
-          tenantId: t.tenantId,
-          orderId: order.id,
-          key,
-          amount: 1000,
-          currency: 'usd',
-          paymentMethod: 'pm_card_visa',
-        },
-      );
+      const done = chargeThroughLedger(order, new Promise<void>((resolve) => (answer = resolve)));
       await expect
-        .poll(async () => (await api.ledger.get(chargeScope({ tenantId: t.tenantId, key })))?.state)
+        .poll(
+          async () =>
+            (await api.ledger.get(chargeScope({ tenantId: t.tenantId, key: `${order.workflowId}/charge` })))
+              ?.state,
+        )
         .toBe('in_progress');
       return { answer, done };
     }
-    const toPaymentPending = (order: Order) =>
-      api.pool.query(`update orders set status = 'payment_pending' where tenant_id = $1 and id = $2`, [
-        t.tenantId,
-        order.id,
-      ]);
 
     // The call records its answer while the event waits: nothing to signal.
     const overtaken = await createOrder();
-    await toPaymentPending(overtaken);
+    await setStatus(overtaken, 'payment_pending');
     const first = await chargeInFlight(overtaken);
     const evt = event(overtaken, 'charge.succeeded');
     const pending = send(evt);
@@ -296,7 +285,7 @@ describe('POST /v1/webhooks/payments', () => {
 
     // The call stays open past the wait (its response lost, say): the event is signalled as before.
     const lost = await createOrder();
-    await toPaymentPending(lost);
+    await setStatus(lost, 'payment_pending');
     const second = await chargeInFlight(lost);
     const evt2 = event(lost, 'charge.succeeded');
     expect((await send(evt2)).body).toMatchObject({ outcome: 'signalled' });

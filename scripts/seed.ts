@@ -16,7 +16,7 @@ await runCli(program, async (_cmd, out) => {
   const pool = createPool(config.databaseUrl, { max: 1 });
   try {
     const database = redactUrl(config.databaseUrl);
-    const added = await seedDemoData(pool, config.bindHost);
+    const added = await seedDemoData(pool, config.exposure);
     out.result(
       { database, added },
       added.length

@@ -7,6 +7,18 @@ export interface Config {
   databaseUrl: string;
   /** Address our HTTP servers bind to; 127.0.0.1 unless BIND_HOST says otherwise (containers). */
   bindHost: string;
+  /**
+   * METRICS_BIND_HOST: address the metrics listeners (API_METRICS_PORT, WORKER_METRICS_PORT)
+   * bind to. 127.0.0.1 whatever BIND_HOST says: exposing the API does not expose its metrics.
+   * Containers set 0.0.0.0 for Prometheus and do not publish the port.
+   */
+  metricsBindHost: string;
+  /**
+   * Whether the API may be reachable from other hosts, and every sign that
+   * says so. Exposed, the published local credentials and demo keys are
+   * refused. See `exposureOf`.
+   */
+  exposure: Exposure;
   temporal: {
     /** host:port of the Temporal frontend: TEMPORAL_ADDRESS, else 127.0.0.1:TEMPORAL_PORT. */
     address: string;
@@ -44,14 +56,33 @@ export interface Config {
     workerMetrics: number;
     /** The Temporal SDK's own Prometheus exporter (loopback only); merged into the worker's /metrics. */
     workerSdkMetrics: number;
+    /**
+     * API_METRICS_PORT (default 9462): the API's /metrics, on a listener of its own (never
+     * the API port: the figures span every tenant). Under API_PROCESSES > 1 the cluster
+     * primary serves it, with every process's series (src/api/cluster.ts).
+     */
+    apiMetrics: number;
   };
   sandboxUrl: string;
   /** Secret the sandbox signs webhooks with and the API verifies them with. */
   webhookSecret: string;
+  /**
+   * WEBHOOK_SECRET_PREVIOUS: during a secret rotation, the secret being
+   * retired. The API verifies with either; everything signs with
+   * webhookSecret. Null when not rotating. A published example value is
+   * refused like WEBHOOK_SECRET's (reading it throws ConfigError).
+   */
+  webhookSecretPrevious: string | null;
   /** Where the sandbox delivers its webhooks. */
   webhookUrl: string;
   /** Admin bearer token for operator routes. */
   adminToken: string;
+  /**
+   * API_KEY_SECRET: tags new API keys (an HMAC) so the API refuses a forged
+   * key before any lookup (src/api/auth.ts). The API and `npm run api-key`
+   * must share it; changing it invalidates every tagged key.
+   */
+  apiKeySecret: string;
   api: {
     /**
      * Slow-client bounds of the API's HTTP server (see docs/API.md "Limits"):
@@ -70,8 +101,19 @@ export interface Config {
     /** Failed API-key attempts per client address per window before 429 (API_AUTH_FAILURE_MAX). */
     authFailureMax: number;
     authFailureWindowMs: number;
+    /**
+     * Failed admin-credential attempts (/admin routes) per client address per
+     * window before 429 (API_ADMIN_AUTH_FAILURE_MAX, API_ADMIN_AUTH_FAILURE_WINDOW_MS).
+     */
+    adminAuthFailureMax: number;
+    adminAuthFailureWindowMs: number;
     /** How long a verified API key is trusted without a database lookup; also the revocation delay. */
     apiKeyCacheTtlMs: number;
+    /**
+     * API_KEY_ALLOW_UNTAGGED (default on): accept keys minted before tags,
+     * through a lookup and the per-address throttle. Off once they are rotated.
+     */
+    apiKeyAllowUntagged: boolean;
     /**
      * API_TRUST_PROXY: comma-separated addresses/CIDRs of reverse proxies whose
      * X-Forwarded-For is believed; empty (the default) means the socket address is the client.
@@ -167,6 +209,67 @@ export function isLoopbackHost(host: string): boolean {
   return h === 'localhost' || h === '::1' || /^(::ffff:)?127(\.\d{1,3}){3}$/.test(h);
 }
 
+export interface Exposure {
+  exposed: boolean;
+  /** One sentence per sign, for refusal messages; empty when not exposed. */
+  reasons: string[];
+}
+
+/**
+ * A loopback bind is not proof that only this machine reaches the API: a
+ * proxy, a tunnel or a sidecar on this host forwards the world to it. So any
+ * sign of one counts: a non-loopback bind, a configured proxy (the operator
+ * says requests arrive through something else), or NODE_ENV=production.
+ */
+export function exposureOf(s: {
+  bindHost: string;
+  trustProxy: readonly string[];
+  nodeEnv?: string;
+}): Exposure {
+  const reasons: string[] = [];
+  if (!isLoopbackHost(s.bindHost)) reasons.push(`BIND_HOST=${s.bindHost} is not a loopback address`);
+  if (s.trustProxy.length > 0) reasons.push('API_TRUST_PROXY is set: the API is reachable through a proxy');
+  if (s.nodeEnv === 'production') reasons.push('NODE_ENV=production');
+  return { exposed: reasons.length > 0, reasons };
+}
+
+/**
+ * A conservative estimate of a secret's entropy in bits: the least of
+ * - length x log2(size of the character classes it uses) (a-z, A-Z, 0-9, other printable),
+ * - its shortest repeating unit's length x the same ("abcabc..." is three characters),
+ * - length x its per-character Shannon entropy ("xxxx...x1234" uses four classes but says little).
+ * A human-chosen phrase can still score high; it only refuses what is obviously weak.
+ */
+export function estimateEntropyBits(secret: string): number {
+  const chars = [...secret];
+  if (chars.length === 0) return 0;
+  let pool = 0;
+  if (chars.some((c) => c >= 'a' && c <= 'z')) pool += 26;
+  if (chars.some((c) => c >= 'A' && c <= 'Z')) pool += 26;
+  if (chars.some((c) => c >= '0' && c <= '9')) pool += 10;
+  if (chars.some((c) => !/[a-zA-Z0-9]/.test(c))) pool += 33;
+  const perChar = Math.log2(pool);
+  let period = chars.length;
+  for (let p = 1; p < chars.length; p++) {
+    if (chars.every((c, i) => i < p || c === chars[i - p])) {
+      period = p;
+      break;
+    }
+  }
+  const counts = new Map<string, number>();
+  for (const c of chars) counts.set(c, (counts.get(c) ?? 0) + 1);
+  let shannon = 0;
+  for (const n of counts.values()) shannon -= (n / chars.length) * Math.log2(n / chars.length);
+  return Math.min(chars.length * perChar, period * perChar, chars.length * shannon);
+}
+
+/** Explicit values of these credentials must carry this much entropy, on any bind. */
+const MIN_ENTROPY_BITS: Partial<Record<Credential, number>> = {
+  adminToken: 128,
+  // One valid key is enough to brute-force a weak tag secret offline.
+  apiKeySecret: 128,
+};
+
 /**
  * Local-only credentials. They are published (README, docker-compose.yml),
  * so they are accepted only while every server binds to loopback: anyone who
@@ -183,35 +286,57 @@ export const PUBLISHED_CREDENTIALS = {
     localDefault: 'whsec_onceflow_local_dev',
     published: ['whsec_onceflow_local_dev', 'whsec_onceflow_compose_change_me'],
   },
+  apiKeySecret: {
+    env: 'API_KEY_SECRET',
+    localDefault: 'apikey_onceflow_local_dev',
+    published: ['apikey_onceflow_local_dev'],
+  },
 } as const;
 
 export type Credential = keyof typeof PUBLISHED_CREDENTIALS;
 
-function refusal(name: Credential, bindHost: string, explicitPublished: boolean): string {
+function refusal(name: Credential, exposure: Exposure, explicitPublished: boolean): string {
   const { env } = PUBLISHED_CREDENTIALS[name];
   return (
-    `${env} ${explicitPublished ? 'is set to a published example value' : 'is not set'} while ` +
-    `BIND_HOST=${bindHost} is not a loopback address; the local default is public, so this process ` +
-    `refuses to use it. Generate a secret with \`openssl rand -hex 32\` and set ${env} ` +
+    `${env} ${explicitPublished ? 'is set to a published example value' : 'is not set'} while the API ` +
+    `may be reachable from other hosts (${exposure.reasons.join('; ')}); the local default is public, ` +
+    `so this process refuses to use it. Generate a secret with \`openssl rand -hex 32\` and set ${env} ` +
     `(the same value in every onceflow process).`
   );
 }
 
+function weakRefusal(name: Credential, bits: number, minBits: number): string {
+  const { env } = PUBLISHED_CREDENTIALS[name];
+  return (
+    `${env} is too easy to guess: about ${Math.floor(bits)} bits of entropy, and at least ${minBits} bits ` +
+    `are required (it is short, uses few kinds of characters, or repeats itself). Generate one with ` +
+    `\`openssl rand -hex 32\` and set ${env} (the same value in every onceflow process).`
+  );
+}
+
 /**
- * A credential: the configured value, the local default on loopback, or, on
- * an exposed bind without an explicit value, a property that throws
- * `ConfigError` when read. So exactly the processes that would use the
- * default refuse to start (they read it while wiring), and the others (the
- * worker, the ops CLI) are unaffected.
+ * A credential: the configured value, the local default when not exposed, or
+ * a property that throws `ConfigError` when read: exposed without an
+ * explicit value (or with a published one), or an explicit value too weak
+ * for its MIN_ENTROPY_BITS. So exactly the processes that would use it
+ * refuse to start (they read it while wiring), and the others (the worker,
+ * the ops CLI) are unaffected.
  */
-function defineCredential(target: object, name: Credential, env: NodeJS.ProcessEnv, bindHost: string) {
+function defineCredential(target: object, name: Credential, env: NodeJS.ProcessEnv, exposure: Exposure) {
   const spec = PUBLISHED_CREDENTIALS[name];
   const raw = env[spec.env];
   const explicit = raw !== undefined && raw !== '';
-  const exposed = !isLoopbackHost(bindHost);
   const publishedValue = explicit && (spec.published as readonly string[]).includes(raw);
-  if (exposed && (!explicit || publishedValue)) {
-    const message = refusal(name, bindHost, publishedValue);
+  const minBits = MIN_ENTROPY_BITS[name];
+  // A published value is judged by exposure alone: on loopback it is the local default by another name.
+  const bits = explicit && !publishedValue && minBits !== undefined ? estimateEntropyBits(raw) : Infinity;
+  const message =
+    exposure.exposed && (!explicit || publishedValue)
+      ? refusal(name, exposure, publishedValue)
+      : minBits !== undefined && bits < minBits
+        ? weakRefusal(name, bits, minBits)
+        : undefined;
+  if (message !== undefined) {
     Object.defineProperty(target, name, {
       enumerable: false,
       get() {
@@ -293,6 +418,31 @@ function webhookChargeWait(env: NodeJS.ProcessEnv): number {
   return ms;
 }
 
+/**
+ * WEBHOOK_SECRET_PREVIOUS, defined like a credential but optional: it has no
+ * local default, and a published example value is refused whenever the
+ * current secret's would be (a rotation must never reopen the published one).
+ */
+function definePreviousWebhookSecret(target: object, env: NodeJS.ProcessEnv, exposure: Exposure) {
+  const raw = env.WEBHOOK_SECRET_PREVIOUS;
+  const value = raw === undefined || raw === '' ? null : raw;
+  const published = PUBLISHED_CREDENTIALS.webhookSecret.published as readonly string[];
+  if (value !== null && exposure.exposed && published.includes(value)) {
+    const message =
+      `WEBHOOK_SECRET_PREVIOUS is set to a published example value while the API may be reachable from ` +
+      `other hosts (${exposure.reasons.join('; ')}); anyone could sign webhooks with it. Unset it, or set ` +
+      `it to the secret being retired.`;
+    Object.defineProperty(target, 'webhookSecretPrevious', {
+      enumerable: false,
+      get() {
+        throw new ConfigError(message);
+      },
+    });
+  } else {
+    Object.defineProperty(target, 'webhookSecretPrevious', { enumerable: true, value });
+  }
+}
+
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
@@ -326,6 +476,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
     sandbox: int(env, 'SANDBOX_PORT', 4010),
     workerMetrics: int(env, 'WORKER_METRICS_PORT', 9464),
     workerSdkMetrics: 0,
+    apiMetrics: int(env, 'API_METRICS_PORT', 9462),
   };
   ports.workerSdkMetrics = int(env, 'WORKER_SDK_METRICS_PORT', ports.workerMetrics + 1);
   const externalAddress = env.TEMPORAL_ADDRESS || undefined;
@@ -351,9 +502,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
     );
   }
   const databaseUrl = env.DATABASE_URL || DEFAULT_DATABASE_URL;
+  const trustProxy = (env.API_TRUST_PROXY ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  const exposure = exposureOf({ bindHost, trustProxy, nodeEnv: env.NODE_ENV });
   const config = {
     databaseUrl,
     bindHost,
+    metricsBindHost: env.METRICS_BIND_HOST || '127.0.0.1',
+    exposure,
     temporal: {
       address: externalAddress ?? `127.0.0.1:${ports.temporal}`,
       external: externalAddress !== undefined,
@@ -380,11 +538,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
       maxRequestsPerSocket: positiveInt(env, 'API_MAX_REQUESTS_PER_SOCKET', 1000),
       authFailureMax: positiveInt(env, 'API_AUTH_FAILURE_MAX', 20),
       authFailureWindowMs: duration(env, 'API_AUTH_FAILURE_WINDOW_MS', 60_000),
+      adminAuthFailureMax: positiveInt(env, 'API_ADMIN_AUTH_FAILURE_MAX', 10),
+      adminAuthFailureWindowMs: duration(env, 'API_ADMIN_AUTH_FAILURE_WINDOW_MS', 60_000),
       apiKeyCacheTtlMs: nonNegativeInt(env, 'API_KEY_CACHE_TTL_MS', 10_000),
-      trustProxy: (env.API_TRUST_PROXY ?? '')
-        .split(',')
-        .map((s) => s.trim())
-        .filter(Boolean),
+      apiKeyAllowUntagged: onOff(env, 'API_KEY_ALLOW_UNTAGGED', true),
+      trustProxy,
       outboxRelay: onOff(env, 'OUTBOX_RELAY', true),
       outboxPollMs: positiveInt(env, 'OUTBOX_POLL_MS', 1000),
       webhookChargeWaitMs: webhookChargeWait(env),
@@ -413,7 +571,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
     },
     tracing: { otlpEndpoint: otlpEndpoint(env) },
   } as Omit<Config, Credential> as Config;
-  defineCredential(config, 'adminToken', env, bindHost);
-  defineCredential(config, 'webhookSecret', env, bindHost);
+  defineCredential(config, 'adminToken', env, exposure);
+  defineCredential(config, 'webhookSecret', env, exposure);
+  definePreviousWebhookSecret(config, env, exposure);
+  defineCredential(config, 'apiKeySecret', env, exposure);
   return config;
 }

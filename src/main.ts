@@ -15,7 +15,7 @@ import path from 'node:path';
 import fs from 'node:fs';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { isLoopbackHost, loadConfig, requireCredentials } from './config.ts';
+import { loadConfig, requireCredentials } from './config.ts';
 import { createPool } from './db/index.ts';
 import { ensureDatabase, migrate, redactUrl, withDatabase } from './db/migrate.ts';
 import { seedDemoData } from './db/seed.ts';
@@ -182,6 +182,7 @@ async function main(): Promise<void> {
   // 1. Ports first: fail fast, never hang, if another stack (or anything) holds one.
   const ports: [number, string][] = [
     [config.ports.api, 'API (API_PORT)'],
+    [config.ports.apiMetrics, 'API metrics (API_METRICS_PORT)'],
     [config.ports.sandbox, 'sandbox providers (SANDBOX_PORT)'],
   ];
   for (const w of workerSlots) {
@@ -217,16 +218,18 @@ async function main(): Promise<void> {
   const applied = await migrate(config.databaseUrl, (m) => say(m));
   say(applied.length ? `applied migrations: ${applied.join(', ')}` : 'database schema is up to date');
   // Demo tenants and their published keys: local runs only (src/db/seed.ts).
-  if (isLoopbackHost(config.bindHost)) {
+  if (!config.exposure.exposed) {
     const pool = createPool(config.databaseUrl, { max: 1 });
     try {
-      const added = await seedDemoData(pool, config.bindHost);
+      const added = await seedDemoData(pool, config.exposure);
       if (added.length) say(`seeded demo API keys (local only): ${added.join(', ')}`);
     } finally {
       await pool.end();
     }
   } else {
-    say(`BIND_HOST=${config.bindHost}: demo API keys are not seeded; create keys with npm run api-key`);
+    say(
+      `demo API keys are not seeded (${config.exposure.reasons.join('; ')}); create keys with npm run api-key`,
+    );
   }
 
   // 3. Temporal.
@@ -326,6 +329,12 @@ async function main(): Promise<void> {
   await waitForHttp(`http://127.0.0.1:${config.ports.api}/healthz`, 60_000 * counts.apiProcesses);
 
   const api = `http://127.0.0.1:${config.ports.api}`;
+  // Metrics listen on METRICS_BIND_HOST (loopback unless set), never on the API port.
+  const metricsHost = ['0.0.0.0', '::'].includes(config.metricsBindHost)
+    ? '127.0.0.1'
+    : config.metricsBindHost.includes(':')
+      ? `[${config.metricsBindHost}]`
+      : config.metricsBindHost;
   supervising = true;
   say('');
   say('onceflow is up. Ctrl-C stops everything; a process that exits on its own is restarted.');
@@ -335,12 +344,13 @@ async function main(): Promise<void> {
   say(`  Sandbox providers   ${config.sandboxUrl}  (audit: ${config.sandboxUrl}/_sandbox/charges)`);
   for (const w of workerSlots) {
     const label = counts.workers > 1 ? `Worker metrics (${w.index + 1})` : 'Worker metrics';
-    say(`  ${label.padEnd(20)}http://127.0.0.1:${w.metricsPort}/metrics`);
+    say(`  ${label.padEnd(20)}http://${metricsHost}:${w.metricsPort}/metrics`);
   }
+  const apiMetrics = `http://${metricsHost}:${config.ports.apiMetrics}/metrics`;
   say(
     counts.apiProcesses > 1
-      ? `  API metrics         ${api}/metrics  (${counts.apiProcesses} processes share the port; each scrape is one of them, label process="api-<i>")`
-      : `  API metrics         ${api}/metrics`,
+      ? `  API metrics         ${apiMetrics}  (every one of the ${counts.apiProcesses} processes in each scrape, label process="api-<i>")`
+      : `  API metrics         ${apiMetrics}`,
   );
   say(`  Postgres            ${redactUrl(config.databaseUrl)}`);
   say('');

@@ -4,6 +4,7 @@
  * one refuses to start and says which variable to set and how to make one.
  */
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -16,7 +17,8 @@ import { freePort } from '../../src/devserver/ports.ts';
 import { testDatabaseUrl, temporalAddress, testPool, uniq } from '../support/env.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
-const SECRET_A = 'a'.repeat(64);
+/** An admin token as docs/DEPLOYING.md makes one (`openssl rand -hex 32`). */
+const SECRET_A = randomBytes(32).toString('hex');
 const SECRET_B = 'b'.repeat(64);
 
 describe('credentials and BIND_HOST', () => {
@@ -65,6 +67,103 @@ describe('credentials and BIND_HOST', () => {
     });
     expect(config.adminToken).toBe(SECRET_A);
     expect(config.webhookSecret).toBe(SECRET_B);
+  });
+});
+
+/** Each sign that the API is reachable from other hosts, alone, with the bind on loopback. */
+const EXPOSURE_SIGNS: [string, Record<string, string>, RegExp][] = [
+  ['a non-loopback BIND_HOST', { BIND_HOST: '0.0.0.0' }, /BIND_HOST=0\.0\.0\.0 is not a loopback address/],
+  [
+    'API_TRUST_PROXY (a proxy in front of a loopback API)',
+    { BIND_HOST: '127.0.0.1', API_TRUST_PROXY: '127.0.0.1' },
+    /API_TRUST_PROXY is set: the API is reachable through a proxy/,
+  ],
+  ['NODE_ENV=production', { BIND_HOST: '127.0.0.1', NODE_ENV: 'production' }, /NODE_ENV=production/],
+];
+
+describe('exposure: any sign that the API is reachable from elsewhere refuses the public defaults', () => {
+  it.each(EXPOSURE_SIGNS)('%s refuses the default credentials, naming the reason', (_sign, env, reason) => {
+    const config = loadConfig(env);
+    expect(config.exposure.exposed).toBe(true);
+    expect(config.exposure.reasons.join('\n')).toMatch(reason);
+    expect(() => config.adminToken).toThrow(ConfigError);
+    expect(() => config.adminToken).toThrow(reason);
+    expect(() => config.webhookSecret).toThrow(reason);
+    // The published example values are refused the same way.
+    const published = loadConfig({ ...env, ONCEFLOW_ADMIN_TOKEN: 'admin_compose_change_me' });
+    expect(() => published.adminToken).toThrow(/published example value/);
+  });
+
+  it.each(EXPOSURE_SIGNS)(
+    '%s refuses to seed the demo keys, and refuses them when active',
+    async (_s, env, reason) => {
+      const config = loadConfig(env);
+      const pool = testPool(1);
+      try {
+        await expect(seedDemoData(pool, config.exposure)).rejects.toThrow(reason);
+        await expect(assertNoDemoKeys(pool, config.exposure)).rejects.toThrow(reason);
+      } finally {
+        await pool.end();
+      }
+    },
+  );
+
+  it('several signs are all named', () => {
+    const config = loadConfig({ BIND_HOST: '::', API_TRUST_PROXY: '10.0.0.0/8', NODE_ENV: 'production' });
+    expect(config.exposure.reasons).toHaveLength(3);
+    expect(() => config.adminToken).toThrow(/BIND_HOST=::.*API_TRUST_PROXY.*NODE_ENV=production/s);
+  });
+
+  it('loopback with no proxy and no production flag is the only unexposed case', async () => {
+    for (const env of [{}, { NODE_ENV: 'development' }, { API_TRUST_PROXY: ' ' }, { NODE_ENV: 'test' }]) {
+      const config = loadConfig(env);
+      expect(config.exposure).toEqual({ exposed: false, reasons: [] });
+      expect(config.adminToken).toBe('admin_local_dev_token');
+    }
+    const pool = testPool(1);
+    try {
+      await expect(assertNoDemoKeys(pool, loadConfig({}).exposure)).resolves.toBeUndefined();
+    } finally {
+      await pool.end();
+    }
+  });
+});
+
+describe('an explicit ONCEFLOW_ADMIN_TOKEN needs at least 128 bits of entropy', () => {
+  const WEAK = [
+    'short',
+    'Tr0ub4dor&3',
+    // 16 random hex digits: 64 bits, and "any 16 characters" used to pass.
+    randomBytes(8).toString('hex'),
+    'a'.repeat(64),
+    'abc'.repeat(30),
+    '0123456789abcdef'.repeat(4),
+    `${'x'.repeat(60)}1234`,
+  ];
+  it.each(WEAK)('refuses %j at start-up on any bind, saying how to make one', (token) => {
+    for (const env of [{}, { BIND_HOST: '0.0.0.0', API_TRUST_PROXY: '10.0.0.1' }]) {
+      const config = loadConfig({ ...env, ONCEFLOW_ADMIN_TOKEN: token });
+      expect(() => config.adminToken).toThrow(ConfigError);
+      expect(() => config.adminToken).toThrow(/ONCEFLOW_ADMIN_TOKEN.*128 bits.*openssl rand -hex 32/s);
+      expect(() => requireCredentials(config, ['adminToken'])).toThrow(/ONCEFLOW_ADMIN_TOKEN/);
+      expect(JSON.stringify(config)).not.toContain(token);
+    }
+  });
+
+  it.each([
+    ['openssl rand -hex 32', randomBytes(32).toString('hex')],
+    ['openssl rand -base64 32', randomBytes(32).toString('base64')],
+    ['32 random bytes, base64url', randomBytes(32).toString('base64url')],
+  ])('accepts a token made with %s', (_how, token) => {
+    const config = loadConfig({ BIND_HOST: '0.0.0.0', ONCEFLOW_ADMIN_TOKEN: token });
+    expect(config.adminToken).toBe(token);
+  });
+
+  it('the local default stays accepted on loopback (it is public, and refused everywhere else)', () => {
+    expect(loadConfig({}).adminToken).toBe('admin_local_dev_token');
+    expect(loadConfig({ ONCEFLOW_ADMIN_TOKEN: 'admin_local_dev_token' }).adminToken).toBe(
+      'admin_local_dev_token',
+    );
   });
 });
 
@@ -161,14 +260,38 @@ describe('the API process off loopback', () => {
     expect(output).not.toMatch(/api listening/);
   });
 
+  it('on loopback behind a proxy (API_TRUST_PROXY), refuses the defaults and says why', async () => {
+    const { code, output } = await runApi({
+      ...(await base()),
+      BIND_HOST: '127.0.0.1',
+      API_TRUST_PROXY: '127.0.0.1',
+    });
+    expect(code).toBe(1);
+    expect(output).toMatch(/ONCEFLOW_ADMIN_TOKEN/);
+    expect(output).toMatch(/API_TRUST_PROXY is set: the API is reachable through a proxy/);
+    expect(output).not.toMatch(/api listening/);
+  });
+
+  it('on loopback with a weak explicit admin token, refuses to start', async () => {
+    const { code, output } = await runApi({
+      ...(await base()),
+      BIND_HOST: '127.0.0.1',
+      ONCEFLOW_ADMIN_TOKEN: 'admin_token_0123456789',
+    });
+    expect(code).toBe(1);
+    expect(output).toMatch(/ONCEFLOW_ADMIN_TOKEN.*128 bits/);
+    expect(output).not.toMatch(/api listening/);
+  });
+
   it('with explicit secrets, still refuses while the published demo keys are active in its database', async () => {
     const { code, output } = await runApi({
       ...(await base()),
       ONCEFLOW_ADMIN_TOKEN: SECRET_A,
       WEBHOOK_SECRET: SECRET_B,
+      API_KEY_SECRET: randomBytes(32).toString('hex'),
     });
     expect(code).toBe(1);
-    expect(output).toMatch(/demo API keys/);
+    expect(output, output).toMatch(/demo API keys/);
     expect(output).not.toMatch(/api listening/);
   });
 });

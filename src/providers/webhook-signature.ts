@@ -40,11 +40,14 @@ export function signWebhook(secret: string, rawBody: string | Buffer, timestampS
 
 /**
  * Returns the verified timestamp or throws `WebhookSignatureError`.
- * Several `v1=` entries are allowed (secret rotation); any one matching is enough.
+ * Secret rotation works from both ends: the sender may put several `v1=`
+ * entries in the header, and the receiver may pass several secrets (the
+ * current one and, during a rotation window, the previous one); any entry
+ * matching any secret is enough.
  * The timestamp must be within `toleranceSec` of `nowSec`, in either direction.
  */
 export function verifyWebhook(
-  secret: string,
+  secret: string | readonly string[],
   rawBody: string | Buffer,
   header: string | string[] | undefined,
   {
@@ -78,11 +81,17 @@ export function verifyWebhook(
   if (timestampSec === undefined || signatures.length === 0) {
     throw new WebhookSignatureError('malformed', `${SIGNATURE_HEADER} header needs t= and v1=`);
   }
-  const expected = Buffer.from(hmacHex(secret, rawBody, timestampSec), 'hex');
+  const secrets = typeof secret === 'string' ? [secret] : secret;
+  if (secrets.length === 0 || secrets.some((s) => s.length === 0)) {
+    throw new TypeError('verifyWebhook needs at least one non-empty secret');
+  }
   // Compare every candidate in constant time; don't stop at the first match.
   let ok = false;
-  for (const sig of signatures) {
-    if (timingSafeEqual(expected, Buffer.from(sig, 'hex'))) ok = true;
+  for (const s of secrets) {
+    const expected = Buffer.from(hmacHex(s, rawBody, timestampSec), 'hex');
+    for (const sig of signatures) {
+      if (timingSafeEqual(expected, Buffer.from(sig, 'hex'))) ok = true;
+    }
   }
   if (!ok) throw new WebhookSignatureError('bad_signature', 'webhook signature does not match');
   // Checked after the signature, so a forged header learns nothing about the clock.

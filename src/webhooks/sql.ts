@@ -5,22 +5,10 @@
  */
 import type { Queryable } from '../db/index.ts';
 
-/** Corrects the recorded outcome of an event this transaction just recorded (e.g. the workflow had closed). */
-export async function setWebhookEventOutcome(
-  db: Queryable,
-  e: { provider: string; eventId: string; consumer: string; outcome: string },
-): Promise<void> {
-  await db.query(
-    `update webhook_events set outcome = $4 where provider = $1 and event_id = $2 and consumer = $3`,
-    [e.provider, e.eventId, e.consumer, e.outcome],
-  );
-}
-
 /**
- * Records that `consumer` is processing this provider event. Returns false if
- * it already was: the primary key is the dedupe lock, and a concurrent
- * duplicate blocks here until the first transaction commits (then sees the
- * row) or rolls back (then records it itself).
+ * Records an event whose processing ends here (nothing to signal), in one
+ * autocommitted statement. Returns false if the event was recorded already:
+ * the primary key is the dedupe lock.
  */
 export async function recordWebhookEvent(
   db: Queryable,
@@ -42,4 +30,81 @@ export async function recordWebhookEvent(
     [e.provider, e.eventId, e.consumer, e.eventType, e.tenantId, e.orderId, e.outcome],
   );
   return rowCount === 1;
+}
+
+/** Outcome of an event recorded before its signal, until the signal's result is recorded. */
+export const SIGNAL_PENDING = 'signal_pending';
+
+export type SignalClaim =
+  /** Recorded now, or found pending with no live attempt: this caller signals. */
+  | { state: 'claimed' }
+  /** Pending, and another delivery's attempt holds the lease until `leaseUntil`. */
+  | { state: 'in_flight'; leaseUntil: Date }
+  /** Processed already (a final outcome): a duplicate. */
+  | { state: 'done'; outcome: string };
+
+type EventRef = { provider: string; eventId: string; consumer: string };
+
+/**
+ * Records the intent to signal an event (outcome `signal_pending`) and takes
+ * its signal lease for `leaseMs`, in one autocommitted statement: the row
+ * lock lasts only this statement, never across the signal (a transaction
+ * held across a Temporal call would pin a pooled connection for as long as
+ * Temporal hangs). A row still pending whose lease is free (its last signal
+ * failed, or its process died) is claimed again, so a redelivery re-signals
+ * and a failed signal is never lost. The lease keeps two overlapping
+ * deliveries from signalling at once; it is only an optimisation, since the
+ * workflow ignores a duplicate payment event.
+ */
+export async function claimWebhookSignal(
+  db: Queryable,
+  e: EventRef & { eventType: string; tenantId: string | null; orderId: string | null },
+  leaseMs: number,
+): Promise<SignalClaim> {
+  const { rows } = await db.query<{ claimed: boolean; outcome: string; signal_lease_until: Date | null }>(
+    `with claimed as (
+       insert into webhook_events as w
+              (provider, event_id, consumer, event_type, tenant_id, order_id, outcome, signal_lease_until)
+       values ($1, $2, $3, $4, $5, $6, '${SIGNAL_PENDING}', clock_timestamp() + $7 * interval '1 millisecond')
+       on conflict (provider, event_id, consumer) do update
+          set signal_lease_until = excluded.signal_lease_until
+        where w.outcome = '${SIGNAL_PENDING}'
+          and (w.signal_lease_until is null or w.signal_lease_until <= clock_timestamp())
+       returning true as claimed, outcome, signal_lease_until
+     )
+     select claimed, outcome, signal_lease_until from claimed
+     union all
+     -- Not claimed: the row as it was (the statement's snapshot sees it unless it was inserted by a
+     -- delivery that committed while this one ran; then no row, and the caller asks again).
+     select false, outcome, signal_lease_until from webhook_events
+      where provider = $1 and event_id = $2 and consumer = $3 and not exists (select from claimed)`,
+    [e.provider, e.eventId, e.consumer, e.eventType, e.tenantId, e.orderId, leaseMs],
+  );
+  const row = rows[0];
+  if (!row) return { state: 'in_flight', leaseUntil: new Date() };
+  if (row.claimed) return { state: 'claimed' };
+  if (row.outcome !== SIGNAL_PENDING) return { state: 'done', outcome: row.outcome };
+  return { state: 'in_flight', leaseUntil: row.signal_lease_until ?? new Date() };
+}
+
+/** Records the final outcome of a pending event (`signalled`, `workflow_closed`), ending its lease. */
+export async function finishWebhookSignal(db: Queryable, e: EventRef & { outcome: string }): Promise<void> {
+  await db.query(
+    `update webhook_events set outcome = $4, signal_lease_until = null
+      where provider = $1 and event_id = $2 and consumer = $3 and outcome = '${SIGNAL_PENDING}'`,
+    [e.provider, e.eventId, e.consumer, e.outcome],
+  );
+}
+
+/**
+ * Ends the lease of a pending event whose signal did not get through: it
+ * stays `signal_pending`, and the next delivery signals at once rather than
+ * after the lease.
+ */
+export async function releaseWebhookSignal(db: Queryable, e: EventRef): Promise<void> {
+  await db.query(
+    `update webhook_events set signal_lease_until = null
+      where provider = $1 and event_id = $2 and consumer = $3 and outcome = '${SIGNAL_PENDING}'`,
+    [e.provider, e.eventId, e.consumer],
+  );
 }

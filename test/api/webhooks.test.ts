@@ -9,6 +9,7 @@ import { defaultPayloadConverter } from '@temporalio/common';
 import { signWebhook } from '../../src/providers/webhook-signature.ts';
 import type { PaymentProvider } from '../../src/providers/types.ts';
 import { chargeScope, runCharge } from '../../src/steps/payment.ts';
+import { downstreamKey } from '../../src/ledger/index.ts';
 import { uniq } from '../support/env.ts';
 import { PROBLEM, call, newTenant, startApi, validOrder, type TestApi } from './support.ts';
 
@@ -58,9 +59,14 @@ describe('POST /v1/webhooks/payments', () => {
       data: {
         object: {
           id: `ch_${order.id}`,
+          // The order's own charge (validOrder(): 2 x 1500 usd), named by the step's downstream key.
+          amount: 3000,
+          currency: 'usd',
           status: type === 'charge.succeeded' ? 'succeeded' : 'failed',
           ...(type === 'charge.failed' ? { failure_code: 'card_declined' } : {}),
-          idempotency_key: `${order.workflowId}/charge`,
+          idempotency_key: downstreamKey(
+            chargeScope({ tenantId: t.tenantId, key: `${order.workflowId}/charge` }),
+          ),
           metadata: { order_id: order.id, tenant_id: t.tenantId },
         },
       },
@@ -294,13 +300,15 @@ describe('POST /v1/webhooks/payments', () => {
     await second.done;
   });
 
-  it('an event for a workflow not started yet gets 503 and is not recorded, so the provider retry is processed', async () => {
+  it('an event for a workflow not started yet gets 503 and stays signal_pending, so the provider retry is processed', async () => {
     const order = await createOrder(relayOff);
     const evt = event(order, 'charge.succeeded');
     const res = await send(evt);
     expect(res.status).toBe(503);
     expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
-    expect(await recorded(evt.id)).toBe(0);
+    expect(res.headers.get('retry-after')).toBe('5');
+    const pending = await api.pool.query('select outcome from webhook_events where event_id = $1', [evt.id]);
+    expect(pending.rows).toEqual([{ outcome: 'signal_pending' }]);
     // The relay starts it; the provider's retry is then delivered.
     expect(await api.relay.startOne(order.workflowId)).toBe('started');
     const retry = await send(evt);

@@ -65,4 +65,26 @@ describe('webhook signatures', () => {
       expect(reason(() => verifyWebhook(secret, body, header, { nowSec: t }))).toBe('malformed');
     }
   });
+  it('verifies with any of several secrets (a rotation window): the current one, the previous one, not a third', () => {
+    const previous = 'whsec_previous';
+    const both = [secret, previous] as const;
+    expect(verifyWebhook(both, body, signWebhook(secret, body, t), { nowSec: t })).toEqual({
+      timestampSec: t,
+    });
+    expect(verifyWebhook(both, body, signWebhook(previous, body, t), { nowSec: t })).toEqual({
+      timestampSec: t,
+    });
+    expect(reason(() => verifyWebhook(both, body, signWebhook('whsec_other', body, t), { nowSec: t }))).toBe(
+      'bad_signature',
+    );
+    // Once the previous secret is dropped, its signatures no longer verify.
+    expect(reason(() => verifyWebhook([secret], body, signWebhook(previous, body, t), { nowSec: t }))).toBe(
+      'bad_signature',
+    );
+    // An empty secret list (or an empty secret) is a programming error, never "anything goes".
+    expect(() => verifyWebhook([], body, signWebhook(secret, body, t), { nowSec: t })).toThrow(TypeError);
+    expect(() => verifyWebhook([secret, ''], body, signWebhook(secret, body, t), { nowSec: t })).toThrow(
+      TypeError,
+    );
+  });
 });

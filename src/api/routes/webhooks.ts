@@ -3,18 +3,40 @@
  *
  * 1. The signature is checked over the RAW body bytes (this route parses its
  *    own JSON), before anything else: a forged or stale event gets 401 and
- *    leaves no trace.
- * 2. In one transaction: record (provider, event id, consumer) with
- *    INSERT ... ON CONFLICT DO NOTHING, then signal the order's workflow.
- *    A duplicate finds the row and returns 200 without signalling. If the
- *    signal fails for a reason worth retrying, the transaction rolls back
- *    (the marker with it) and the provider's retry gets another chance. An
- *    event with nothing to signal (4. below, or an ignored type or unknown
- *    order) is recorded by one autocommitted statement.
- * 3. Ordering is the workflow's job: it settles the charge once and ignores
+ *    leaves no trace. During a secret rotation both WEBHOOK_SECRET and
+ *    WEBHOOK_SECRET_PREVIOUS verify.
+ * 2. A signature proves who sent an event, not which charge it is about. An
+ *    event is applied to an order only if it names that order's charge: its
+ *    idempotency key is the charge step's downstream key, or its id is the
+ *    charge id recorded for the step (ledger record or order row), and its
+ *    amount and currency are the order's. Anything else is recorded as
+ *    `ignored_mismatch` and acknowledged (200), so the provider stops
+ *    retrying, and changes nothing.
+ * 3. No transaction is ever held across the call to Temporal (a hanging
+ *    Temporal would pin a pooled connection per event and starve order
+ *    creation). Each step is one short autocommitted statement:
+ *    a. record the intent: (provider, event id, consumer) as
+ *       `signal_pending`, taking a signal lease (src/webhooks/sql.ts). A row
+ *       in a final outcome is a duplicate: 200 without signalling. A row
+ *       still pending is signalled again (its last signal failed), so a
+ *       failed signal is never lost; while another delivery's attempt holds
+ *       the lease, this one waits for its result, holding no connection.
+ *    b. signal the order's workflow, within SIGNAL_DEADLINE_MS (well inside
+ *       the provider's delivery timeout);
+ *    c. record the result (`signalled`, `workflow_closed`). A signal that
+ *       failed or timed out leaves the row pending with its lease released
+ *       and answers 503, so the provider's retry signals again. A workflow
+ *       not started yet (the outbox relay will start it) is the same: 503
+ *       with Retry-After.
+ *    Signalling twice is harmless: the workflow keeps the first payment
+ *    event until it is applied and ignores every event once the charge is
+ *    settled, and settling the ledger record with the same outcome again is
+ *    a no-op. An event with nothing to signal (2. above, 5. below, or an
+ *    ignored type or unknown order) is recorded by one statement.
+ * 4. Ordering is the workflow's job: it settles the charge once and ignores
  *    later events, so a late or reordered event never moves an order back.
  *    This route never touches the order's status.
- * 4. No signal when it could change nothing (outcome `charge_settled`): the
+ * 5. No signal when it could change nothing (outcome `charge_settled`): the
  *    charge's ledger record already holds the provider's definite answer and
  *    the order is not waiting on an event (payment_pending, paid, completed,
  *    rejected). The workflow then has that answer, or gets it from the
@@ -24,11 +46,11 @@
  *    case (the webhook arrives just after the charge's own response), and a
  *    signal costs the Temporal server a history write and the worker a
  *    workflow task per order.
- * 5. The webhook can also overtake the charge's own response: the provider
+ * 6. The webhook can also overtake the charge's own response: the provider
  *    sends it right after it commits, while the worker is still receiving the
  *    answer and recording it (the record in_progress). Such an event waits,
  *    at most WEBHOOK_CHARGE_WAIT_MS (re-reading the record with backoff), for
- *    the call to record its answer; then it is `charge_settled` as in 4. If
+ *    the call to record its answer; then it is `charge_settled` as in 5. If
  *    the call does not record it in time (its response was lost, the worker
  *    died), the event is signalled as before, so it still settles an order
  *    that goes to payment_unknown. The wait holds no connection or lock.
@@ -37,7 +59,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyPluginAsync } from 'fastify';
 import { SpanKind } from '@opentelemetry/api';
 import { WorkflowNotFoundError } from '@temporalio/client';
-import { withClient, withTransaction } from '../../db/index.ts';
+import { withClient } from '../../db/index.ts';
 import { errorFields, log } from '../../log.ts';
 import { TERMINAL_STATUSES } from '../../orders/model.ts';
 import { SIGNATURE_HEADER, WebhookSignatureError, verifyWebhook } from '../../providers/webhook-signature.ts';
@@ -50,12 +72,27 @@ import { getOrder } from '../../orders/sql.ts';
 import { stepKeys, type OrderStatus } from '../../orders/model.ts';
 import { chargeScope, chargeState } from '../../steps/payment.ts';
 import { getOutbox } from '../../outbox/sql.ts';
-import { recordWebhookEvent, setWebhookEventOutcome } from '../../webhooks/sql.ts';
-import type { OperationRecord } from '../../ledger/index.ts';
+import {
+  claimWebhookSignal,
+  finishWebhookSignal,
+  recordWebhookEvent,
+  releaseWebhookSignal,
+} from '../../webhooks/sql.ts';
+import { downstreamKey, type OperationRecord } from '../../ledger/index.ts';
+import type { OrderRow } from '../../orders/sql.ts';
 
 export const WEBHOOK_PROVIDER = 'sandbox';
 /** The consumer that turns payment events into workflow signals. Another consumer gets its own markers. */
 export const ORDER_SIGNAL_CONSUMER = 'order-workflow-signal';
+/**
+ * How long a signal to the order's workflow may take. Providers time a
+ * delivery out after seconds (the sandbox after 5): a delivery answers within
+ * this bound (plus the charge wait), so a hanging Temporal costs a retry,
+ * never a held connection.
+ */
+export const SIGNAL_DEADLINE_MS = 3_000;
+/** The signal lease: past the deadline, so an overlapping delivery never overtakes a live attempt. */
+const SIGNAL_LEASE_MS = SIGNAL_DEADLINE_MS + 1_000;
 
 interface ChargeEvent {
   id: string;
@@ -64,6 +101,12 @@ interface ChargeEvent {
     id: string;
     status?: string;
     failureCode?: string;
+    /** The downstream idempotency key the charge was made under, if the provider echoes it. */
+    idempotencyKey?: string;
+    /** Minor units. */
+    amount?: number;
+    /** Lowercase ISO 4217, as orders store it. */
+    currency?: string;
     orderId?: string;
     tenantId?: string;
   };
@@ -96,6 +139,9 @@ function parseEvent(raw: Buffer): ChargeEvent {
       id: chargeId,
       status: str(obj.status),
       failureCode: str(obj.failure_code) ?? str(obj.failure_message),
+      idempotencyKey: str(obj.idempotency_key),
+      amount: typeof obj.amount === 'number' && Number.isSafeInteger(obj.amount) ? obj.amount : undefined,
+      currency: str(obj.currency, 3)?.toLowerCase(),
       orderId: str(metadata.order_id, 100),
       tenantId: str(metadata.tenant_id, 100),
     },
@@ -136,6 +182,32 @@ export async function chargeRecordSettled(
   }
 }
 
+/**
+ * Whether a verified event is about this order's charge (2. above): its
+ * amount and currency are the order's, and it names the charge by the step's
+ * downstream key or by the charge id recorded for the step. The ledger is
+ * read only when the key does not settle it.
+ */
+export async function eventNamesOrderCharge(
+  charge: ChargeEvent['charge'],
+  order: Pick<OrderRow, 'tenant_id' | 'workflow_id' | 'amount' | 'currency' | 'charge_id'>,
+  readRecord: (scope: ReturnType<typeof chargeScope>) => Promise<OperationRecord | null>,
+): Promise<boolean> {
+  if (charge.amount === undefined || charge.amount !== Number(order.amount)) return false;
+  if (charge.currency === undefined || charge.currency !== order.currency) return false;
+  const scope = chargeScope({ tenantId: order.tenant_id, key: stepKeys.charge(order.workflow_id) });
+  if (charge.idempotencyKey !== undefined && charge.idempotencyKey === downstreamKey(scope)) return true;
+  if (order.charge_id !== null && order.charge_id === charge.id) return true;
+  const record = await readRecord(scope);
+  if (!record) return false;
+  const recorded = (record.result ?? {}) as { chargeId?: unknown };
+  return record.providerRef === charge.id || recorded.chargeId === charge.id;
+}
+
+/** 503 with Retry-After: the provider retries the delivery. */
+const retryLater = (detail: string, seconds = 5) =>
+  new ProblemError('unavailable', detail, {}, { 'retry-after': String(seconds) });
+
 const OUTCOMES: Record<string, PaymentEvent['outcome']> = {
   'charge.succeeded': 'succeeded',
   'charge.failed': 'failed',
@@ -144,7 +216,11 @@ const OUTCOMES: Record<string, PaymentEvent['outcome']> = {
 export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app, { ctx }) => {
   const { pool, temporal, config, ledger } = ctx;
   // Read while wiring: off loopback, a default secret stops the API at start-up, not at its first webhook.
-  const secret = config.webhookSecret;
+  // During a rotation the previous secret verifies too; the sandbox signs with the current one.
+  const secret: readonly string[] = [
+    config.webhookSecret,
+    ...(config.webhookSecretPrevious ? [config.webhookSecretPrevious] : []),
+  ];
 
   // Keep the exact bytes: the signature covers them, not a re-serialised object.
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
@@ -177,7 +253,7 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
           400: problemResponse('The body is not a JSON event with id, type and data.object.id'),
           401: problemResponse('Bad, missing or stale signature'),
           503: problemResponse(
-            'The order workflow is not reachable yet; the provider should retry',
+            'The order workflow is not started yet, or Temporal did not take the signal in time: the event stays signal_pending and the provider should retry',
             RETRY_AFTER_HEADER,
           ),
         },
@@ -214,18 +290,23 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
         order && tracingActive()
           ? (await withClient(pool, (c) => getOutbox(c, order.workflow_id)))?.trace_context
           : null;
-      // Read before the event is recorded: whether a signal could still change anything (4. and 5. above).
+      const chargeScopeOf = (o: OrderRow) =>
+        chargeScope({ tenantId: o.tenant_id, key: stepKeys.charge(o.workflow_id) });
+      // A signed event about another charge (or with another amount or currency) changes nothing (2.).
+      const mismatch =
+        order && outcome
+          ? !(await eventNamesOrderCharge(event.charge, order, (scope) => ledger.get(scope)))
+          : false;
+      // The socket, not the request: a request whose body has been read is already destroyed.
+      const gone = () => request.raw.socket?.destroyed ?? true;
+      // Read before the event is recorded: whether a signal could still change anything (5. and 6. above).
       const chargeSettled =
-        order && outcome && SETTLED_CHARGE_STATUSES.includes(order.status)
+        order && outcome && !mismatch && SETTLED_CHARGE_STATUSES.includes(order.status)
           ? await chargeRecordSettled(
-              () =>
-                ledger.get(
-                  chargeScope({ tenantId: order.tenant_id, key: stepKeys.charge(order.workflow_id) }),
-                ),
+              () => ledger.get(chargeScopeOf(order)),
               // Only a charge not yet answered can still be in flight.
               order.status === 'payment_pending' ? config.api.webhookChargeWaitMs : 0,
-              // The socket, not the request: a request whose body has been read is already destroyed.
-              () => request.raw.socket?.destroyed ?? true,
+              gone,
             )
           : false;
       const requestSpanContext = requestSpan(request)?.spanContext();
@@ -253,52 +334,80 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
             tenantId: tenantId ?? null,
             orderId: orderId ?? null,
           };
-          if (!outcome || !order || chargeSettled) {
+          if (!outcome || !order || mismatch || chargeSettled) {
             // Nothing to signal: recording the event is all there is, one autocommitted statement.
-            const why = !outcome ? 'ignored_event_type' : !order ? 'ignored_unknown_order' : 'charge_settled';
+            const why = !outcome
+              ? 'ignored_event_type'
+              : !order
+                ? 'ignored_unknown_order'
+                : mismatch
+                  ? 'ignored_mismatch'
+                  : 'charge_settled';
+            if (mismatch) {
+              log.warn('webhook event does not name the order charge; ignored', {
+                eventId: event.id,
+                workflowId: order?.workflow_id,
+              });
+            }
             const fresh = await withClient(pool, (c) => recordWebhookEvent(c, { ...base, outcome: why }));
             if (fresh) return { duplicate: false, outcome: why };
             return { duplicate: true, outcome: why === 'charge_settled' ? 'duplicate' : why };
           }
-          return withTransaction(pool, async (tx) => {
-            const fresh = await recordWebhookEvent(tx, { ...base, outcome: 'signalled' });
-            if (!fresh) return { duplicate: true, outcome: 'duplicate' };
-            const signal: PaymentEvent = {
-              source: 'webhook',
-              outcome,
-              eventId: event.id,
-              chargeId: event.charge.id,
-              ...(event.charge.failureCode ? { reason: event.charge.failureCode } : {}),
-            };
-            try {
-              await temporal.workflow.getHandle(order.workflow_id).signal(paymentEventSignal, signal);
-              return { duplicate: false, outcome: 'signalled' };
-            } catch (err) {
-              if (!(err instanceof WorkflowNotFoundError)) throw err;
-              // Closed workflows can't be signalled; that is fine: the order is settled already.
-              const closed =
-                TERMINAL_STATUSES.includes(order.status) ||
-                Boolean((await getOutbox(tx, order.workflow_id))?.started_at);
-              if (closed) {
-                await setWebhookEventOutcome(tx, { ...base, outcome: 'workflow_closed' });
-                return { duplicate: false, outcome: 'workflow_closed' };
-              }
-              // Not started yet (the outbox relay will start it): roll back so the provider retries.
-              throw new ProblemError(
-                'unavailable',
-                'The order is not ready for events yet; retry later.',
-                {},
-                {
-                  'retry-after': '5',
-                },
+
+          // a. Record the intent (3.). Another delivery's live attempt: wait for its result, holding nothing.
+          const waitUntil = Date.now() + SIGNAL_LEASE_MS;
+          for (let pause = 10; ; pause = Math.min(pause * 2, 200)) {
+            const claim = await withClient(pool, (c) => claimWebhookSignal(c, base, SIGNAL_LEASE_MS));
+            if (claim.state === 'claimed') break;
+            if (claim.state === 'done') return { duplicate: true, outcome: 'duplicate' };
+            const left = waitUntil - Date.now();
+            if (left <= 0 || gone()) throw retryLater('The event is being processed; retry later.', 1);
+            await sleep(Math.min(pause, left));
+          }
+
+          // b. Signal, within a deadline.
+          const signal: PaymentEvent = {
+            source: 'webhook',
+            outcome,
+            eventId: event.id,
+            chargeId: event.charge.id,
+            ...(event.charge.failureCode ? { reason: event.charge.failureCode } : {}),
+          };
+          let result: 'signalled' | 'workflow_closed' = 'signalled';
+          try {
+            await temporal.withDeadline(Date.now() + SIGNAL_DEADLINE_MS, () =>
+              temporal.workflow.getHandle(order.workflow_id).signal(paymentEventSignal, signal),
+            );
+          } catch (err) {
+            const closed =
+              err instanceof WorkflowNotFoundError &&
+              (TERMINAL_STATUSES.includes(order.status) ||
+                Boolean((await withClient(pool, (c) => getOutbox(c, order.workflow_id)))?.started_at));
+            if (!closed) {
+              // Still pending, its lease released: the provider's retry signals again at once.
+              await withClient(pool, (c) => releaseWebhookSignal(c, base)).catch((releaseErr: unknown) =>
+                log.warn('could not release a webhook signal lease; it runs out', {
+                  eventId: event.id,
+                  ...errorFields(releaseErr),
+                }),
               );
+              // Not started yet (the outbox relay will start it): the provider retries.
+              if (err instanceof WorkflowNotFoundError) {
+                throw retryLater('The order is not ready for events yet; retry later.');
+              }
+              throw err;
             }
-          });
+            // Closed workflows can't be signalled; that is fine: the order is settled already.
+            result = 'workflow_closed';
+          }
+          // c. Record the result. If this fails, the row stays pending and a redelivery signals again.
+          await withClient(pool, (c) => finishWebhookSignal(c, { ...base, outcome: result }));
+          return { duplicate: false, outcome: result };
         },
       ).catch((err: unknown) => {
         if (!(err instanceof ProblemError)) {
           log.error('webhook processing failed', { eventId: event.id, ...errorFields(err) });
-          throw new ProblemError('unavailable', 'The event could not be processed; retry later.');
+          throw retryLater('The event could not be processed; retry later.');
         }
         throw err;
       });

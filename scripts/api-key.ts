@@ -1,9 +1,10 @@
 // `npm run api-key -- <tenant> [--create-tenant] [--name "Tenant name"] [--label "what it is for"] [--live] [--json]`
 // Adds an API key for a tenant and prints it ONCE: only its SHA-256 is stored.
+// The key is tagged under API_KEY_SECRET, which must be the API's own, or the API refuses the key.
 import { InvalidArgumentError } from 'commander';
 import { loadConfig } from '../src/config.ts';
 import { createPool, withTransaction } from '../src/db/index.ts';
-import { generateApiKey, hashApiKey } from '../src/api/auth.ts';
+import { hashApiKey, mintApiKey } from '../src/api/auth.ts';
 import { insertApiKey, insertTenant, tenantExists } from '../src/tenants/sql.ts';
 import { createCommand, runCli } from './lib/cli.ts';
 
@@ -32,7 +33,9 @@ await runCli(program, async (cmd, out) => {
   const config = loadConfig();
   const pool = createPool(config.databaseUrl, { max: 1 });
   try {
-    const key = generateApiKey(opts.live ? 'live' : 'test');
+    // Read before any write: a refused secret (published, or weak) stops here with its message.
+    const secret = config.apiKeySecret;
+    const key = mintApiKey(secret, opts.live ? 'live' : 'test');
     const created = await withTransaction(pool, async (tx) => {
       let createdTenant = false;
       if (!(await tenantExists(tx, tenantId))) {

@@ -13,7 +13,7 @@ import type { Client } from '@temporalio/client';
 import type { Config } from '../config.ts';
 import { withClient, type Pool } from '../db/index.ts';
 import type { Ledger } from '../ledger/index.ts';
-import { ApiKeyAuth } from './auth.ts';
+import { ApiKeyAuth, untrustedProxyWarning } from './auth.ts';
 import type { ApiContext } from './context.ts';
 import { OrderWaits } from './order-waits.ts';
 import { OutboxRelay } from './outbox.ts';
@@ -64,7 +64,9 @@ export const SECURITY_SCHEMES = {
   adminToken: {
     type: 'http',
     scheme: 'bearer',
-    description: "The operator's admin token (ONCEFLOW_ADMIN_TOKEN); only the /admin routes accept it.",
+    description:
+      "An admin credential: a named operator's token (`opk_...`, from `npm run ops -- operator add NAME`) " +
+      'or the shared ONCEFLOW_ADMIN_TOKEN. Only the /admin routes accept it.',
   },
 } as const;
 
@@ -255,15 +257,20 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
   );
 
   // Auth runs first (app-level onRequest precedes the rate limiter's route-level hook), so the
-  // limiter can key on the tenant and a 401 is never counted against a tenant. Failed attempts are
-  // counted per client address by ApiKeyAuth itself (429 past API_AUTH_FAILURE_MAX).
+  // limiter can key on the tenant and a 401 is never counted against a tenant. Forged tags are
+  // refused before any lookup; failed untagged keys are counted per client address by ApiKeyAuth
+  // itself (429 past API_AUTH_FAILURE_MAX), which is why an untrusted proxy gets a warning.
   const apiKeys = new ApiKeyAuth({
+    secret: deps.config.apiKeySecret,
+    allowUntagged: limits.apiKeyAllowUntagged,
     failureMax: limits.authFailureMax,
     failureWindowMs: limits.authFailureWindowMs,
     cacheTtlMs: limits.apiKeyCacheTtlMs,
   });
   const lookup = (keyHash: string) => withClient(deps.pool, (c) => findTenantByKeyHash(c, keyHash));
+  const warnUntrustedProxy = untrustedProxyWarning(app.log);
   app.addHook('onRequest', async (request) => {
+    warnUntrustedProxy(request);
     if (request.routeOptions.config.auth) {
       request.tenantId = await apiKeys.authenticate(lookup, request);
     }

@@ -1,26 +1,65 @@
 /**
- * API keys. A key is `sk_<env>_<random>`; only its SHA-256 is stored, so the
- * plaintext exists only in the caller's hands (printed once by
- * `npm run api-key`). The tenant of a request comes from its key, never from
- * a request field.
+ * API keys. A key is `sk_<env>_<random>_<tag>`, the tag an HMAC of the rest
+ * under API_KEY_SECRET, so the API tells a guess from a key it issued
+ * without any I/O. Only the key's SHA-256 (of the whole key) is stored, so
+ * the plaintext exists only in the caller's hands (printed once by
+ * `npm run api-key`). Keys from before tags (`sk_<env>_<random>`) still work
+ * until rotated (API_KEY_ALLOW_UNTAGGED). The tenant of a request comes from
+ * its key, never from a request field.
  */
-import { createHash, randomBytes } from 'node:crypto';
-import type { FastifyRequest } from 'fastify';
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { FastifyBaseLogger, FastifyRequest } from 'fastify';
 import { ProblemError } from './problems.ts';
 
 export function hashApiKey(key: string): string {
   return createHash('sha256').update(key, 'utf8').digest('hex');
 }
 
+/** A key without a tag, as minted before tags: for tests of that path. New keys come from `mintApiKey`. */
 export function generateApiKey(env: 'test' | 'live' = 'test'): string {
   return `sk_${env}_${randomBytes(24).toString('base64url')}`;
+}
+
+/** `sk_<env>_` + 32 random characters, then `_` + the 22-character tag: fixed lengths, so `_` inside either part is unambiguous. */
+const TAGGED_KEY = /^(sk_(?:test|live)_[A-Za-z0-9_-]{32})_([A-Za-z0-9_-]{22})$/;
+
+/** HMAC-SHA256 under API_KEY_SECRET, truncated to 128 bits; the label keeps it apart from any other use of the same secret. */
+export function apiKeyTag(secret: string, body: string): string {
+  return createHmac('sha256', secret)
+    .update(`onceflow api key v1\n${body}`, 'utf8')
+    .digest()
+    .subarray(0, 16)
+    .toString('base64url');
+}
+
+/** A new key carrying a tag only holders of `secret` can make (`npm run api-key`). */
+export function mintApiKey(secret: string, env: 'test' | 'live' = 'test'): string {
+  const body = `sk_${env}_${randomBytes(24).toString('base64url')}`;
+  return `${body}_${apiKeyTag(secret, body)}`;
+}
+
+/**
+ * `tagged`: has a tag and it verifies; `forged`: has the tagged shape but the
+ * tag is wrong (a guess, or a key minted under another secret); `untagged`:
+ * any other string, such as keys minted before tags and the demo keys.
+ */
+export function classifyApiKey(key: string, secret: string): 'tagged' | 'forged' | 'untagged' {
+  const m = TAGGED_KEY.exec(key);
+  if (!m) return 'untagged';
+  const expected = Buffer.from(apiKeyTag(secret, m[1]!), 'ascii');
+  const given = Buffer.from(m[2]!, 'ascii');
+  return timingSafeEqual(expected, given) ? 'tagged' : 'forged';
 }
 
 /** The scheme name is case-insensitive (RFC 9110 §11.1). */
 const BEARER = /^Bearer ([\x21-\x7e]{1,200})$/i;
 
 export interface ApiKeyAuthOptions {
-  /** Failed attempts (401s) one client address may make per window before it gets 429s. */
+  /** API_KEY_SECRET: verifies key tags (see `classifyApiKey`). */
+  secret: string;
+  /** API_KEY_ALLOW_UNTAGGED: false refuses keys without a tag before any lookup. */
+  allowUntagged: boolean;
+  /** Failed lookups of untagged keys one client address may make per window before it gets 429s. */
   failureMax: number;
   failureWindowMs: number;
   /** How long a verified key is trusted without a lookup (0: always look up). Revocation waits this long. */
@@ -33,12 +72,19 @@ export interface ApiKeyAuthOptions {
 
 /**
  * Resolves the tenant of a request from its API key, and keeps guessing
- * cheap for us and slow for the guesser:
+ * cheap for us without letting a guesser lock anyone else out:
  *
- * - Every 401 counts against the client's address (fixed window). Past
- *   `failureMax`, the address gets 429 with Retry-After and no database
- *   lookup, until its window ends. Known-good keys (cached) still pass, so a
- *   tenant sharing an address with a guesser keeps working.
+ * - A key's tag is checked first (an HMAC, no I/O). A wrong tag, a missing
+ *   key, or (with allowUntagged off) a key without a tag is a 401 with no
+ *   lookup, counted nowhere: it costs us nothing, and counting it per address
+ *   would let one client behind a NAT or proxy lock out its neighbours.
+ * - A well-tagged key is looked up (it may be unknown or revoked: 401) and
+ *   never throttled; only the secret's holders can make one.
+ * - Keys without a tag (minted before tags, the demo keys) can only be told
+ *   from a guess by a lookup, so that path keeps the per-address throttle:
+ *   every 401 counts (fixed window), and past `failureMax` the address gets
+ *   429 with Retry-After, with no lookup, for untagged keys only. Those keys
+ *   escape it by rotation to tagged ones (`npm run api-key`).
  * - Verified keys are cached by hash for `cacheTtlMs`, so a tenant's steady
  *   traffic costs no lookup. Only successes are cached: a miss always asks
  *   Postgres, so a key added with `npm run api-key` works at once, and a
@@ -60,7 +106,7 @@ export class ApiKeyAuth {
     this.maxTrackedAddresses = opts.maxTrackedAddresses ?? 50_000;
   }
 
-  /** Returns the tenant or throws a 401 (bad key) or 429 (too many bad keys from this address) problem. */
+  /** Returns the tenant or throws a 401 (bad key) or 429 (too many bad untagged keys from this address) problem. */
   async authenticate(
     lookup: (keyHash: string) => Promise<string | null>,
     request: FastifyRequest,
@@ -68,20 +114,24 @@ export class ApiKeyAuth {
     const now = this.now();
     const header = request.headers.authorization;
     const match = typeof header === 'string' ? BEARER.exec(header) : null;
-    const keyHash = match ? hashApiKey(match[1]!) : undefined;
-    if (keyHash && this.opts.cacheTtlMs > 0) {
+    if (!match) throw unauthorized('Send Authorization: Bearer <api key>.');
+    const key = match[1]!;
+    const form = classifyApiKey(key, this.opts.secret);
+    if (form === 'forged') throw unauthorized('The API key is not valid.');
+    if (form === 'untagged' && !this.opts.allowUntagged) {
+      throw unauthorized('The API key is not valid: keys without a tag are refused; get a new one.');
+    }
+    const keyHash = hashApiKey(key);
+    if (this.opts.cacheTtlMs > 0) {
       const hit = this.keys.get(keyHash);
       if (hit && hit.expiresAt > now) return hit.tenantId;
       if (hit) this.keys.delete(keyHash);
     }
-    this.refuseIfThrottled(request.ip, now);
-    if (!keyHash) {
-      this.countFailure(request.ip, now);
-      throw unauthorized('Send Authorization: Bearer <api key>.');
-    }
+    const untagged = form === 'untagged';
+    if (untagged) this.refuseIfThrottled(request.ip, now);
     const tenantId = await lookup(keyHash);
     if (!tenantId) {
-      this.countFailure(request.ip, now);
+      if (untagged) this.countFailure(request.ip, now);
       throw unauthorized('The API key is not valid.');
     }
     if (this.opts.cacheTtlMs > 0) {
@@ -102,7 +152,7 @@ export class ApiKeyAuth {
       const seconds = Math.max(1, Math.ceil((entry.resetAt - now) / 1000));
       throw new ProblemError(
         'rateLimited',
-        `Too many requests with a missing or invalid API key from this address; retry in ${seconds} s.`,
+        `Too many invalid API keys without a tag from this address; retry in ${seconds} s, or use a tagged key.`,
         {},
         { 'retry-after': String(seconds) },
       );
@@ -121,6 +171,32 @@ export class ApiKeyAuth {
       this.failures.delete(this.failures.keys().next().value!);
     this.failures.set(address, { count: 1, resetAt: now + this.opts.failureWindowMs });
   }
+}
+
+/**
+ * Returns an onRequest check that logs once per process when a request
+ * carries X-Forwarded-For from a peer API_TRUST_PROXY does not name: the API
+ * then takes the proxy's address for every client behind it, so they share
+ * one untagged-key throttle and one unauthenticated rate limit. This is only
+ * knowable when such a request arrives, hence not at start-up.
+ */
+export function untrustedProxyWarning(log: FastifyBaseLogger): (request: FastifyRequest) => void {
+  let warned = false;
+  return (request) => {
+    if (warned) return;
+    const forwarded = request.headers['x-forwarded-for'];
+    if (forwarded === undefined || String(forwarded).trim() === '') return;
+    // With a trusted peer, Fastify's `ips` holds the peer and the forwarded address; otherwise the peer only.
+    if ((request.ips?.length ?? 0) > 1) return;
+    warned = true;
+    log.warn(
+      { peer: request.socket.remoteAddress },
+      'Requests arrive with X-Forwarded-For from a peer not in API_TRUST_PROXY: the API treats that ' +
+        "peer's address as the client of all of them, so they share one failed-key throttle " +
+        '(untagged keys) and one unauthenticated rate limit. If this peer is your proxy, set ' +
+        'API_TRUST_PROXY to its address. Logged once per process.',
+    );
+  };
 }
 
 function unauthorized(detail: string): ProblemError {

@@ -339,14 +339,14 @@ function getFrom(api: { url: string }, path: string, key: string, localAddress: 
   );
 }
 
-describe('failed API keys are throttled per client address', () => {
+describe('failed untagged API keys are throttled per client address (tagged keys: api-key-auth.test.ts)', () => {
   let api: TestApi;
   beforeAll(async () => {
     api = await startApi({ env: { API_AUTH_FAILURE_MAX: '5', API_AUTH_FAILURE_WINDOW_MS: '60000' } });
   });
   afterAll(async () => api?.close());
 
-  it('many bad keys from one address get 429 with Retry-After; other clients and known tenants are unaffected', async () => {
+  it('many bad untagged keys from one address get 429 with Retry-After; other clients and known tenants are unaffected', async () => {
     const known = await newTenant(api.pool, 'thr-known');
     const other = await newTenant(api.pool, 'thr-other');
     const guesser = '127.0.0.3';
@@ -365,8 +365,8 @@ describe('failed API keys are throttled per client address', () => {
     expect(limited.headers['content-type']).toMatch(/^application\/problem\+json/);
     expect(JSON.parse(limited.body)).toMatchObject({ type: `${PROBLEM}rate-limited`, status: 429 });
     expect(Number(limited.headers['retry-after'])).toBeGreaterThan(0);
-    // A missing key counts as a failed attempt too.
-    expect((await getFrom(api, '/v1/orders', '', guesser)).status).toBe(429);
+    // A missing key costs no lookup, so it is a plain 401 and counts toward nothing.
+    expect((await getFrom(api, '/v1/orders', '', guesser)).status).toBe(401);
 
     // Another tenant on another address: unaffected.
     expect((await getFrom(api, '/v1/orders?limit=1', other.key, '127.0.0.4')).status).toBe(200);

@@ -3,6 +3,11 @@
  * Every action keeps the original operation identity and writes an audit row
  * (who, what, why, before, after). See docs/OPERATIONS.md.
  *
+ * The CLI runs with direct database access, so it cannot verify who runs it:
+ * its audit rows carry --actor or the OS user with actor_credential
+ * 'self_declared' (source 'cli'). `operator add|revoke|list` manage the named
+ * credentials the admin API verifies instead.
+ *
  * Exit status: 0 done; 1 refused or failed (not found, wrong state, a
  * dependency down); 2 bad usage. Errors go to stderr, results to stdout
  * (`--json` for machines, tables for people).
@@ -10,7 +15,15 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfig } from '../src/config.ts';
 import type { OperationState } from '../src/ledger/index.ts';
-import { Operator, defaultActor, isOpsError, type AuditEntry } from '../src/ops/index.ts';
+import { Operator, OpsError, defaultActor, isOpsError, type AuditEntry } from '../src/ops/index.ts';
+import {
+  OPERATOR_NAME,
+  generateOperatorToken,
+  hashOperatorToken,
+  insertOperator,
+  listOperators,
+  revokeOperator,
+} from '../src/operators/sql.ts';
 import { configureLogging } from '../src/log.ts';
 import { runProcess } from '../src/process/run.ts';
 import type { Resources } from '../src/process/resources.ts';
@@ -78,8 +91,12 @@ const program = createCommand(
       "Run `npm run ops -- <command> --help` for a command's options. See docs/OPERATIONS.md.",
   );
 
-function command(name: string, description: string, opts: { actor?: boolean } = {}): Command {
-  const cmd = program
+function command(
+  name: string,
+  description: string,
+  opts: { actor?: boolean; parent?: Command } = {},
+): Command {
+  const cmd = (opts.parent ?? program)
     .command(name)
     .description(description)
     .helpOption('-h, --help', 'show this help')
@@ -90,7 +107,7 @@ function command(name: string, description: string, opts: { actor?: boolean } = 
     // commander passes the declared arguments, then the options object, then the command.
     const self = received.at(-1) as Command;
     chosen = {
-      command: name,
+      command: opts.parent ? `${opts.parent.name()} ${name}` : name,
       args: received.slice(0, -2) as string[],
       values: self.opts<Values>(),
     };
@@ -144,6 +161,23 @@ command('audit', 'The audit log, newest first')
   .option('--workflow <id>', 'workflow ID')
   .option('--limit <n>', 'at most n rows (1 to 1000)', limit);
 
+const operators = program
+  .command('operator')
+  .description(
+    "Named admin credentials: each operator's token, whose name the admin API records as the actor",
+  )
+  .helpOption('-h, --help', 'show this help');
+
+command('add', 'Create an operator and print its token once (only its hash is stored)', {
+  parent: operators,
+}).argument('<name>', 'who the token belongs to, e.g. alice (letters, digits, . _ @ -)');
+
+command('revoke', "Revoke an operator's token; the admin API refuses it from the next request on", {
+  parent: operators,
+}).argument('<name>', 'operator name');
+
+command('list', 'Operators and whether their token is active (never the tokens)', { parent: operators });
+
 /** One line for a reconcile: the change, or why nothing changed. */
 function reconcileLine(r: {
   changed: boolean;
@@ -179,12 +213,18 @@ function table(rows: Record<string, unknown>[], columns: string[]): string {
   return [fmt(columns), fmt(widths.map((w) => '-'.repeat(w))), ...cells.map(fmt)].join('\n');
 }
 
+const CREDENTIAL_LABELS: Record<AuditEntry['actorCredential'], string> = {
+  operator_token: 'operator token',
+  admin_token: 'shared admin token',
+  self_declared: 'self-declared',
+};
+
 function auditTable(entries: AuditEntry[]): string {
   return table(
     entries.map((e) => ({
       id: e.id,
       at: e.createdAt,
-      actor: `${e.actor} (${e.source})`,
+      actor: `${e.actor} (${e.source}, ${CREDENTIAL_LABELS[e.actorCredential]})`,
       action: e.action,
       target: e.operationKey
         ? `${e.tenantId} ${e.operationType} ${e.operationKey}`
@@ -213,6 +253,9 @@ async function main(
   // Log lines (a lost pool connection...) go to stderr: stdout is the command's output.
   configureLogging({ level: config.logLevel, pretty: config.logPretty, service: 'ops', stderrOnly: true });
   const pool = openPool(resources, config, { max: 2 });
+  const out = (json: unknown, human: string) =>
+    process.stdout.write(`${values.json ? JSON.stringify(json, null, 2) : human}\n`);
+  if (command.startsWith('operator ')) return operatorCommand(command, rest, pool, out);
   const operator = new Operator({
     pool,
     ledger: createLedger(pool, config),
@@ -222,8 +265,6 @@ async function main(
     temporalUi: { url: config.temporal.uiUrl, namespace: config.temporal.namespace },
     source: 'cli',
   });
-  const out = (json: unknown, human: string) =>
-    process.stdout.write(`${values.json ? JSON.stringify(json, null, 2) : human}\n`);
   // commander checked the number of arguments; this only names them.
   const [tenantId, operationType, key] = rest as [string, string, string];
 
@@ -382,6 +423,63 @@ async function main(
         limit: values.limit || undefined,
       });
       out(entries, auditTable(entries));
+      return 0;
+    }
+  }
+  return 2;
+}
+
+async function operatorCommand(
+  command: string,
+  args: string[],
+  pool: ReturnType<typeof openPool>,
+  out: (json: unknown, human: string) => void,
+): Promise<number> {
+  const [name] = args as [string];
+  switch (command) {
+    case 'operator add': {
+      if (!OPERATOR_NAME.test(name)) {
+        throw new OpsError(
+          'invalid_input',
+          `operator name ${JSON.stringify(name)}: use 1-100 letters, digits, '.', '_', '@' or '-', starting with a letter or digit`,
+        );
+      }
+      const token = generateOperatorToken();
+      if (!(await insertOperator(pool, { name, tokenHash: hashOperatorToken(token) }))) {
+        throw new OpsError(
+          'invalid_state',
+          `operator ${name} already exists (a name is never reused, so the audit log keeps meaning one person; ` +
+            'revoke and add under a new name to replace a token)',
+        );
+      }
+      out(
+        { name, token },
+        `operator ${name} added. Its token, shown only this once (only its hash is stored):\n\n${token}\n\n` +
+          'Send it as `Authorization: Bearer <token>` to the /admin routes; the audit log records ' +
+          `actor ${name}. Revoke it with: npm run ops -- operator revoke ${name}`,
+      );
+      return 0;
+    }
+    case 'operator revoke': {
+      const r = await revokeOperator(pool, name);
+      if (!r) throw new OpsError('not_found', `no operator ${name}`);
+      out(
+        { name, revoked: r.revoked, revokedAt: r.row.revokedAt },
+        r.revoked
+          ? `operator ${name} revoked; its token is refused from now on`
+          : `operator ${name} was already revoked at ${r.row.revokedAt?.toISOString()}`,
+      );
+      return 0;
+    }
+    case 'operator list': {
+      const rows = await listOperators(pool);
+      out(
+        rows.map((r) => ({ ...r, state: r.revokedAt ? 'revoked' : 'active' })),
+        table(
+          rows.map((r) => ({ ...r, state: r.revokedAt ? 'revoked' : 'active' })),
+          ['name', 'state', 'createdAt', 'revokedAt'],
+        ),
+      );
       return 0;
     }
   }

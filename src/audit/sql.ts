@@ -8,13 +8,28 @@
 import type { Queryable } from '../db/index.ts';
 import type { Json } from '../ledger/index.ts';
 
-export type AuditAction = 'reconcile' | 'resolve' | 'redrive';
+/**
+ * A re-drive is recorded in two rows (migrations/0017): `redrive_requested`
+ * before Temporal is called, then its result: `redrive` (taken),
+ * `redrive_refused` (nothing ran) or `redrive_unknown` (it may still run).
+ */
+export type AuditAction =
+  'reconcile' | 'resolve' | 'redrive' | 'redrive_requested' | 'redrive_refused' | 'redrive_unknown';
 export type AuditSource = 'cli' | 'api';
+/**
+ * How the actor was established (migrations/0016): `operator_token`, the
+ * API with a named operator's token (actor = its name); `admin_token`, the
+ * API with the shared bootstrap token (actor = 'admin-token'); or
+ * `self_declared`, the CLI's --actor or OS user, as claimed (and every row
+ * written before 0016).
+ */
+export type ActorCredential = 'operator_token' | 'admin_token' | 'self_declared';
 
 /** What an action records: who, what, why, and the state before and after. */
 export interface NewAuditEntry {
   actor: string;
   source: AuditSource;
+  actorCredential: ActorCredential;
   action: AuditAction;
   reason: string | null;
   tenantId: string;
@@ -40,6 +55,7 @@ interface AuditRow {
   created_at: Date;
   actor: string;
   source: AuditSource;
+  actor_credential: ActorCredential;
   action: AuditAction;
   reason: string | null;
   tenant_id: string;
@@ -50,8 +66,8 @@ interface AuditRow {
   after: Json | null;
 }
 
-const AUDIT_COLUMNS = `id::text as id, created_at, actor, source, action, reason, tenant_id, operation_type,
-  operation_key, workflow_id, before, after`;
+const AUDIT_COLUMNS = `id::text as id, created_at, actor, source, actor_credential, action, reason, tenant_id,
+  operation_type, operation_key, workflow_id, before, after`;
 
 function toEntry(row: AuditRow): AuditEntry {
   return {
@@ -59,6 +75,7 @@ function toEntry(row: AuditRow): AuditEntry {
     createdAt: row.created_at,
     actor: row.actor,
     source: row.source,
+    actorCredential: row.actor_credential,
     action: row.action,
     reason: row.reason,
     tenantId: row.tenant_id,
@@ -78,8 +95,8 @@ function jsonParam(value: unknown): string | null {
 export async function insertAudit(db: Queryable, e: NewAuditEntry): Promise<AuditEntry> {
   const { rows } = await db.query<AuditRow>(
     `insert into audit_log (actor, source, action, reason, tenant_id, operation_type, operation_key, workflow_id,
-                            before, after)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb)
+                            before, after, actor_credential)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb, $11)
      returning ${AUDIT_COLUMNS}`,
     [
       e.actor,
@@ -92,6 +109,7 @@ export async function insertAudit(db: Queryable, e: NewAuditEntry): Promise<Audi
       e.workflowId,
       jsonParam(e.before),
       jsonParam(e.after),
+      e.actorCredential,
     ],
   );
   const row = rows[0];

@@ -1,16 +1,30 @@
 /**
  * Admin routes: the operator's recovery path over HTTP, the same actions as
  * the CLI (scripts/ops.ts) through the same Operator service. Authenticated
- * by a separate admin bearer token (ONCEFLOW_ADMIN_TOKEN), never by a tenant
- * API key. Errors are application/problem+json (RFC 9457) through the API's
- * one implementation (src/api/problems.ts); the types are listed in
- * docs/OPERATIONS.md.
+ * by an admin credential, never by a tenant API key:
+ *
+ * - a named operator's token (`npm run ops -- operator add NAME`, table
+ *   `operators`): the audit actor is that name;
+ * - the shared bootstrap token (ONCEFLOW_ADMIN_TOKEN): the audit actor is
+ *   always `admin-token`.
+ *
+ * The actor comes from the credential only. A request body's `actor` is
+ * accepted for older clients and ignored. Failed attempts are throttled per
+ * client address, before any token is compared or looked up. Errors are
+ * application/problem+json (RFC 9457) through the API's one implementation
+ * (src/api/problems.ts); the types are listed in docs/OPERATIONS.md.
  *
  * Keys contain slashes (`order/acme/ord_1/charge`), so an operation is named
  * by query parameters or body fields, never by a path segment.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { Type, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { FastifyRequest } from 'fastify';
+import { PUBLISHED_CREDENTIALS, estimateEntropyBits } from '../config.ts';
+import type { Queryable } from '../db/index.ts';
+import { FailureThrottle } from '../api/failure-throttle.ts';
+import type { ActorCredential } from '../audit/sql.ts';
+import { OPERATOR_TOKEN_PREFIX, findActiveOperatorByTokenHash, hashOperatorToken } from '../operators/sql.ts';
 import { ProblemError, sendProblem, toProblem, type ProblemKind } from '../api/problems.ts';
 import { strictValidatorCompiler } from '../api/validation.ts';
 import {
@@ -53,7 +67,21 @@ const ADMIN_BEARER = /^Bearer ([\x21-\x7e]{1,512})$/i;
 
 export interface OpsRoutesOptions {
   operator: Operator;
+  /** The shared bootstrap token (ONCEFLOW_ADMIN_TOKEN). */
   adminToken: string;
+  /** Where named operators' token hashes are looked up (src/operators/sql.ts). */
+  operators: Queryable;
+  /** Failed admin authentications per client address per window before 429 (default 10 per minute). */
+  authFailure?: { max: number; windowMs: number };
+}
+
+/** The audit actor recorded for the shared token: fixed, so nobody holding it can write another name. */
+export const ADMIN_TOKEN_ACTOR = 'admin-token';
+
+/** Who an authenticated admin request acts as, from its credential. */
+interface AdminIdentity {
+  actor: string;
+  actorCredential: Exclude<ActorCredential, 'self_declared'>;
 }
 
 const visible = (maxLength: number, description?: string) =>
@@ -70,7 +98,16 @@ const text = (maxLength: number, description: string) =>
 const Tenant = visible(100, 'Tenant ID');
 const OpType = visible(100, 'Operation type, e.g. payment.charge');
 const Key = visible(255, 'Operation key, e.g. order/acme/ord_1/charge');
-const Actor = text(200, 'Who acts (a person), recorded in the audit log');
+/** Older clients sent who they were; the audit actor now comes from the credential, so this is ignored. */
+const Actor = Type.String({
+  minLength: 1,
+  maxLength: 200,
+  pattern: '^[^\\x00]*$',
+  deprecated: true,
+  description:
+    "Ignored. The audit log records the actor from the credential: a named operator's token gives its " +
+    "name, the shared admin token gives 'admin-token'.",
+});
 const Reason = text(1000, 'Why (required for decisions), recorded in the audit log');
 const Limit = Type.Integer({ minimum: 1, maximum: 1000 });
 const State = Type.Union([
@@ -82,28 +119,82 @@ const State = Type.Union([
 
 const digest = (s: string) => createHash('sha256').update(s, 'utf8').digest();
 
+const MIN_ADMIN_TOKEN_BITS = 128;
+
 export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
-  if (typeof opts.adminToken !== 'string' || opts.adminToken.length < 16) {
-    throw new Error('opsRoutes: adminToken must be at least 16 characters');
+  // loadConfig refuses weak explicit tokens, and published ones where exposed; this catches other callers.
+  // The published local values pass here: config only hands them out where nothing else can reach the API.
+  const published = (PUBLISHED_CREDENTIALS.adminToken.published as readonly string[]).includes(
+    opts.adminToken,
+  );
+  if (
+    typeof opts.adminToken !== 'string' ||
+    (!published && estimateEntropyBits(opts.adminToken) < MIN_ADMIN_TOKEN_BITS)
+  ) {
+    throw new Error(`opsRoutes: adminToken must carry at least ${MIN_ADMIN_TOKEN_BITS} bits of entropy`);
   }
   // Comparing fixed-length digests keeps the comparison constant-time, including in the token's length.
   const expected = digest(opts.adminToken);
   const { operator } = opts;
+  const throttle = new FailureThrottle({
+    max: opts.authFailure?.max ?? 10,
+    windowMs: opts.authFailure?.windowMs ?? 60_000,
+  });
+  const identities = new WeakMap<FastifyRequest, AdminIdentity>();
+  /** Set by the onRequest hook on every request that reaches a handler. */
+  const who = (request: FastifyRequest): AdminIdentity => {
+    const identity = identities.get(request);
+    if (!identity) throw new Error('admin request without an identity');
+    return identity;
+  };
+
+  const authenticate = async (token: string): Promise<AdminIdentity | null> => {
+    if (timingSafeEqual(digest(token), expected)) {
+      return { actor: ADMIN_TOKEN_ACTOR, actorCredential: 'admin_token' };
+    }
+    if (!token.startsWith(OPERATOR_TOKEN_PREFIX)) return null;
+    // Looked up on every request, never cached: a revoked token stops at once.
+    const name = await findActiveOperatorByTokenHash(opts.operators, hashOperatorToken(token));
+    return name === null ? null : { actor: name, actorCredential: 'operator_token' };
+  };
 
   return async (app) => {
     app.setValidatorCompiler(strictValidatorCompiler);
 
+    // Before the rate limiter and every handler: a throttled address gets 429 with no token compared
+    // and no lookup, so guessing costs the guesser time and costs us nothing.
     app.addHook('onRequest', async (request) => {
+      const wait = throttle.retryAfterSeconds(request.ip);
+      if (wait > 0) {
+        throw new ProblemError(
+          'rateLimited',
+          `Too many requests with a missing or invalid admin credential from this address; retry in ${wait} s.`,
+          {},
+          { 'retry-after': String(wait) },
+        );
+      }
+      // Counted before the lookup and taken back on success: concurrent guesses from one address
+      // cannot all pass the check above while the first ones are still being looked up.
+      throttle.fail(request.ip);
       const header = request.headers.authorization;
       const m = typeof header === 'string' ? ADMIN_BEARER.exec(header) : null;
-      if (!m || !timingSafeEqual(digest(m[1]!), expected)) {
+      let identity: AdminIdentity | null;
+      try {
+        identity = m ? await authenticate(m[1]!) : null;
+      } catch (err) {
+        throttle.forgive(request.ip); // the database failed, not the credential
+        throw err;
+      }
+      if (!identity) {
         throw new ProblemError(
           'adminUnauthorized',
-          'Send Authorization: Bearer <admin token> (ONCEFLOW_ADMIN_TOKEN).',
+          "Send Authorization: Bearer <admin credential> (a named operator's token, or ONCEFLOW_ADMIN_TOKEN).",
           {},
           { 'www-authenticate': 'Bearer realm="onceflow-admin"' },
         );
       }
+      throttle.forgive(request.ip);
+      identities.set(request, identity);
     });
 
     app.setErrorHandler((err, request, reply) =>
@@ -124,8 +215,8 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
       jsonResponse(description, schema, RATE_LIMIT_HEADERS);
     const errors = {
       400: problemResponse('A parameter or body field is not valid', RATE_LIMIT_HEADERS),
-      401: problemResponse('Missing or wrong admin token (admin-unauthorized)'),
-      429: problemResponse('Rate limited; retry after Retry-After', {
+      401: problemResponse('Missing, wrong or revoked admin credential (admin-unauthorized)'),
+      429: problemResponse('Rate limited, or too many failed admin credentials; retry after Retry-After', {
         ...always(RETRY_AFTER_HEADER),
         ...RATE_LIMIT_HEADERS,
       }),
@@ -201,7 +292,13 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
           tags,
           security,
           body: Type.Object(
-            { tenant: Tenant, type: OpType, key: Key, actor: Actor, reason: Type.Optional(Reason) },
+            {
+              tenant: Tenant,
+              type: OpType,
+              key: Key,
+              actor: Type.Optional(Actor),
+              reason: Type.Optional(Reason),
+            },
             { additionalProperties: false, title: 'ReconcileRequest' },
           ),
           response: {
@@ -216,7 +313,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
         const b = request.body;
         const r = await operator.reconcileNow(
           { tenantId: b.tenant, operationType: b.type, key: b.key },
-          { actor: b.actor, source: 'api', reason: b.reason },
+          { ...who(request), source: 'api', reason: b.reason },
         );
         return {
           changed: r.changed,
@@ -243,7 +340,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
               type: OpType,
               key: Key,
               outcome: Type.Union([Type.Literal('succeeded'), Type.Literal('failed')]),
-              actor: Actor,
+              actor: Type.Optional(Actor),
               reason: Reason,
               chargeId: Type.Optional(visible(255, "The provider's charge ID, if known")),
               providerRef: Type.Optional(
@@ -261,7 +358,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
           { tenantId: b.tenant, operationType: b.type, key: b.key },
           b.outcome,
           {
-            actor: b.actor,
+            ...who(request),
             reason: b.reason,
             source: 'api',
             chargeId: b.chargeId,
@@ -289,7 +386,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
           security,
           params: Type.Object({ tenant: Tenant, id: visible(100, 'Order ID') }),
           body: Type.Object(
-            { actor: Actor, reason: Reason },
+            { actor: Type.Optional(Actor), reason: Reason },
             { additionalProperties: false, title: 'RedriveRequest' },
           ),
           response: {
@@ -302,7 +399,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
       },
       async (request) => {
         const r = await operator.redrive(request.params.tenant, request.params.id, {
-          actor: request.body.actor,
+          ...who(request),
           reason: request.body.reason,
           source: 'api',
         });

@@ -54,7 +54,22 @@ export const AuditEntry = Type.Object(
     createdAt: DateTime,
     actor: Str,
     source: Type.Union([Type.Literal('cli'), Type.Literal('api')]),
-    action: Type.Union([Type.Literal('reconcile'), Type.Literal('resolve'), Type.Literal('redrive')]),
+    actorCredential: Type.Union(
+      [Type.Literal('operator_token'), Type.Literal('admin_token'), Type.Literal('self_declared')],
+      {
+        description:
+          "How the actor was established: a named operator's token (actor = its name), the shared admin " +
+          "token (actor = 'admin-token'), or self-declared (the CLI's --actor or OS user, and rows before 0016)",
+      },
+    ),
+    action: Type.Union([
+      Type.Literal('reconcile'),
+      Type.Literal('resolve'),
+      Type.Literal('redrive'),
+      Type.Literal('redrive_requested'),
+      Type.Literal('redrive_refused'),
+      Type.Literal('redrive_unknown'),
+    ]),
     reason: Nullable(Str),
     tenantId: Str,
     operationType: Nullable(Str),

@@ -30,7 +30,15 @@ beforeAll(async () => {
     temporalUi: { url: 'http://ui.test/', namespace: 'default' },
   });
   app = Fastify().withTypeProvider<TypeBoxTypeProvider>();
-  await app.register(opsRoutes({ operator, adminToken: ADMIN_TOKEN }));
+  await app.register(
+    opsRoutes({
+      operator,
+      adminToken: ADMIN_TOKEN,
+      operators: stack.pool,
+      // Every request here comes from one address; the throttle has its own test (operators.test.ts).
+      authFailure: { max: 1000, windowMs: 60_000 },
+    }),
+  );
   await app.ready();
   tenantKey = generateApiKey();
   await insertApiKey(stack.pool, { keyHash: hashApiKey(tenantKey), tenantId: 'acme', label: 'ops test' });
@@ -131,7 +139,7 @@ describe('admin routes', () => {
     expect(badQuery.json()).toMatchObject({ type: 'https://onceflow.dev/problems/invalid-request' });
   });
 
-  it('resolve requires a reason, then settles and audits with source api', async () => {
+  it('resolve requires a reason, then settles and audits with source api and the credential as actor', async () => {
     const key = await unknownCharge();
     const body = { tenant: 'acme', type: 'payment.charge', key, outcome: 'failed', actor: 'carol' };
     const missing = await app.inject({
@@ -174,7 +182,9 @@ describe('admin routes', () => {
     const entries = audit.json<{ data: AuditEntry[] }>().data;
     expect(entries).toHaveLength(1);
     expect(entries[0]).toMatchObject({
-      actor: 'carol',
+      // The body said carol; the shared admin token's actor is fixed.
+      actor: 'admin-token',
+      actorCredential: 'admin_token',
       source: 'api',
       action: 'resolve',
       reason: 'provider support confirmed no charge',

@@ -12,6 +12,9 @@
  *   transaction as the change. A reconcile's change is the ledger's own
  *   fenced completion with the provider's answer (a provider call sits in the
  *   middle, so no transaction can span it); its audit row follows at once.
+ *   A re-drive calls Temporal: its intent row commits before the call and
+ *   its result is a second row (docs/ARCHITECTURE.md: no transaction across
+ *   a call to Temporal or a provider).
  * - Decisions need a reason: resolve and redrive refuse an empty one before
  *   touching anything.
  */
@@ -40,10 +43,17 @@ import {
   redriveUpdate,
   type RedriveAccepted,
 } from '../orders/contract.ts';
-import { insertAudit, selectAudit, type AuditEntry, type AuditSource } from '../audit/sql.ts';
 import {
+  insertAudit,
+  selectAudit,
+  type ActorCredential,
+  type AuditAction,
+  type AuditEntry,
+  type AuditSource,
+} from '../audit/sql.ts';
+import {
+  getOrder,
   selectOrderByWorkflowId,
-  selectOrderForUpdate,
   selectOrdersByWorkflowIds,
   selectOrdersInStatus,
   type OrderRow,
@@ -106,6 +116,12 @@ export interface ActorOptions {
   /** Who acts. Required, non-empty. */
   actor: string;
   source?: AuditSource;
+  /**
+   * How `actor` was established: the admin API passes the credential it
+   * verified (`operator_token`, `admin_token`); anything else is a claim
+   * (`self_declared`, the default: the CLI's --actor or OS user).
+   */
+  actorCredential?: ActorCredential;
 }
 
 export interface ListOperationsFilter {
@@ -177,7 +193,10 @@ export interface ResolveResult extends ActionResult {
 export interface RedriveResult {
   order: OrderSummary;
   workflowId: string;
+  /** The result row (`redrive`). */
   audit: AuditEntry;
+  /** The intent row (`redrive_requested`), committed before Temporal was called. */
+  intent: AuditEntry;
   /** The workflow's answer to the re-drive update: where it was parked. */
   accepted: RedriveAccepted;
 }
@@ -354,6 +373,7 @@ export class Operator {
       insertAudit(c, {
         actor,
         source: opts.source ?? this.#deps.source ?? 'cli',
+        actorCredential: opts.actorCredential ?? 'self_declared',
         action: 'reconcile',
         reason,
         tenantId: scope.tenantId,
@@ -427,6 +447,7 @@ export class Operator {
         const entry = await insertAudit(tx, {
           actor,
           source: opts.source ?? this.#deps.source ?? 'cli',
+          actorCredential: opts.actorCredential ?? 'self_declared',
           action: 'resolve',
           reason,
           tenantId: scope.tenantId,
@@ -481,9 +502,16 @@ export class Operator {
    * refuses it unless the workflow is parked (waiting for an operator), so a
    * re-drive is never silently dropped; whether the order row says
    * needs_attention does not matter (a workflow that could not even record
-   * needs_attention is parked all the same). The update runs inside the
-   * audit transaction: a refused or failed re-drive leaves no audit row
-   * claiming it was done.
+   * needs_attention is parked all the same).
+   *
+   * No transaction or row lock is held across the Temporal call
+   * (docs/ARCHITECTURE.md): the intent (`redrive_requested`) commits first,
+   * then the update is sent with a deadline, then its result is a second
+   * audit row: `redrive` (taken), `redrive_refused` (the workflow refused it
+   * or is not running: nothing ran), or `redrive_unknown` (no answer in
+   * time: it may still run, so it is never written off as refused). Two
+   * operators re-driving at once are ordered by the workflow itself: the
+   * second finds it no longer parked and is refused.
    */
   async redrive(
     tenantId: string,
@@ -494,39 +522,60 @@ export class Operator {
     const actor = requireText(opts.actor, 'actor', 200);
     requireText(tenantId, 'tenant', 200);
     requireText(orderId, 'order ID', 200);
-    return withTransaction(
-      this.#deps.pool,
-      async (tx) => {
-        const row = await selectOrderForUpdate(tx, tenantId, orderId);
-        if (!row) throw new OpsError('not_found', `no order ${orderId} for tenant ${tenantId}`);
-        const order = orderSummary(row);
-        const audit = await insertAudit(tx, {
+    const source = opts.source ?? this.#deps.source ?? 'cli';
+    const row = await withClient(this.#deps.pool, (c) => getOrder(c, tenantId, orderId));
+    if (!row) throw new OpsError('not_found', `no order ${orderId} for tenant ${tenantId}`);
+    const order = orderSummary(row);
+    const entry = (action: AuditAction, after: { [k: string]: Json }) =>
+      withClient(this.#deps.pool, (c) =>
+        insertAudit(c, {
           actor,
-          source: opts.source ?? this.#deps.source ?? 'cli',
-          action: 'redrive',
+          source,
+          actorCredential: opts.actorCredential ?? 'self_declared',
+          action,
           reason,
           tenantId,
           operationType: null,
           operationKey: null,
           workflowId: order.workflowId,
           before: orderView(order),
-          // The row itself moves when the workflow resumes; what this action changes is the workflow.
-          after: { ...orderView(order), redrive: { update: 'redrive', workflowId: order.workflowId } },
-        });
-        let accepted: RedriveAccepted;
-        try {
-          accepted = await this.#temporal(() =>
-            this.#deps.temporal.workflow
-              .getHandle(order.workflowId)
-              .executeUpdate(redriveUpdate, { args: [{ actor, reason }] }),
-          );
-        } catch (err) {
-          throw redriveError(err, order.status);
-        }
-        return { order, workflowId: order.workflowId, audit, accepted };
-      },
-      { retries: 0 },
-    );
+          after: { ...orderView(order), ...after },
+        }),
+      );
+    // The row itself moves when the workflow resumes; what this action changes is the workflow.
+    const intent = await entry('redrive_requested', {
+      redrive: { update: 'redrive', workflowId: order.workflowId },
+    });
+    const result = (action: AuditAction, outcome: string, more: { [k: string]: Json } = {}) =>
+      entry(action, { redrive: { requestId: intent.id, outcome, ...more } });
+
+    let accepted: RedriveAccepted;
+    try {
+      accepted = await this.#temporal(() =>
+        this.#deps.temporal.workflow
+          .getHandle(order.workflowId)
+          .executeUpdate(redriveUpdate, { args: [{ actor, reason }] }),
+      );
+    } catch (err) {
+      const opsErr = redriveError(err, order.status, intent.id);
+      const refused = opsErr.code === 'invalid_state';
+      // Best effort: the intent row already says the re-drive was asked for.
+      await result(refused ? 'redrive_refused' : 'redrive_unknown', refused ? 'refused' : 'unknown', {
+        error: opsErr.message,
+      }).catch(() => undefined);
+      throw opsErr;
+    }
+    let audit: AuditEntry;
+    try {
+      audit = await result('redrive', 'accepted', { accepted: accepted as unknown as Json });
+    } catch (err) {
+      throw new OpsError(
+        'unavailable',
+        `the workflow took the re-drive, but its result could not be recorded (intent: audit ${intent.id}): ${message(err)}`,
+        { cause: err },
+      );
+    }
+    return { order, workflowId: order.workflowId, audit, intent, accepted };
   }
 
   /**
@@ -735,8 +784,12 @@ function nextStep(
   return undefined;
 }
 
-/** A re-drive the workflow refused or could not receive, in the operator's vocabulary. */
-function redriveError(err: unknown, rowStatus: string): OpsError {
+/**
+ * A re-drive the workflow refused or could not receive, in the operator's
+ * vocabulary. `invalid_state` only when the workflow's answer proves nothing
+ * ran; anything else (deadline, unreachable) is `unavailable`: it may still run.
+ */
+function redriveError(err: unknown, rowStatus: string, intentId: string): OpsError {
   if (err instanceof WorkflowUpdateFailedError) {
     const cause = err.cause;
     if (cause instanceof ApplicationFailure && cause.type === REDRIVE_REFUSED) {
@@ -753,7 +806,12 @@ function redriveError(err: unknown, rowStatus: string): OpsError {
       { cause: err },
     );
   }
-  return new OpsError('unavailable', `could not reach the workflow: ${message(err)}`, { cause: err });
+  return new OpsError(
+    'unavailable',
+    `no answer from the workflow: ${message(err)}; the re-drive may still run ` +
+      `(audit ${intentId}): check the workflow before re-driving again`,
+    { cause: err },
+  );
 }
 
 /** What the attention list shows for a parked workflow whose order row is gone. */

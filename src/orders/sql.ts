@@ -172,23 +172,6 @@ export async function selectOrderByWorkflowId(db: Queryable, workflowId: string)
   return rows[0] ?? null;
 }
 
-/**
- * FOR UPDATE: a re-drive checks the status, audits, then signals. Holding the
- * row lock until commit keeps two operators from re-driving the same order
- * at once and the workflow from moving the status in between unnoticed.
- */
-export async function selectOrderForUpdate(
-  db: Queryable,
-  tenantId: string,
-  orderId: string,
-): Promise<OrderRow | null> {
-  const { rows } = await db.query<OrderRow>(
-    `select ${ORDER_COLUMNS} from orders where tenant_id = $1 and id = $2 for update`,
-    [tenantId, orderId],
-  );
-  return rows[0] ?? null;
-}
-
 // --- lists ------------------------------------------------------------------
 
 /** Newest first; `before` is the (created_us, id) of the last row of the previous page. */

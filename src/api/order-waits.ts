@@ -1,22 +1,28 @@
 /**
- * Wakes `GET /v1/orders/{id}?wait=N` long-polls the moment the order's
- * status changes, instead of on the next 250 ms re-read.
+ * Wakes `GET /v1/orders/{id}?wait=N` long-polls the moment the order
+ * reaches a terminal status, instead of on a timed re-read.
  *
- * Every status change notifies channel `order_status` with `<id> <status>`
- * (a trigger, migrations/0012 and 0013, so every writer does it, at commit).
- * Each API process listens on ONE dedicated connection, outside the pool,
- * and wakes the waiters of that id when the new status is terminal (a wait
- * is for a terminal status: waking on payment_pending or paid would only
- * cost a read). A notification is only a hint: the waiter re-reads the row,
- * which stays the truth. A bare id (the trigger of migration 0012) wakes.
+ * A change to a terminal status notifies channel `order_status` with
+ * `<id> <status>` (a trigger, migrations/0012 to 0014, so every writer does
+ * it, at commit; since 0014 other changes do not notify at all). Each API
+ * process listens on ONE dedicated connection, outside the pool, and wakes
+ * the waiters of that id when the status is terminal (a wait is for a
+ * terminal status; an older trigger's non-terminal payloads are ignored). A
+ * notification is only a hint: the waiter re-reads the row, which stays the
+ * truth. A bare id (the trigger of migration 0012) wakes.
  *
  * Liveness: the listening connection can die (Postgres restarted,
- * pg_terminate_backend, a reset socket). Then every waiter is woken at once,
- * re-reads, and falls back to re-reading every `fallbackPollMs` (the old
- * behaviour) while the listener reconnects with backoff; once it listens
- * again, every waiter is woken once more (a notification sent while it was
- * down is lost, so each re-reads) and waits for notifications again, with a
- * slow re-read every `listeningPollMs` as a safety net.
+ * pg_terminate_backend, a reset socket). Then every waiter is woken once,
+ * re-reads, and falls back to timed re-reads while the listener reconnects
+ * with backoff. The fallback backs off too: each waiter's re-read interval
+ * starts at `fallbackPollMs` and doubles up to `maxFallbackPollMs`, with
+ * jitter, so an outage does not turn every open long-poll into a query every
+ * 250 ms, and waiters that started together do not re-read in lockstep. A
+ * failed reconnect wakes nobody (it changed nothing). Once it listens again,
+ * every waiter is woken once more (a notification sent while it was down is
+ * lost, so each re-reads), its backoff starts over, and it waits for
+ * notifications again, with a slow re-read every `listeningPollMs` as a
+ * safety net.
  */
 import pg from 'pg';
 import type { Pool } from '../db/index.ts';
@@ -42,8 +48,10 @@ export interface OrderWaitsOptions {
   pool: Pool;
   /** Re-read interval while listening: only a safety net. Default 5000 ms. */
   listeningPollMs?: number;
-  /** Re-read interval while the listener is down. Default 250 ms. */
+  /** First re-read interval while the listener is down; doubles (with jitter) up to `maxFallbackPollMs`. Default 250 ms. */
   fallbackPollMs?: number;
+  /** Longest re-read interval while the listener is down. Default 4000 ms. */
+  maxFallbackPollMs?: number;
   /** First reconnect delay; doubles up to `maxReconnectMs`. Defaults 250 ms and 5000 ms. */
   reconnectMs?: number;
   maxReconnectMs?: number;
@@ -65,6 +73,7 @@ export class OrderWaits {
   readonly #pool: Pool;
   readonly #listeningPollMs: number;
   readonly #fallbackPollMs: number;
+  readonly #maxFallbackPollMs: number;
   readonly #reconnectMs: number;
   readonly #maxReconnectMs: number;
   readonly #waiters = new Map<string, Set<() => void>>();
@@ -78,6 +87,7 @@ export class OrderWaits {
     this.#pool = opts.pool;
     this.#listeningPollMs = opts.listeningPollMs ?? 5000;
     this.#fallbackPollMs = opts.fallbackPollMs ?? 250;
+    this.#maxFallbackPollMs = Math.max(this.#fallbackPollMs, opts.maxFallbackPollMs ?? 4000);
     this.#reconnectMs = opts.reconnectMs ?? 250;
     this.#maxReconnectMs = opts.maxReconnectMs ?? 5000;
     this.#retryDelayMs = this.#reconnectMs;
@@ -122,6 +132,8 @@ export class OrderWaits {
   watch(orderId: string): OrderWait {
     let changed = false;
     let wake: (() => void) | null = null;
+    /** Timed re-reads since the listener was last seen up: this waiter's backoff step. */
+    let fallbackReads = 0;
     const onChange = () => {
       changed = true;
       wake?.();
@@ -135,7 +147,13 @@ export class OrderWaits {
           changed = false;
           return Promise.resolve();
         }
-        const interval = this.#listening ? this.#listeningPollMs : this.#fallbackPollMs;
+        let interval: number;
+        if (this.#listening) {
+          fallbackReads = 0;
+          interval = this.#listeningPollMs;
+        } else {
+          interval = this.#fallbackInterval(fallbackReads++);
+        }
         return new Promise<void>((resolve) => {
           const timer = setTimeout(finish, Math.max(0, Math.min(maxMs, interval)));
           function finish() {
@@ -154,6 +172,16 @@ export class OrderWaits {
         if (current?.size === 0) this.#waiters.delete(orderId);
       },
     };
+  }
+
+  /**
+   * The n-th re-read interval while nothing listens: doubling from
+   * fallbackPollMs up to maxFallbackPollMs, each drawn from its upper half
+   * ("equal jitter"), so it still backs off while waiters drift apart.
+   */
+  #fallbackInterval(n: number): number {
+    const ceiling = Math.min(this.#maxFallbackPollMs, this.#fallbackPollMs * 2 ** Math.min(n, 30));
+    return Math.round(ceiling / 2 + Math.random() * (ceiling / 2));
   }
 
   #wake(orderId: string): void {
@@ -198,12 +226,13 @@ export class OrderWaits {
     client.end().catch(() => undefined);
     if (this.#stopped) return;
     if (wasListening) {
-      log.warn('order-status listener lost; long-polls re-read every interval until it reconnects', {
+      log.warn('order-status listener lost; long-polls re-read on a backoff until it reconnects', {
         ...errorFields(err),
       });
+      // Waiters switch to the fallback re-reads now, not after the slow interval. A failed
+      // reconnect (not listening before either) changes nothing for them: no wake.
+      this.#wakeAll();
     }
-    // Waiters switch to the fallback interval now, not after the slow one.
-    this.#wakeAll();
     const delay = this.#retryDelayMs;
     this.#retryDelayMs = Math.min(this.#maxReconnectMs, this.#retryDelayMs * 2);
     this.#retryTimer = setTimeout(() => {

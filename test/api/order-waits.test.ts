@@ -8,7 +8,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OrderWaits, parseStatusNotification } from '../../src/api/order-waits.ts';
 import { call, newTenant, startApi, validOrder, type TestApi } from './support.ts';
-import { uniq } from '../support/env.ts';
+import net from 'node:net';
+import type { Pool } from '../../src/db/index.ts';
+import { testPool, uniq } from '../support/env.ts';
 
 /** Longer than any wait in these tests: a re-read on this interval never happens within one. */
 const NEVER_MS = 600_000;
@@ -169,6 +171,70 @@ describe('GET /v1/orders/{id}?wait=: while nothing listens', () => {
       expect(waits.listening).toBe(false);
       const body = await completeWhileWaiting(api, waits, tenant);
       expect(body.status).toBe('completed');
+    },
+    TEST_MS,
+  );
+});
+
+describe('GET /v1/orders/{id}?wait=: while the listening connection stays down', () => {
+  let waits: OrderWaits;
+  let pool: Pool;
+
+  beforeAll(async () => {
+    // A port nothing listens on: every reconnect of the listener fails at once, as with Postgres down.
+    const server = net.createServer();
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const port = (server.address() as net.AddressInfo).port;
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    pool = testPool(1, `postgres://nobody@127.0.0.1:${port}/none`);
+    // The default re-read intervals; a fast reconnect loop, so failed reconnects are many.
+    waits = new OrderWaits({ pool, reconnectMs: 50, maxReconnectMs: 200 });
+    waits.start();
+  });
+  afterAll(async () => {
+    await waits?.stop();
+    await pool?.end();
+  });
+
+  it(
+    're-reads back off (not every 250 ms), and the waiters do not re-read in lockstep',
+    async () => {
+      const WINDOW_MS = 4_000;
+      const WAITERS = 10;
+      const started = Date.now();
+      const end = started + WINDOW_MS;
+      // Each waiter loops as the route does: one re-read per wake, until its deadline.
+      const reads = await Promise.all(
+        Array.from({ length: WAITERS }, async () => {
+          const wait = waits.watch('ord_down');
+          const at: number[] = [];
+          try {
+            for (;;) {
+              const left = end - Date.now();
+              if (left <= 0) return at;
+              await wait.next(left);
+              if (Date.now() < end) at.push(Date.now() - started);
+            }
+          } finally {
+            wait.done();
+          }
+        }),
+      );
+      expect(waits.listening).toBe(false);
+      const counts = reads.map((r) => r.length);
+      // Every 250 ms would be 16 re-reads per waiter; backing off from 250 ms, at most 5.
+      expect(Math.max(...counts), `re-reads per waiter: ${counts.join(',')}`).toBeLessThanOrEqual(6);
+      for (const at of reads) {
+        expect(at.length).toBeGreaterThanOrEqual(2);
+        const gaps = at.slice(1).map((t, i) => t - at[i]!);
+        expect(gaps.at(-1)!, `gaps: ${gaps.join(',')}`).toBeGreaterThan(at[0]!);
+      }
+      // Jitter: the waiters' second re-reads are spread out, not all in the same instant.
+      const second = reads.map((r) => r[1]!);
+      expect(
+        Math.max(...second) - Math.min(...second),
+        `second re-reads at: ${second.join(',')}`,
+      ).toBeGreaterThan(50);
     },
     TEST_MS,
   );

@@ -12,6 +12,7 @@ import { Ledger, LedgerError, type ExternalRunOptions } from '../src/ledger/inde
 import type { EmailProvider, PaymentProvider } from '../src/providers/types.ts';
 import { ProviderError } from '../src/providers/types.ts';
 import { OPERATION_TYPES, type OrderStatus } from '../src/orders/model.ts';
+import { REFUSED_AFTER_TAKEOVER } from '../src/orders/contract.ts';
 import { orderTransitionStatement, type OrderTransition } from '../src/orders/sql.ts';
 import * as payment from '../src/steps/payment.ts';
 import * as receipt from '../src/steps/receipt.ts';
@@ -87,7 +88,10 @@ function keepAlive(): Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> {
 /**
  * Maps ledger and provider errors onto Temporal's retry semantics. A provider
  * refusing the request itself (nothing happened) becomes `rejectedType`,
- * non-retryable; a request that never left (connection refused, DNS) is a
+ * non-retryable; the same refusal after a takeover (the record stays
+ * unknown, so nothing is proven) becomes a non-retryable
+ * REFUSED_AFTER_TAKEOVER, which parks the order; a request that never left
+ * (connection refused, DNS) is a
  * retryable 'ProviderUnavailable' (the claim was released, the retry starts
  * fresh under the same key). An idempotency-key conflict never gets here: the
  * ledger marks it unknown (outcome_unknown).
@@ -100,6 +104,18 @@ export function toActivityFailure(
   if (err instanceof LedgerError) {
     switch (err.code) {
       case 'outcome_unknown':
+        if (err.cause instanceof ProviderError && err.cause.kind === 'rejected') {
+          // Refused after a takeover: the record stays unknown (an earlier attempt may still act
+          // under the key, docs/MODEL.md F1), so this is not `rejectedType` (which proves nothing
+          // was charged); but the same request would be refused again, and retrying it until the
+          // reconciliation horizon settles nothing. Non-retryable: the workflow parks the order.
+          return ApplicationFailure.create({
+            type: REFUSED_AFTER_TAKEOVER,
+            message: err.message,
+            nonRetryable: true,
+            cause: err,
+          });
+        }
         return ApplicationFailure.create({ type: unknownType, message: err.message, cause: err });
       case 'in_progress':
       case 'ownership_lost':

@@ -45,7 +45,7 @@ import {
 } from '../src/orders/contract.ts';
 import {
   activityOptions,
-  DEFINITE_FAILURE_TYPES,
+  PARKING_FAILURE_TYPES,
   externalActivityOptions,
   localActivityOptions,
   resolveTiming,
@@ -367,7 +367,7 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
           // The provider refused the request itself: nothing was charged, and retrying can't help.
           return { settled: true, outcome: 'failed', chargeId: null, refusal: failureMessage(err) };
         }
-        if (type !== undefined && DEFINITE_FAILURE_TYPES.includes(type)) {
+        if (type !== undefined && PARKING_FAILURE_TYPES.includes(type)) {
           await needsAttention(
             `charge failed: ${failureMessage(err)}`,
             type === 'ProviderRejected' ? ORDER_REASONS.providerRejected : ORDER_REASONS.chargeFailed(type),

@@ -9,6 +9,7 @@
  *   charge again, so the order goes to a human instead.
  */
 import type { ActivityOptions, LocalActivityOptions } from '@temporalio/workflow';
+import { REFUSED_AFTER_TAKEOVER } from '../src/orders/contract.ts';
 import { PROVIDER_KEY_WINDOW_MS } from '../src/providers/contract.ts';
 
 export interface OrderTiming {
@@ -65,8 +66,11 @@ export const DEFINITE_FAILURE_TYPES = [
   'OrderNotFound',
 ];
 
+/** Failures of an external step that park the order for an operator instead of being retried. */
+export const PARKING_FAILURE_TYPES = [...DEFINITE_FAILURE_TYPES, REFUSED_AFTER_TAKEOVER];
+
 /** Errors that retrying cannot fix; 'PaymentRejected' is the provider refusing the charge request outright. */
-export const NON_RETRYABLE_ERROR_TYPES = [...DEFINITE_FAILURE_TYPES, 'PaymentRejected'];
+export const NON_RETRYABLE_ERROR_TYPES = [...PARKING_FAILURE_TYPES, 'PaymentRejected'];
 
 export function resolveTiming(overrides: Partial<OrderTiming> | undefined): OrderTiming {
   const timing = { ...DEFAULT_TIMING, ...overrides };

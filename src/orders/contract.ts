@@ -123,3 +123,12 @@ export const REDRIVE_REFUSED = 'RedriveRefused';
  */
 export const redriveSignal = defineSignal<[RedriveRequest]>('redrive');
 export const statusQuery = defineQuery<OrderState>('status');
+
+/**
+ * Failure type: the provider refused a step's request after a takeover. This
+ * request did nothing, but an earlier attempt may still act under the same
+ * key, so the effect is NOT proven absent (the ledger record stays unknown).
+ * Retrying the same request can't help either, so the order parks for an
+ * operator (workflows/policies.ts PARKING_FAILURE_TYPES).
+ */
+export const REFUSED_AFTER_TAKEOVER = 'RefusedAfterTakeover';

@@ -57,6 +57,8 @@ export async function migrate(
     dir: MIGRATIONS_DIR,
     direction: 'up',
     migrationsTable: 'pgmigrations',
+    // The runner takes every file in the directory as a migration; the rules (README.md) are not one.
+    ignorePattern: '\\..*|.*\\.md',
     checkOrder: true,
     log: () => undefined,
     logger: { debug: () => undefined, info: () => undefined, warn: log, error: log },

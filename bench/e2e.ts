@@ -421,6 +421,8 @@ async function main(): Promise<void> {
 
   const ports = {
     api: await freePort(),
+    // The API's metrics listener (under --api-processes, the cluster primary's).
+    apiMetrics: await freePort(),
     sandbox: await freePort(),
     // Each worker process gets its own pair of metrics ports.
     workers: await Promise.all(
@@ -437,6 +439,7 @@ async function main(): Promise<void> {
     TEMPORAL_ADDRESS: address,
     TEMPORAL_TASK_QUEUE: taskQueue,
     API_PORT: String(ports.api),
+    API_METRICS_PORT: String(ports.apiMetrics),
     SANDBOX_PORT: String(ports.sandbox),
     SANDBOX_URL: `http://127.0.0.1:${ports.sandbox}`,
     WEBHOOK_URL: `${api}/v1/webhooks/payments`,

@@ -17,14 +17,18 @@
  * workers (their IPC channel closes), and `npm start` restarts the primary.
  *
  * Each worker gets ONCEFLOW_PROCESS=api-<i>, which its metrics carry as the
- * `process` label: /metrics on the shared port is answered by whichever
- * process took the connection, so a scrape sees one process's counters.
+ * `process` label. Metrics are not on the API port: this primary listens on
+ * API_METRICS_PORT (METRICS_BIND_HOST, loopback by default) and answers each
+ * scrape with every process's registry, gathered over the cluster's IPC
+ * channel (src/metrics/cluster.ts), so one scrape sees them all.
  */
 import cluster, { type Worker } from 'node:cluster';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Registry } from 'prom-client';
 import { loadConfig } from '../config.ts';
 import { errorFields, log, setLogLevel } from '../log.ts';
+import { clusterCollector, startMetricsServer, type MetricsServer } from '../metrics/index.ts';
 
 const config = loadConfig();
 setLogLevel(config.logLevel);
@@ -47,6 +51,7 @@ let stopping = false;
 /** Every process has listened once: from then on an exit is restarted, before it is fatal. */
 let started = false;
 let listening = 0;
+let metricsServer: MetricsServer | undefined;
 const slots: Slot[] = Array.from({ length: count }, (_, i) => ({
   index: i + 1,
   worker: undefined,
@@ -115,6 +120,9 @@ async function stop(signal: string, exitCode = 0): Promise<void> {
     );
   }
   await Promise.all(exits);
+  await metricsServer
+    ?.close()
+    .catch((err: unknown) => log.warn('metrics server close failed', errorFields(err)));
   log.info('api processes stopped');
   process.exit(exitCode);
 }
@@ -133,5 +141,25 @@ cluster.on('listening', () => {
   // `npm start` waits for this before it says the stack is up (see src/main.ts).
   if (process.send) process.send({ type: 'api-processes-listening' });
 });
+
+// Before any process starts: a taken metrics port fails the start-up, as a taken API port does.
+try {
+  const registry = new Registry();
+  registry.setDefaultLabels({ service: 'api' });
+  metricsServer = await startMetricsServer({
+    registry,
+    host: config.metricsBindHost,
+    port: config.ports.apiMetrics,
+    what: 'API metrics (API_METRICS_PORT)',
+    collect: clusterCollector({
+      registry,
+      workers: () => slots.flatMap((s) => (s.worker ? [{ name: `api-${s.index}`, worker: s.worker }] : [])),
+    }),
+  });
+  log.info('api metrics listening', { url: metricsServer.url, processes: count });
+} catch (err) {
+  log.error('api metrics listener failed', errorFields(err));
+  process.exit(1);
+}
 
 for (const slot of slots) fork(slot);

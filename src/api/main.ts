@@ -1,18 +1,20 @@
 /**
  * API composition root: config -> pool -> Temporal client -> metrics ->
- * ledger -> outbox relay -> HTTP server. Closed in reverse order on every
- * exit path (src/process/run.ts): the HTTP server before the relay, since a
- * finishing request may still hand the relay a workflow to start.
+ * ledger -> outbox relay -> HTTP server, and the metrics listener. Closed in
+ * reverse order on every exit path (src/process/run.ts): the HTTP server
+ * before the relay, since a finishing request may still hand the relay a
+ * workflow to start.
  *
  * The Temporal connection is lazy: orders are accepted (and their start
  * intents committed) even while Temporal is unreachable; the outbox relay
  * starts their workflows once it is back, and /readyz reports the outage.
  */
+import cluster from 'node:cluster';
 import { loadConfig, requireCredentials } from '../config.ts';
 import { assertNoDemoKeys } from '../db/seed.ts';
 import { PortInUseError } from '../devserver/ports.ts';
 import { configureLogging, log } from '../log.ts';
-import { createMetrics } from '../metrics/index.ts';
+import { answerPrimaryScrapes, createMetrics, startMetricsServer } from '../metrics/index.ts';
 import { listParkedWorkflows } from '../orders/attention.ts';
 import { runProcess, untilAborted } from '../process/run.ts';
 import { createLedger, openPool, openTemporalClient } from '../process/wiring.ts';
@@ -24,7 +26,7 @@ await runProcess('api', async ({ resources, stopping, started }) => {
   const config = loadConfig();
   configureLogging({ level: config.logLevel, pretty: config.logPretty, service: 'api' });
   // Off loopback, published default credentials stop the API here, with the variable to set.
-  requireCredentials(config, ['adminToken', 'webhookSecret']);
+  requireCredentials(config, ['adminToken', 'webhookSecret', 'apiKeySecret']);
   // Tracing first (OTEL_EXPORTER_OTLP_ENDPOINT; a no-op when unset): the HTTP app and the client read it.
   const tracing = resources.add('tracing', await startTracing(config.tracing, 'api'), (t) => t.shutdown());
 
@@ -56,7 +58,29 @@ await runProcess('api', async ({ resources, stopping, started }) => {
   );
 
   // (A ConfigError from assertNoDemoKeys fails the start-up with its message.)
-  await assertNoDemoKeys(pool, config.bindHost);
+  await assertNoDemoKeys(pool, config.exposure);
+  // Metrics on a listener of their own (METRICS_BIND_HOST, loopback unless set), never on the
+  // API port: they show every tenant's figures. Under node:cluster the primary owns that
+  // listener and asks each process for its registry (src/metrics/cluster.ts).
+  let metricsUrl: string;
+  if (cluster.isWorker) {
+    resources.add('metrics for the cluster primary', answerPrimaryScrapes(metrics.registry), (stop) =>
+      stop(),
+    );
+    metricsUrl = 'served by the cluster primary';
+  } else {
+    const server = resources.add(
+      'metrics server',
+      await startMetricsServer({
+        registry: metrics.registry,
+        host: config.metricsBindHost,
+        port: config.ports.apiMetrics,
+        what: 'API metrics (API_METRICS_PORT)',
+      }),
+      (s) => s.close(),
+    );
+    metricsUrl = server.url;
+  }
   try {
     await app.listen({ host: config.bindHost, port: config.ports.api });
   } catch (err) {
@@ -69,6 +93,7 @@ await runProcess('api', async ({ resources, stopping, started }) => {
   started();
   log.info('api listening', {
     url: `http://${config.bindHost}:${config.ports.api}`,
+    metrics: metricsUrl,
     temporal: config.temporal.address,
     taskQueue: config.temporal.taskQueue,
     outboxRelay: config.api.outboxRelay ? 'on' : 'off',

@@ -1,6 +1,7 @@
 /**
- * The API as it runs: the tenant app (buildApiApp), its /metrics, and the
- * operator's admin routes, wired once. src/api/main.ts serves it, the client
+ * The API as it runs: the tenant app (buildApiApp), its response metrics, and
+ * the operator's admin routes, wired once. (The metrics are served on their
+ * own listener by src/api/main.ts, not here.) src/api/main.ts serves it, the client
  * generator reads its OpenAPI document, and the wiring test drives it, so
  * all three see the same routes.
  */
@@ -22,7 +23,7 @@ export interface ApiServerDeps {
   config: Config;
   /** Defaults to an unstarted relay built from `config` (see buildApiApp). */
   relay?: OutboxRelay;
-  /** When given, GET /metrics serves it and every response is counted. */
+  /** When given, every response is counted in it. */
   metrics?: Metrics;
 }
 
@@ -40,6 +41,13 @@ export async function buildApiServer(deps: ApiServerDeps): Promise<FastifyInstan
   });
   const app = await buildApiApp({ pool, ledger, temporal, config, relay: deps.relay });
   if (deps.metrics) await app.register(metricsPlugin({ metrics: deps.metrics }));
-  await app.register(opsRoutes({ operator, adminToken: config.adminToken }));
+  await app.register(
+    opsRoutes({
+      operator,
+      adminToken: config.adminToken,
+      operators: pool,
+      authFailure: { max: config.api.adminAuthFailureMax, windowMs: config.api.adminAuthFailureWindowMs },
+    }),
+  );
   return app;
 }

@@ -15,7 +15,8 @@ import { openChaosDatabase, type ChaosDatabase } from './postgres.ts';
 import { httpOk, Supervised, waitUntil } from './processes.ts';
 
 export const TASK_QUEUE = 'onceflow-chaos';
-export const ADMIN_TOKEN = 'chaos_admin_token_0123456789';
+/** Strong enough for loadConfig's 128-bit floor on an explicit admin token; local to the chaos run. */
+export const ADMIN_TOKEN = '1e17c2cceb03b9142e5d14042d26747d1d15c0ad9941a4867374fa5a30015fcc';
 /** The local demo key (src/db/seed.ts), seeded into the harness's database: orders are placed as tenant `acme`. */
 export const TENANT_API_KEY = DEMO_TENANTS[0].key;
 export const TENANT = 'acme';
@@ -195,7 +196,8 @@ export class ChaosStack {
       this.workers.push(worker);
     }
     await Promise.all(this.workers.map((w) => w.start()));
-    this.api = node('api', 'src/api/main.ts', {}, (p) =>
+    // Its metrics listener on a free port too: API_METRICS_PORT's default may be taken by a running stack.
+    this.api = node('api', 'src/api/main.ts', { API_METRICS_PORT: String(await freePort()) }, (p) =>
       waitUntil('api', () => httpOk(`${this.apiUrl}/healthz`), READY_MS, p),
     );
     await this.api.start();

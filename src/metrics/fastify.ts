@@ -1,14 +1,14 @@
 /**
  * Fastify integration: one onResponse hook that records every response under
- * its route pattern, and GET /metrics.
+ * its route pattern. It serves nothing: the registry is scraped on a listener
+ * of its own (./server.ts), never on the API's port, where any client could
+ * read every tenant's figures.
  */
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import type { Metrics } from './metrics.ts';
 
 export interface MetricsPluginOptions {
   metrics: Metrics;
-  /** Where the registry is served. Default '/metrics'. */
-  path?: string;
 }
 
 /**
@@ -27,14 +27,6 @@ export function metricsPlugin(opts: MetricsPluginOptions): FastifyPluginAsync {
         durationMs: reply.elapsedTime,
       });
     });
-    app.get(
-      opts.path ?? '/metrics',
-      { schema: { hide: true }, config: { rateLimit: false } },
-      async (_request, reply) => {
-        const body = await metrics.registry.metrics();
-        return reply.type(metrics.registry.contentType).send(body);
-      },
-    );
   };
   Object.assign(plugin, {
     [Symbol.for('skip-override')]: true,

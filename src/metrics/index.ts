@@ -6,3 +6,4 @@
 export { createMetrics, type Metrics, type MetricsOptions, type HttpSample } from './metrics.ts';
 export { metricsPlugin, type MetricsPluginOptions } from './fastify.ts';
 export { startMetricsServer, type MetricsServer, type MetricsServerOptions } from './server.ts';
+export { answerPrimaryScrapes, clusterCollector, type ClusterScrapeOptions } from './cluster.ts';

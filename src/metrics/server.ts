@@ -1,8 +1,10 @@
 /**
- * A tiny HTTP server for processes without an HTTP API (the worker): GET
- * /metrics serves our registry, followed by the text of any merged sources
- * (the Temporal SDK's own Prometheus endpoint), so one scrape target covers
- * the whole process.
+ * The metrics listener of every process, on a port of its own and never the
+ * API's (the figures span every tenant): GET /metrics serves our registry,
+ * followed by the text of any merged sources (the Temporal SDK's own
+ * Prometheus endpoint), so one scrape target covers the whole process. The
+ * API cluster primary passes `collect` instead, gathering its processes'
+ * registries (./cluster.ts).
  */
 import http from 'node:http';
 import { Gauge, type Registry } from 'prom-client';
@@ -21,6 +23,10 @@ export interface MetricsServerOptions {
   merge?: string[];
   /** Per merged source, per scrape. Default 2 000 ms. */
   mergeTimeoutMs?: number;
+  /** Renders our part of a scrape; default `registry.metrics()`. */
+  collect?: () => Promise<string>;
+  /** Names the port in the error when it is taken, e.g. 'API metrics (API_METRICS_PORT)'. */
+  what?: string;
 }
 
 export interface MetricsServer {
@@ -66,7 +72,7 @@ export async function startMetricsServer(opts: MetricsServerOptions): Promise<Me
         }
       }),
     );
-    const own = await opts.registry.metrics();
+    const own = await (opts.collect ? opts.collect() : opts.registry.metrics());
     return [own, ...texts.map((t) => (t === '' || t.endsWith('\n') ? t : `${t}\n`))].join('');
   };
 
@@ -89,7 +95,7 @@ export async function startMetricsServer(opts: MetricsServerOptions): Promise<Me
     server.once('error', (err: NodeJS.ErrnoException) =>
       reject(
         err.code === 'EADDRINUSE' || err.code === 'EACCES'
-          ? new PortInUseError(opts.port, 'worker metrics (WORKER_METRICS_PORT)')
+          ? new PortInUseError(opts.port, opts.what ?? 'worker metrics (WORKER_METRICS_PORT)')
           : err,
       ),
     );

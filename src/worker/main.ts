@@ -41,7 +41,8 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
     'metrics server',
     await startMetricsServer({
       registry: metrics.registry,
-      host: config.bindHost,
+      // METRICS_BIND_HOST (loopback unless set), as the API's: BIND_HOST does not expose metrics.
+      host: config.metricsBindHost,
       port: config.ports.workerMetrics,
       merge: [sdkMetricsUrl],
     }),

@@ -8,8 +8,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Pool } from '../../src/db/index.ts';
 import { freePort } from '../../src/devserver/ports.ts';
-import { ownDatabase, temporalAddress, temporalClient, testPool, uniq } from '../support/env.ts';
-import { killAll, spawnEntry, waitHttpOk, type Proc } from '../support/processes.ts';
+import {
+  ownDatabase,
+  temporalAddress,
+  temporalClient,
+  testDatabaseUrl,
+  testPool,
+  uniq,
+} from '../support/env.ts';
+import { killAll, spawnEntry, waitHttpOk, waitOutput, type Proc } from '../support/processes.ts';
 import { call, newTenant, validOrder } from './support.ts';
 
 const spawnApi = (env: Record<string, string>): Proc => spawnEntry('api', 'src/api/main.ts', env);
@@ -45,6 +52,7 @@ describe('API process: crash between commit and workflow start', () => {
       TEMPORAL_ADDRESS: temporalAddress(),
       TEMPORAL_TASK_QUEUE: uniq('api-process'),
       API_PORT: String(port),
+      API_METRICS_PORT: String(await freePort()),
       OUTBOX_POLL_MS: '200',
       LOG_LEVEL: 'info',
     };
@@ -104,7 +112,8 @@ describe('API process: crash between commit and workflow start', () => {
     expect(got.status).toBe(200);
 
     // 3. A second copy on the same port fails fast with a clear message.
-    const clash = spawnApi({ ...env });
+    // (Its own metrics port: the clash under test is the API port's.)
+    const clash = spawnApi({ ...env, API_METRICS_PORT: String(await freePort()) });
     procs.push(clash);
     const clashExit = await clash.exited;
     expect(clashExit.code).toBe(1);
@@ -116,4 +125,76 @@ describe('API process: crash between commit and workflow start', () => {
     expect(second.output()).toMatch(/api stopped/);
     // Three API processes start in this test; on a loaded 2-core machine each can take 30 s.
   }, 240_000);
+});
+
+describe('API process: metrics on their own listener', () => {
+  const procs: Proc[] = [];
+  afterAll(async () => {
+    killAll(procs);
+    await Promise.all(procs.map((p) => p.exited));
+  });
+
+  it('/metrics is 404 on the API port and served on API_METRICS_PORT, bound to loopback', async () => {
+    const port = await freePort();
+    const metricsPort = await freePort();
+    const url = `http://127.0.0.1:${port}`;
+    const api = spawnApi({
+      DATABASE_URL: testDatabaseUrl(),
+      TEMPORAL_ADDRESS: temporalAddress(),
+      TEMPORAL_TASK_QUEUE: uniq('api-metrics'),
+      API_PORT: String(port),
+      API_METRICS_PORT: String(metricsPort),
+      OUTBOX_RELAY: 'off',
+      LOG_LEVEL: 'info',
+    });
+    procs.push(api);
+    await waitHealthy(url, api);
+
+    const onApiPort = await fetch(`${url}/metrics`);
+    expect(onApiPort.status).toBe(404);
+    expect(onApiPort.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+
+    const scraped = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
+    expect(scraped.status).toBe(200);
+    const text = await scraped.text();
+    // The API's own series: its responses (the 404 above included) and its database gauges.
+    expect(text).toMatch(
+      /http_requests_total\{route="unmatched",method="GET",status="404",service="api"\} 1/,
+    );
+    expect(text).toMatch(/onceflow_metrics_db_up\{service="api"\} 1/);
+    expect(api.output()).toMatch(new RegExp(`"metrics":"http://127\\.0\\.0\\.1:${metricsPort}/metrics"`));
+    api.child.kill('SIGTERM');
+    expect(await api.exited).toEqual({ code: 0, signal: null });
+  }, 120_000);
+
+  it('under API_PROCESSES=2 the cluster primary serves every process in one scrape', async () => {
+    const port = await freePort();
+    const metricsPort = await freePort();
+    const url = `http://127.0.0.1:${port}`;
+    const primary = spawnEntry('api-cluster', 'src/api/cluster.ts', {
+      DATABASE_URL: testDatabaseUrl(),
+      TEMPORAL_ADDRESS: temporalAddress(),
+      TEMPORAL_TASK_QUEUE: uniq('api-cluster-metrics'),
+      API_PORT: String(port),
+      API_METRICS_PORT: String(metricsPort),
+      API_PROCESSES: '2',
+      OUTBOX_RELAY: 'off',
+      LOG_LEVEL: 'info',
+    });
+    procs.push(primary);
+    // Two API processes start at once on a shared 2-core machine.
+    await waitOutput(primary, /api processes listening/, 120_000);
+    expect((await fetch(`${url}/metrics`)).status).toBe(404);
+    const scraped = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
+    expect(scraped.status).toBe(200);
+    const text = await scraped.text();
+    for (const name of ['api-1', 'api-2']) {
+      expect(text).toContain(`onceflow_metrics_db_up{service="api",process="${name}"} 1`);
+      expect(text).toContain(`onceflow_metrics_source_up{source="${name}",service="api"} 1`);
+    }
+    // One exposition: each metric's TYPE line once, whatever the number of processes.
+    expect(text.match(/^# TYPE onceflow_metrics_db_up /gm)).toHaveLength(1);
+    primary.child.kill('SIGTERM');
+    expect(await primary.exited).toEqual({ code: 0, signal: null });
+  }, 180_000);
 });

@@ -251,7 +251,7 @@ describe('backlog gauges', () => {
 });
 
 describe('HTTP metrics (Fastify plugin)', () => {
-  it('counts responses by route pattern, method and status, and serves /metrics', async () => {
+  it('counts responses by route pattern, method and status, and serves nothing on the app', async () => {
     const metrics = createMetrics();
     const app = Fastify();
     await app.register(metricsPlugin({ metrics }));
@@ -280,14 +280,14 @@ describe('HTTP metrics (Fastify plugin)', () => {
         await sample(r, 'http_requests_total', { route: 'unmatched', method: 'GET', status: '404' }),
       ).toBe(1);
 
-      const res = await app.inject({ method: 'GET', url: '/metrics' });
-      expect(res.statusCode).toBe(200);
-      expect(res.headers['content-type']).toContain('text/plain');
-      expect(res.body).toContain(
+      // The registry is scraped on a listener of its own (startMetricsServer), never on the app.
+      expect((await app.inject({ method: 'GET', url: '/metrics' })).statusCode).toBe(404);
+      const text = await r.metrics();
+      expect(text).toContain(
         'http_request_duration_seconds_bucket{le="0.005",route="/things/:id",method="GET",status="200"}',
       );
-      expect(res.body).toContain('process_cpu_user_seconds_total');
-      expect(res.body).not.toContain('/things/2'); // raw URLs never become labels
+      expect(text).toContain('process_cpu_user_seconds_total');
+      expect(text).not.toContain('/things/2'); // raw URLs never become labels
     } finally {
       await app.close();
     }
@@ -324,6 +324,12 @@ describe('metrics server', () => {
       const clash = startMetricsServer({ registry: metrics.registry, port: server.port });
       await expect(clash).rejects.toBeInstanceOf(PortInUseError);
       await expect(clash).rejects.toThrow(/WORKER_METRICS_PORT/);
+      const named = startMetricsServer({
+        registry: metrics.registry,
+        port: server.port,
+        what: 'API metrics (API_METRICS_PORT)',
+      });
+      await expect(named).rejects.toThrow(/API_METRICS_PORT/);
     } finally {
       await server.close();
       await new Promise((r) => source.close(r));

@@ -42,6 +42,7 @@ beforeAll(async () => {
     TEMPORAL_TASK_QUEUE: uniq('pgdrop'),
     WORKFLOW_BUNDLE_PATH: workflowBundlePath(),
     API_PORT: String(apiPort),
+    API_METRICS_PORT: String(await freePort()),
     SANDBOX_PORT: String(sandboxPort),
     WORKER_METRICS_PORT: String(metricsPort),
     WORKER_SDK_METRICS_PORT: String(sdkMetricsPort),

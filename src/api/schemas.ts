@@ -131,12 +131,17 @@ export const OrderDetail = Type.Object(
     ...OrderFields,
     chargeId: Type.Union([Type.String(), Type.Null()]),
     receiptId: Type.Union([Type.String(), Type.Null()]),
-    lastError: Type.Union([Type.String(), Type.Null()]),
     reason: Type.Union([Type.String(), Type.Null()], {
       description:
         'Why a rejected or needs_attention order is there, machine-readable: decline_code:<code>, ' +
         'payment_failed, provider_rejected, charge_failed:<type>, payment_unknown_horizon, ' +
         'receipt_failed, status_write_failed. Null otherwise.',
+    }),
+    message: Type.Union([Type.String(), Type.Null()], {
+      description:
+        'A fixed, human-readable sentence for the reason (or, without one, for a rejected or ' +
+        'needs_attention status); never the raw error, which only operators see. See docs/API.md. ' +
+        'Null when there is nothing to explain.',
     }),
     updatedAt: Type.String({ format: 'date-time' }),
     steps: Type.Array(StepSchema),
@@ -214,7 +219,7 @@ export const WebhookAck = Type.Object(
     duplicate: Type.Boolean({ description: 'The event was received before; nothing was done again' }),
     outcome: Type.String({
       description:
-        'signalled, charge_settled (the charge already has its definite outcome; nothing to signal), duplicate, workflow_closed, ignored_event_type or ignored_unknown_order',
+        'signalled, charge_settled (the charge already has its definite outcome; nothing to signal), duplicate, workflow_closed, ignored_event_type, ignored_unknown_order or ignored_mismatch (the event does not name the charge of the order by its key or recorded id, with its amount and currency; nothing was done)',
     }),
   },
   { title: 'WebhookAck' },
@@ -223,7 +228,11 @@ export const WebhookAck = Type.Object(
 export const Health = Type.Object(
   {
     status: Type.Literal('ok'),
-    checks: Type.Optional(Type.Record(Type.String(), Type.String(), { description: 'Check name -> ok' })),
+    checks: Type.Optional(
+      Type.Record(Type.String(), Type.Union([Type.Literal('ok'), Type.Literal('unavailable')]), {
+        description: 'Dependency (`postgres`, `temporal`) -> `ok` or `unavailable`',
+      }),
+    ),
   },
   { title: 'Health' },
 );

@@ -27,7 +27,10 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** Readiness: Postgres and Temporal answer */
+    /**
+     * Readiness: Postgres answers (Temporal is reported, not required)
+     * @description Checked at most once a second; concurrent probes share the check. `checks.temporal` is `unavailable` while Temporal does not answer: orders are still accepted (their workflows start once it is back), so that alone does not make the API unready.
+     */
     get: operations['getReadiness'];
     put?: never;
     post?: never;
@@ -273,7 +276,10 @@ export interface components {
       createdAt: string;
       actor: string;
       source: 'cli' | 'api';
-      action: 'reconcile' | 'resolve' | 'redrive';
+      /** @description How the actor was established: a named operator's token (actor = its name), the shared admin token (actor = 'admin-token'), or self-declared (the CLI's --actor or OS user, and rows before 0016) */
+      actorCredential: 'operator_token' | 'admin_token' | 'self_declared';
+      action:
+        'reconcile' | 'resolve' | 'redrive' | 'redrive_requested' | 'redrive_refused' | 'redrive_unknown';
       reason: string | null;
       tenantId: string;
       operationType: string | null;
@@ -306,9 +312,9 @@ export interface components {
     Health: {
       /** @enum {string} */
       status: 'ok';
-      /** @description Check name -> ok */
+      /** @description Dependency (`postgres`, `temporal`) -> `ok` or `unavailable` */
       checks?: {
-        [key: string]: string;
+        [key: string]: 'ok' | 'unavailable';
       };
     };
     /** OperationList */
@@ -410,9 +416,10 @@ export interface components {
       createdAt: string;
       chargeId: string | null;
       receiptId: string | null;
-      lastError: string | null;
       /** @description Why a rejected or needs_attention order is there, machine-readable: decline_code:<code>, payment_failed, provider_rejected, charge_failed:<type>, payment_unknown_horizon, receipt_failed, status_write_failed. Null otherwise. */
       reason: string | null;
+      /** @description A fixed, human-readable sentence for the reason (or, without one, for a rejected or needs_attention status); never the raw error, which only operators see. See docs/API.md. Null when there is nothing to explain. */
+      message: string | null;
       /** Format: date-time */
       updatedAt: string;
       steps: components['schemas']['OrderStep'][];
@@ -522,8 +529,11 @@ export interface components {
       type: string;
       /** @description Operation key, e.g. order/acme/ord_1/charge */
       key: string;
-      /** @description Who acts (a person), recorded in the audit log */
-      actor: string;
+      /**
+       * @deprecated
+       * @description Ignored. The audit log records the actor from the credential: a named operator's token gives its name, the shared admin token gives 'admin-token'.
+       */
+      actor?: string;
       /** @description Why (required for decisions), recorded in the audit log */
       reason?: string;
     };
@@ -544,8 +554,11 @@ export interface components {
     };
     /** RedriveRequest */
     RedriveRequest: {
-      /** @description Who acts (a person), recorded in the audit log */
-      actor: string;
+      /**
+       * @deprecated
+       * @description Ignored. The audit log records the actor from the credential: a named operator's token gives its name, the shared admin token gives 'admin-token'.
+       */
+      actor?: string;
       /** @description Why (required for decisions), recorded in the audit log */
       reason: string;
     };
@@ -567,8 +580,11 @@ export interface components {
       /** @description Operation key, e.g. order/acme/ord_1/charge */
       key: string;
       outcome: 'succeeded' | 'failed';
-      /** @description Who acts (a person), recorded in the audit log */
-      actor: string;
+      /**
+       * @deprecated
+       * @description Ignored. The audit log records the actor from the credential: a named operator's token gives its name, the shared admin token gives 'admin-token'.
+       */
+      actor?: string;
       /** @description Why (required for decisions), recorded in the audit log */
       reason: string;
       /** @description The provider's charge ID, if known */
@@ -584,7 +600,7 @@ export interface components {
       received: true;
       /** @description The event was received before; nothing was done again */
       duplicate: boolean;
-      /** @description signalled, charge_settled (the charge already has its definite outcome; nothing to signal), duplicate, workflow_closed, ignored_event_type or ignored_unknown_order */
+      /** @description signalled, charge_settled (the charge already has its definite outcome; nothing to signal), duplicate, workflow_closed, ignored_event_type, ignored_unknown_order or ignored_mismatch (the event does not name the charge of the order by its key or recorded id, with its amount and currency; nothing was done) */
       outcome: string;
     };
   };
@@ -625,7 +641,7 @@ export interface operations {
     };
     requestBody?: never;
     responses: {
-      /** @description Postgres and Temporal answer */
+      /** @description Postgres answers (`checks.temporal` says whether Temporal does) */
       200: {
         headers: {
           [name: string]: unknown;
@@ -634,7 +650,7 @@ export interface operations {
           'application/json': components['schemas']['Health'];
         };
       };
-      /** @description A dependency is down (`checks` says which) */
+      /** @description Postgres does not answer (`checks` says which dependency is down) */
       503: {
         headers: {
           [name: string]: unknown;
@@ -968,7 +984,7 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description The order workflow is not reachable yet; the provider should retry */
+      /** @description The order workflow is not started yet, or Temporal did not take the signal in time: the event stays signal_pending and the provider should retry */
       503: {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
@@ -1029,7 +1045,7 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description Missing or wrong admin token (admin-unauthorized) */
+      /** @description Missing, wrong or revoked admin credential (admin-unauthorized) */
       401: {
         headers: {
           [name: string]: unknown;
@@ -1038,7 +1054,7 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description Rate limited; retry after Retry-After */
+      /** @description Rate limited, or too many failed admin credentials; retry after Retry-After */
       429: {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
@@ -1103,7 +1119,7 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description Missing or wrong admin token (admin-unauthorized) */
+      /** @description Missing, wrong or revoked admin credential (admin-unauthorized) */
       401: {
         headers: {
           [name: string]: unknown;
@@ -1127,7 +1143,7 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description Rate limited; retry after Retry-After */
+      /** @description Rate limited, or too many failed admin credentials; retry after Retry-After */
       429: {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
@@ -1189,7 +1205,7 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description Missing or wrong admin token (admin-unauthorized) */
+      /** @description Missing, wrong or revoked admin credential (admin-unauthorized) */
       401: {
         headers: {
           [name: string]: unknown;
@@ -1230,7 +1246,7 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description Rate limited; retry after Retry-After */
+      /** @description Rate limited, or too many failed admin credentials; retry after Retry-After */
       429: {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
@@ -1301,7 +1317,7 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description Missing or wrong admin token (admin-unauthorized) */
+      /** @description Missing, wrong or revoked admin credential (admin-unauthorized) */
       401: {
         headers: {
           [name: string]: unknown;
@@ -1342,7 +1358,7 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description Rate limited; retry after Retry-After */
+      /** @description Rate limited, or too many failed admin credentials; retry after Retry-After */
       429: {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
@@ -1418,7 +1434,7 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description Missing or wrong admin token (admin-unauthorized) */
+      /** @description Missing, wrong or revoked admin credential (admin-unauthorized) */
       401: {
         headers: {
           [name: string]: unknown;
@@ -1459,7 +1475,7 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description Rate limited; retry after Retry-After */
+      /** @description Rate limited, or too many failed admin credentials; retry after Retry-After */
       429: {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
@@ -1530,7 +1546,7 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description Missing or wrong admin token (admin-unauthorized) */
+      /** @description Missing, wrong or revoked admin credential (admin-unauthorized) */
       401: {
         headers: {
           [name: string]: unknown;
@@ -1539,7 +1555,7 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description Rate limited; retry after Retry-After */
+      /** @description Rate limited, or too many failed admin credentials; retry after Retry-After */
       429: {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
@@ -1604,7 +1620,7 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description Missing or wrong admin token (admin-unauthorized) */
+      /** @description Missing, wrong or revoked admin credential (admin-unauthorized) */
       401: {
         headers: {
           [name: string]: unknown;
@@ -1613,7 +1629,7 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description Rate limited; retry after Retry-After */
+      /** @description Rate limited, or too many failed admin credentials; retry after Retry-After */
       429: {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */

@@ -722,15 +722,21 @@ export class Ledger {
       // nothing happened under the key. After a takeover an earlier owner
       // may still send, so the record stays and is reconciled instead
       // (release refuses it; docs/MODEL.md F1).
-      if (isDefiniteFailure(err) && (await this.release(scope, ownerToken))) {
+      const definite = isDefiniteFailure(err);
+      if (definite && (await this.release(scope, ownerToken))) {
         this.#emit('fail', scope, 'released');
         throw err;
       }
       await this.markUnknown(scope, ownerToken, { reason: 'perform_error', message: errorMessage(err) });
       this.#emit('unknown', scope, 'perform_error');
+      // A definite failure kept here (after a takeover) is still the cause: it proves that THIS
+      // request did nothing, and the caller may conclude that repeating it cannot help.
       throw new LedgerError(
         'outcome_unknown',
-        'the provider call failed without a definite outcome; it will be reconciled',
+        definite
+          ? `the provider refused this attempt's request (${errorMessage(err)}), but an earlier ` +
+              'attempt may still act under the same key; it will be reconciled'
+          : 'the provider call failed without a definite outcome; it will be reconciled',
         {
           scope,
           cause: err,
@@ -876,6 +882,21 @@ export class Ledger {
       ? await sql.selectOperation(tx, scope)
       : await withClient(this.#pool, (c) => sql.selectOperation(c, scope));
     return row ? sql.toRecord(row) : null;
+  }
+
+  /**
+   * The records of these keys of one tenant, oldest first, each found by its
+   * primary key (so the cost does not grow with the tenant's history).
+   */
+  async getMany(
+    tenantId: string,
+    refs: readonly { operationType: string; key: string }[],
+  ): Promise<OperationRecord[]> {
+    if (refs.length > MAX_LIST_LIMIT) {
+      throw new LedgerError('invalid_input', `at most ${MAX_LIST_LIMIT} keys per read`);
+    }
+    const rows = await withClient(this.#pool, (c) => sql.selectOperationsByKeys(c, tenantId, refs));
+    return rows.map(sql.toRecord);
   }
 
   async list(filter: ListFilter = {}): Promise<OperationRecord[]> {

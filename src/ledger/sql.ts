@@ -524,6 +524,42 @@ export async function settleUnowned(
   );
 }
 
+/**
+ * The records of these keys of one tenant, oldest first: one primary-key
+ * probe per (operation type, key) pair, so the cost does not grow with the
+ * tenant's history (a prefix filter on `key` can use only the tenant part of
+ * the primary key under a non-"C" collation, and reads every record of the
+ * tenant). Missing keys are simply absent.
+ */
+function selectOperationsByKeysStatement(
+  tenantId: string,
+  refs: readonly { operationType: string; key: string }[],
+): pg.QueryConfig {
+  return {
+    name: 'ledger_select_by_keys',
+    text: `select ${COLUMNS}
+             from unnest($2::text[], $3::text[]) as wanted(wanted_type, wanted_key)
+             join operations on tenant_id = $1 and operation_type = wanted_type and key = wanted_key
+            order by created_at, operation_type, key`,
+    values: [tenantId, refs.map((r) => r.operationType), refs.map((r) => r.key)],
+  };
+}
+
+export async function selectOperationsByKeys(
+  db: Queryable,
+  tenantId: string,
+  refs: readonly { operationType: string; key: string }[],
+): Promise<OperationRow[]> {
+  if (refs.length === 0) return [];
+  return (await db.query<OperationRow>(selectOperationsByKeysStatement(tenantId, refs))).rows;
+}
+
+/**
+ * The operator's listing (admin routes, `npm run ops`): every filter is
+ * optional, so only `state`/`created_at` (operations_unresolved_idx) or the
+ * tenant can narrow the read; `keyPrefix` is a filter, not an index range.
+ * Tenant-facing reads of known keys use selectOperationsByKeys instead.
+ */
 export async function listOperations(
   db: Queryable,
   filter: ListFilter & { limit: number },

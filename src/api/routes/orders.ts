@@ -14,8 +14,10 @@ import { isLedgerError, type OperationRecord } from '../../ledger/index.ts';
 import {
   OPERATION_TYPES,
   TERMINAL_STATUSES,
+  orderStepRefs,
   orderTotal,
   orderWorkflowId,
+  publicReason,
   type OrderItem,
 } from '../../orders/model.ts';
 import type { ApiContext } from '../context.ts';
@@ -133,6 +135,32 @@ function stepView(workflowId: string, r: OperationRecord) {
     updatedAt: iso(r.updatedAt)!,
     completedAt: iso(r.completedAt),
   };
+}
+
+/**
+ * Re-drive epochs read per statement. The steps are read by their exact keys
+ * (orderStepRefs), one primary-key probe each; a re-drive epoch's keys are
+ * only known by number, so the epochs are read in batches until a batch has
+ * no re-drive step at all. Epochs without a record are rare (every status
+ * write of that re-drive failed, or retention reaped it); a run of more than a
+ * whole batch of them would hide the later steps from this view (operators
+ * still see them: `npm run ops -- list --key-prefix`).
+ */
+const STEP_EPOCHS_PER_READ = 8;
+
+async function readSteps(ledger: ApiContext['ledger'], tenantId: string, workflowId: string) {
+  const records: OperationRecord[] = [];
+  for (let from = 0; ; from += STEP_EPOCHS_PER_READ) {
+    const refs = orderStepRefs(workflowId, from, from + STEP_EPOCHS_PER_READ);
+    const epochOf = new Map(refs.map((r) => [`${r.operationType}\n${r.key}`, r.epoch]));
+    const found = await ledger.getMany(tenantId, refs);
+    records.push(...found);
+    const redrives = found.some((r) => (epochOf.get(`${r.operationType}\n${r.key}`) ?? 0) > 0);
+    if (!redrives) break;
+  }
+  return records
+    .sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime() || (a.key < b.key ? -1 : 1))
+    .map((r) => stepView(workflowId, r));
 }
 
 function encodeCursor(row: OrderRow): string {
@@ -340,20 +368,14 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
         row = await read();
       }
       if (!row) throw new ProblemError('notFound', 'No order with this ID.');
-      const records = await ledger.list({ tenantId, keyPrefix: `${row.workflow_id}/`, limit: 1000 });
-      const steps = records
-        // Only the workflow's own steps; a client's Idempotency-Key never names a step.
-        .filter(
-          (r) => r.operationType !== OPERATION_TYPES.createOrder && r.key.startsWith(`${row.workflow_id}/`),
-        )
-        .sort((a, b) => iso(a.createdAt)!.localeCompare(iso(b.createdAt)!))
-        .map((r) => stepView(row.workflow_id, r));
+      // Only the workflow's own step keys: a client's Idempotency-Key (http.create_order) is never read.
+      const steps = await readSteps(ledger, tenantId, row.workflow_id);
       return reply.send({
         ...orderView(row),
         chargeId: row.charge_id,
         receiptId: row.receipt_id,
-        lastError: row.last_error,
-        reason: row.reason,
+        // Never row.last_error: raw error text (internal addresses, database messages) is for operators.
+        ...publicReason(row.status, row.reason),
         updatedAt: row.updated_at.toISOString(),
         steps,
       });

@@ -128,7 +128,8 @@ describe('PromQL in the dashboard and the alert rules', () => {
       const ledger = new Ledger(pool, { hooks: metrics.ledgerHooks });
       const app = await buildApiServer({ pool, ledger, temporal: client, config, metrics });
       await app.inject({ method: 'GET', url: '/healthz' });
-      const api = (await app.inject({ method: 'GET', url: '/metrics' })).body;
+      // What the API's metrics listener serves (API_METRICS_PORT): its registry, never the API port.
+      const api = await metrics.registry.metrics();
       await app.close();
       await close();
       await pool.end();

@@ -5,11 +5,14 @@
  * deprecated auto-setup image, every long-running service has a healthcheck,
  * every dependency exists and waits for the right condition, the worker's
  * stop grace period outlasts its drain, the Temporal setup jobs register what
- * the workflow needs, and the app's environment points at the services.
+ * the workflow needs, the app's environment points at the services, and no
+ * port but the API's is published beyond loopback (the API's only on request).
  */
 import { describe, expect, it } from 'vitest';
 import fs from 'node:fs';
 import path from 'node:path';
+import { isIP } from 'node:net';
+import { randomBytes } from 'node:crypto';
 import { parse as parseYaml } from 'yaml';
 import { loadConfig, requireCredentials } from '../../src/config.ts';
 import { OrderLastErrorKey, OrderStatusKey, TenantIdKey } from '../../src/orders/contract.ts';
@@ -38,11 +41,20 @@ interface Service {
   restart?: string;
   stop_grace_period?: string;
   profiles?: string[];
-  ports?: string[];
+  /** Short syntax (string or number) or long syntax ({ target, published, host_ip }). */
+  ports?: unknown[];
+  expose?: (string | number)[];
+  network_mode?: string;
+  networks?: string[] | Record<string, unknown>;
   volumes?: string[];
+}
+interface NetworkDef {
+  name?: string;
+  driver?: string;
 }
 interface Compose {
   services: Record<string, Service>;
+  networks?: Record<string, NetworkDef | null>;
   'x-onceflow-env': Record<string, string>;
 }
 
@@ -79,6 +91,143 @@ function workerDrainSeconds(): number {
   const m = /shutdownGraceTime:\s*'(\d+) seconds?'/.exec(read('src/worker/main.ts'));
   if (!m) throw new Error("src/worker/main.ts no longer sets shutdownGraceTime: '<n> seconds'");
   return Number(m[1]);
+}
+
+/**
+ * The onceflow processes' config under compose, with the required secrets given as the docs say to
+ * make them (`openssl rand -hex 32` in .env): compose refuses to start without them.
+ */
+function composeConfig() {
+  const env = compose['x-onceflow-env'];
+  const resolved = Object.fromEntries(
+    Object.entries(env).map(([k, v]) => [k, /^\$\{\w+:\?/.test(v) ? randomBytes(32).toString('hex') : v]),
+  );
+  return loadConfig(resolved, '/app');
+}
+
+/**
+ * Compose's interpolation (docs.docker.com/reference/compose-file/interpolation) over `env`: `$$` is a
+ * literal `$`; `${V:-d}` / `${V-d}` take `d` when V is empty / unset; `${V:+a}` / `${V+a}` take `a` when
+ * it is set; `${V:?e}` / `${V?e}` refuse to start without V; `${V}` and `$V` are empty when unset.
+ */
+function interpolate(text: string, env: (name: string) => string | undefined): string {
+  let out = '';
+  for (let i = 0; i < text.length; i++) {
+    if (text[i] !== '$') {
+      out += text[i];
+      continue;
+    }
+    if (text[i + 1] === '$') {
+      out += '$';
+      i++;
+      continue;
+    }
+    if (text[i + 1] !== '{') {
+      const name = /^[A-Za-z_]\w*/.exec(text.slice(i + 1))?.[0];
+      if (!name) throw new Error(`bad interpolation in ${JSON.stringify(text)}`);
+      out += env(name) ?? '';
+      i += name.length;
+      continue;
+    }
+    // Find the matching brace: defaults may nest further ${...}.
+    let depth = 0;
+    let end = i + 1;
+    for (; end < text.length; end++) {
+      if (text[end] === '{') depth++;
+      else if (text[end] === '}' && --depth === 0) break;
+    }
+    const m = /^([A-Za-z_]\w*)(?:(:?[-+?])([\s\S]*))?$/.exec(text.slice(i + 2, end));
+    if (end >= text.length || !m) throw new Error(`bad interpolation in ${JSON.stringify(text)}`);
+    const [, name, op, arg = ''] = m as unknown as [string, string, string | undefined, string | undefined];
+    const value = env(name);
+    const set = op?.startsWith(':') ? Boolean(value) : value !== undefined;
+    if (op?.endsWith('-')) out += set ? value : interpolate(arg, env);
+    else if (op?.endsWith('+')) out += set ? interpolate(arg, env) : '';
+    else if (op?.endsWith('?')) {
+      if (!set) throw new Error(`\${${name}} is required: it has no default`);
+      out += value;
+    } else out += value ?? '';
+    i = end;
+  }
+  return out;
+}
+
+/** Where one `ports:` entry (short or long syntax) publishes: host_ip '' means every interface. */
+function portBinding(
+  entry: unknown,
+  env: (name: string) => string | undefined,
+): { hostIp: string; target: string } {
+  if (typeof entry === 'object' && entry !== null) {
+    const long = entry as { target: unknown; host_ip?: unknown };
+    return {
+      hostIp: interpolate(String(long.host_ip ?? ''), env),
+      target: interpolate(String(long.target), env),
+    };
+  }
+  // [[HOST_IP:]PUBLISHED:]TARGET[/PROTOCOL]; an IPv6 HOST_IP is in brackets.
+  const short = interpolate(String(entry), env).replace(/\/\w+$/, '');
+  const v6 = /^\[([^\]]*)\]:(.*)$/.exec(short);
+  if (v6) return { hostIp: v6[1]!, target: v6[2]!.split(':').at(-1)! };
+  const parts = short.split(':');
+  return { hostIp: parts.length >= 3 ? parts.slice(0, -2).join(':') : '', target: parts.at(-1)! };
+}
+
+/** Docker takes an IP literal here; anything else (including '', every interface) is not loopback. */
+function isLoopbackIp(ip: string): boolean {
+  if (isIP(ip) === 4) return ip.startsWith('127.');
+  return isIP(ip) === 6 && /^(0{0,4}:){2,7}0{0,3}1$|^::1$/i.test(ip);
+}
+
+/** Compose with nothing set in the environment or .env: what `docker compose up` publishes as shipped. */
+const nothingSet = () => undefined;
+/** Every variable set to the value that publishes everywhere: what a user's .env could do. */
+const everythingPublic = () => '0.0.0.0';
+/** The variable a user sets to publish the API beyond loopback (docs/DEPLOYING.md). */
+const API_PUBLISH_VARIABLE = 'API_PUBLISH_HOST';
+
+/**
+ * Every `ports:` entry of `doc` that reaches beyond loopback: by default (nothing set), or, for any
+ * port but the API's own, from any environment a user could write.
+ */
+function portsBeyondLoopback(doc: Pick<Compose, 'services'>, apiPort: number): string[] {
+  const found: string[] = [];
+  for (const [name, s] of Object.entries(doc.services)) {
+    for (const entry of s.ports ?? []) {
+      const shown = `${name}: ports ${JSON.stringify(entry)}`;
+      let byDefault: { hostIp: string; target: string };
+      try {
+        byDefault = portBinding(entry, nothingSet);
+      } catch (err) {
+        found.push(`${shown}: ${(err as Error).message}`);
+        continue;
+      }
+      if (!isLoopbackIp(byDefault.hostIp)) {
+        found.push(`${shown} is published on ${byDefault.hostIp || 'every interface'} by default`);
+        continue;
+      }
+      const isApiPort = name === 'api' && byDefault.target === String(apiPort);
+      const anyEnv = portBinding(entry, everythingPublic).hostIp;
+      if (!isApiPort && !isLoopbackIp(anyEnv)) {
+        found.push(`${shown} can be published on ${anyEnv || 'every interface'} from the environment`);
+      }
+    }
+  }
+  return found;
+}
+
+/** Services on the host's network stack, where a container's 0.0.0.0 is the host's and `ports` is moot. */
+function onHostNetwork(doc: Pick<Compose, 'services' | 'networks'>): string[] {
+  const hostNetworks = new Set(
+    Object.entries(doc.networks ?? {})
+      .filter(([key, n]) => key === 'host' || n?.name === 'host' || n?.driver === 'host')
+      .map(([key]) => key),
+  );
+  return Object.entries(doc.services)
+    .filter(([, s]) => {
+      const joined = Array.isArray(s.networks) ? s.networks : Object.keys(s.networks ?? {});
+      return s.network_mode === 'host' || joined.some((n) => hostNetworks.has(n));
+    })
+    .map(([name]) => name);
 }
 
 describe('docker-compose.yml', () => {
@@ -211,21 +360,19 @@ describe('docker-compose.yml', () => {
 
     // With the required secrets given (compose refuses to start without them), the config loads
     // and the credential checks pass on the exposed bind.
-    const resolved = Object.fromEntries(
-      Object.entries(env).map(([k, v]) => [
-        k,
-        /^\$\{\w+:\?/.test(v) ? `${k.toLowerCase()}_from_env_file` : v,
-      ]),
-    );
     expect(env.WEBHOOK_SECRET).toMatch(/^\$\{WEBHOOK_SECRET:\?/);
     expect(env.ONCEFLOW_ADMIN_TOKEN).toMatch(/^\$\{ONCEFLOW_ADMIN_TOKEN:\?/);
-    const config = loadConfig(resolved, '/app');
-    expect(() => requireCredentials(config, ['adminToken', 'webhookSecret'])).not.toThrow();
+    expect(env.API_KEY_SECRET).toMatch(/^\$\{API_KEY_SECRET:\?/);
+    const config = composeConfig();
+    expect(() => requireCredentials(config, ['adminToken', 'webhookSecret', 'apiKeySecret'])).not.toThrow();
 
     // Ports: what each process listens on is what compose publishes and health-checks.
-    expect(service('api').ports).toContain(`3000:${config.ports.api}`);
-    expect(service('sandbox').ports).toContain(`4010:${config.ports.sandbox}`);
-    expect(service('worker').ports).toEqual([String(config.ports.workerMetrics)]);
+    const targets = (s: Service) => (s.ports ?? []).map((e) => portBinding(e, nothingSet).target);
+    expect(targets(service('api'))).toContain(String(config.ports.api));
+    expect(targets(service('sandbox'))).toContain(String(config.ports.sandbox));
+    // Prometheus scrapes workers on the compose network; the host needs no port of theirs.
+    expect(service('worker').ports).toBeUndefined();
+    expect(service('worker').expose).toEqual([String(config.ports.workerMetrics)]);
     expect([service('worker').healthcheck!.test].flat().join(' ')).toContain(
       `:${config.ports.workerMetrics}/metrics`,
     );
@@ -246,5 +393,93 @@ describe('docker-compose.yml', () => {
     }
     // Workers in compose find it themselves (by hash), so none overrides the path.
     expect(compose['x-onceflow-env'].WORKFLOW_BUNDLE_PATH).toBeUndefined();
+  });
+});
+
+/**
+ * Only the API's port may leave the machine, and only when the user says so. Every other service
+ * (Postgres with its published password, Temporal's frontend with no auth, the UI, the sandbox and its
+ * `/_sandbox/reset`, Prometheus, Grafana) is reachable from the host's loopback at most, whatever the
+ * environment says. `expose:` publishes nothing (it only names a port on the compose network);
+ * `network_mode: host` would bypass every binding, so no service may use it.
+ */
+describe('docker-compose.yml publishes nothing beyond loopback but the API, and the API only on request', () => {
+  it('reads port entries and host addresses the way compose and Docker do', () => {
+    const hostIp = (entry: unknown) => portBinding(entry, nothingSet).hostIp;
+    expect(hostIp('5432:5432')).toBe('');
+    expect(hostIp('9464')).toBe('');
+    expect(hostIp(9464)).toBe('');
+    expect(hostIp('127.0.0.1:5432:5432')).toBe('127.0.0.1');
+    expect(hostIp('127.0.0.1:5432:5432/tcp')).toBe('127.0.0.1');
+    expect(hostIp('[::1]:5432:5432')).toBe('::1');
+    expect(hostIp({ target: 5432, published: '5432' })).toBe('');
+    expect(hostIp({ target: 5432, published: '5432', host_ip: '127.0.0.1' })).toBe('127.0.0.1');
+    // A default is what `docker compose up` uses; a variable without one is empty: every interface.
+    expect(hostIp('${H:-127.0.0.1}:3000:3000')).toBe('127.0.0.1');
+    expect(hostIp('${H-127.0.0.1}:3000:3000')).toBe('127.0.0.1');
+    expect(hostIp('${H:-${G:-127.0.0.1}}:3000:3000')).toBe('127.0.0.1');
+    expect(hostIp('${H}:3000:3000')).toBe('');
+    expect(hostIp('$H:3000:3000')).toBe('');
+    expect(hostIp('${H:+127.0.0.1}:3000:3000')).toBe('');
+    expect(hostIp('$${H}:3000:3000')).toBe('${H}');
+    expect(() => hostIp('${H:?set H}:3000:3000')).toThrow(/has no default/);
+    expect(portBinding('${H:-127.0.0.1}:3000:3000', everythingPublic).hostIp).toBe('0.0.0.0');
+    expect(portBinding('127.0.0.1:${P:-5432}:5432', everythingPublic).hostIp).toBe('127.0.0.1');
+
+    for (const ip of ['127.0.0.1', '127.3.2.1', '::1', '0:0:0:0:0:0:0:1']) {
+      expect(isLoopbackIp(ip), ip).toBe(true);
+    }
+    for (const ip of ['', '0.0.0.0', '::', '10.0.0.7', '192.168.1.2', 'localhost', '128.0.0.1', '::2']) {
+      expect(isLoopbackIp(ip), ip).toBe(false);
+    }
+  });
+
+  it('the check flags each way a port can leave loopback, and lets only the API port be the user’s choice', () => {
+    const doc = parseYaml(`
+      services:
+        api:
+          ports:
+            - '\${API_PUBLISH_HOST:-127.0.0.1}:3000:3000'  # allowed: loopback unless the user opts in
+            - '9100:9100'                                  # the API's other ports are not the API port
+        api2: { ports: ['\${API_PUBLISH_HOST}:3000:3000'] }   # no default
+        pg: { ports: ['127.0.0.1:5432:5432', '5433:5432', '[::1]:5434:5432'] }
+        ui: { ports: ['\${UI_HOST:-127.0.0.1}:8080:8080'] }    # loopback by default, but a knob
+        job: { ports: ['\${JOB_HOST:?set it}:1:1'] }
+        long: { ports: [{ target: 1, published: 1 }, { target: 2, published: 2, host_ip: '127.0.0.1' }] }
+        random: { ports: [9464] }
+        internal: { expose: ['9464'] }
+        hostnet: { network_mode: host }
+        joined: { networks: [hn] }
+      networks:
+        hn: { name: host, external: true }
+    `) as Compose;
+    expect(portsBeyondLoopback(doc, 3000)).toEqual([
+      'api: ports "9100:9100" is published on every interface by default',
+      'api2: ports "${API_PUBLISH_HOST}:3000:3000" is published on every interface by default',
+      'pg: ports "5433:5432" is published on every interface by default',
+      'ui: ports "${UI_HOST:-127.0.0.1}:8080:8080" can be published on 0.0.0.0 from the environment',
+      'job: ports "${JOB_HOST:?set it}:1:1": ${JOB_HOST} is required: it has no default',
+      'long: ports {"target":1,"published":1} is published on every interface by default',
+      'random: ports 9464 is published on every interface by default',
+    ]);
+    expect(onHostNetwork(doc)).toEqual(['hostnet', 'joined']);
+  });
+
+  it('binds every published port of every service to loopback, except that the API port is the user’s choice', () => {
+    expect(portsBeyondLoopback(compose, composeConfig().ports.api)).toEqual([]);
+  });
+
+  it('publishes the API port on loopback unless the user sets the documented variable', () => {
+    const apiPort = String(composeConfig().ports.api);
+    const api = (service('api').ports ?? []).filter((e) => portBinding(e, nothingSet).target === apiPort);
+    expect(api).toHaveLength(1);
+    expect(portBinding(api[0], nothingSet).hostIp).toBe('127.0.0.1');
+    const optIn = (name: string) => (name === API_PUBLISH_VARIABLE ? '0.0.0.0' : undefined);
+    expect(portBinding(api[0], optIn).hostIp).toBe('0.0.0.0');
+    expect(read('docs/DEPLOYING.md')).toContain(`${API_PUBLISH_VARIABLE}=0.0.0.0`);
+  });
+
+  it('runs no service on the host network, where its own bind address would be the host’s', () => {
+    expect(onHostNetwork(compose)).toEqual([]);
   });
 });

@@ -5,7 +5,7 @@
  *
  *   npm run bench:e2e [-- --orders=500] [--concurrency=1,8,32] [--quick]
  *
- * For measuring one tuning change at a time (docs/BENCHMARKS.md):
+ * For measuring one tuning change at a time (docs/BENCHMARKS-JOURNAL.md, "Tuning changes"):
  *   --baseline-only      skip the orders, run only the baseline workflow
  *   --sqlite=default     the CLI's SQLite defaults instead of WAL + synchronous=normal
  *   --eager=off          server flag for eager activity dispatch off

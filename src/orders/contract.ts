@@ -24,7 +24,7 @@ export const OrderLastErrorKey = defineSearchAttributeKey('OrderLastError', Sear
  * the order). The outbox relay starts the workflow with it, and the tenant,
  * already indexed, so the workflow does not upsert them itself: a
  * search-attribute update is a visibility write on the server, the most
- * expensive event of a workflow task (docs/BENCHMARKS.md).
+ * expensive event of a workflow task (docs/BENCHMARKS-JOURNAL.md, round 3).
  */
 export const FIRST_ORDER_STATUS: OrderStatus = 'payment_pending';
 

@@ -38,7 +38,7 @@ export interface SandboxClientOptions {
  * `request` on keep-alive connections, not `fetch`. Same HTTP engine (fetch
  * is undici too) with the same Agent defaults as fetch's global dispatcher,
  * without the WHATWG layer (Request/Response objects, web streams) that costs
- * about 4x the client CPU per call (`npm run bench:http`; docs/BENCHMARKS.md,
+ * about 4x the client CPU per call (`npm run bench:http`; docs/BENCHMARKS-JOURNAL.md,
  * round 7). No automatic retries, as with fetch, and no redirects (fetch
  * followed them): a POST is sent at most once per call, to this URL only.
  */

@@ -78,7 +78,7 @@ function packageVersion(name: string): string {
  * bench). An untraced bundle has no interceptor at all: with them, every
  * workflow task pays for span bookkeeping and extra promises (each one a
  * captured stack trace in the SDK's sandbox) even when tracing is off, about
- * a quarter of the worker's CPU per order (docs/BENCHMARKS.md). Both variants
+ * a quarter of the worker's CPU per order (docs/BENCHMARKS-JOURNAL.md, round 3). Both variants
  * emit the same commands, so histories replay on either.
  */
 function defaultInterceptorModules(entry: string, traced: boolean): string[] {

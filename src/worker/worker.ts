@@ -64,7 +64,7 @@ export interface CreateWorkerOptions {
 /**
  * Slots and cache, fitted to the machine class we run on (2 cores, one
  * worker process, a pool of 10 connections) following the SDK's
- * performance guidance (see docs/BENCHMARKS.md for the measured effect):
+ * performance guidance (docs/BENCHMARKS-JOURNAL.md, "Tuning changes", has the measured effect):
  * - workflow tasks are CPU work on one thread; more than a handful in
  *   flight only queue inside the process, while each held slot keeps a
  *   long poll open on the server;

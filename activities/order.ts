@@ -12,7 +12,7 @@ import { Ledger, LedgerError, type ExternalRunOptions } from '../src/ledger/inde
 import type { EmailProvider, PaymentProvider } from '../src/providers/types.ts';
 import { ProviderError } from '../src/providers/types.ts';
 import { OPERATION_TYPES, type OrderStatus } from '../src/orders/model.ts';
-import { REFUSED_AFTER_TAKEOVER } from '../src/orders/contract.ts';
+import { FAILURE, type FailureType } from '../src/orders/contract.ts';
 import { orderTransitionStatement, type OrderTransition } from '../src/orders/sql.ts';
 import * as payment from '../src/steps/payment.ts';
 import * as receipt from '../src/steps/receipt.ts';
@@ -90,16 +90,16 @@ function keepAlive(): Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> {
  * refusing the request itself (nothing happened) becomes `rejectedType`,
  * non-retryable; the same refusal after a takeover (the record stays
  * unknown, so nothing is proven) becomes a non-retryable
- * REFUSED_AFTER_TAKEOVER, which parks the order; a request that never left
+ * FAILURE.refusedAfterTakeover, which parks the order; a request that never left
  * (connection refused, DNS) is a
- * retryable 'ProviderUnavailable' (the claim was released, the retry starts
+ * retryable FAILURE.providerUnavailable (the claim was released, the retry starts
  * fresh under the same key). An idempotency-key conflict never gets here: the
  * ledger marks it unknown (outcome_unknown).
  */
 export function toActivityFailure(
   err: unknown,
-  unknownType: string,
-  rejectedType = 'ProviderRejected',
+  unknownType: FailureType,
+  rejectedType: FailureType = FAILURE.providerRejected,
 ): unknown {
   if (err instanceof LedgerError) {
     switch (err.code) {
@@ -110,7 +110,7 @@ export function toActivityFailure(
           // was charged); but the same request would be refused again, and retrying it until the
           // reconciliation horizon settles nothing. Non-retryable: the workflow parks the order.
           return ApplicationFailure.create({
-            type: REFUSED_AFTER_TAKEOVER,
+            type: FAILURE.refusedAfterTakeover,
             message: err.message,
             nonRetryable: true,
             cause: err,
@@ -120,29 +120,33 @@ export function toActivityFailure(
       case 'in_progress':
       case 'ownership_lost':
         return ApplicationFailure.create({
-          type: 'OperationInProgress',
+          type: FAILURE.operationInProgress,
           message: err.message,
           cause: err,
           ...(err.retryAfterMs ? { nextRetryDelay: err.retryAfterMs } : {}),
         });
       case 'conflict':
         return ApplicationFailure.create({
-          type: 'OperationConflict',
+          type: FAILURE.operationConflict,
           message: err.message,
           nonRetryable: true,
         });
       case 'invalid_key':
       case 'invalid_input':
-        return ApplicationFailure.create({ type: 'InvalidInput', message: err.message, nonRetryable: true });
+        return ApplicationFailure.create({
+          type: FAILURE.invalidInput,
+          message: err.message,
+          nonRetryable: true,
+        });
       default:
-        return ApplicationFailure.create({ type: 'LedgerError', message: err.message, cause: err });
+        return ApplicationFailure.create({ type: FAILURE.ledgerError, message: err.message, cause: err });
     }
   }
   if (err instanceof ProviderError && err.kind === 'rejected') {
     return ApplicationFailure.create({ type: rejectedType, message: err.message, nonRetryable: true });
   }
   if (err instanceof ProviderError && err.kind === 'not_sent') {
-    return ApplicationFailure.create({ type: 'ProviderUnavailable', message: err.message, cause: err });
+    return ApplicationFailure.create({ type: FAILURE.providerUnavailable, message: err.message, cause: err });
   }
   return err;
 }
@@ -165,7 +169,7 @@ function stepLog(ref: StepRef): Log {
 }
 
 /** Logs a step that did not finish (warn: Temporal retries it, or the workflow handles it) and maps the error. */
-function failed(log: Log, err: unknown, unknownType: string, rejectedType?: string): unknown {
+function failed(log: Log, err: unknown, unknownType: FailureType, rejectedType?: FailureType): unknown {
   const failure = toActivityFailure(err, unknownType, rejectedType);
   const type = failure instanceof ApplicationFailure ? failure.type : undefined;
   log.warn('step did not finish', { ...errorFields(err), ...(type ? { failureType: type } : {}) });
@@ -195,7 +199,7 @@ export function createOrderActivities(deps: OrderActivityDeps) {
         });
         return r;
       } catch (err) {
-        throw failed(log, err, 'PaymentOutcomeUnknown', 'PaymentRejected');
+        throw failed(log, err, FAILURE.paymentOutcomeUnknown, FAILURE.paymentRejected);
       }
     },
 
@@ -214,7 +218,7 @@ export function createOrderActivities(deps: OrderActivityDeps) {
           log.info('step finished', { settled: false, outcome: null, stillUnknown: true });
           return { settled: false, outcome: null, chargeId: null };
         }
-        throw failed(log, err, 'PaymentOutcomeUnknown');
+        throw failed(log, err, FAILURE.paymentOutcomeUnknown);
       }
     },
 
@@ -226,7 +230,7 @@ export function createOrderActivities(deps: OrderActivityDeps) {
         log.info('step finished', { settled: r.settled, outcome: r.outcome, chargeId: r.chargeId });
         return r;
       } catch (err) {
-        throw failed(log, err, 'PaymentOutcomeUnknown');
+        throw failed(log, err, FAILURE.paymentOutcomeUnknown);
       }
     },
 
@@ -238,7 +242,7 @@ export function createOrderActivities(deps: OrderActivityDeps) {
         log.info('step finished', { ...r });
         return r;
       } catch (err) {
-        throw failed(log, err, 'ReceiptOutcomeUnknown');
+        throw failed(log, err, FAILURE.receiptOutcomeUnknown);
       }
     },
 
@@ -265,7 +269,7 @@ export function createOrderActivities(deps: OrderActivityDeps) {
         );
         if (!ran) {
           throw ApplicationFailure.create({
-            type: 'OrderNotFound',
+            type: FAILURE.orderNotFound,
             message: `order ${args.tenantId}/${args.orderId} does not exist`,
             nonRetryable: true,
           });
@@ -274,7 +278,7 @@ export function createOrderActivities(deps: OrderActivityDeps) {
         log.info('step finished', { status: result.status, applied: result.applied });
         return result;
       } catch (err) {
-        throw failed(log, err, 'StatusOutcomeUnknown');
+        throw failed(log, err, FAILURE.statusOutcomeUnknown);
       }
     },
   };

@@ -32,8 +32,8 @@ import {
   FIRST_ORDER_STATUS,
   OrderLastErrorKey,
   OrderStatusKey,
+  FAILURE,
   paymentEventSignal,
-  REDRIVE_REFUSED,
   searchableText,
   redriveSignal,
   redriveUpdate,
@@ -45,9 +45,9 @@ import {
 } from '../src/orders/contract.ts';
 import {
   activityOptions,
-  PARKING_FAILURE_TYPES,
   externalActivityOptions,
   localActivityOptions,
+  parksOrder,
   resolveTiming,
   type OrderTiming,
 } from './policies.ts';
@@ -127,14 +127,14 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
       validator: (request) => {
         if (!request?.actor?.trim() || !request?.reason?.trim()) {
           throw ApplicationFailure.create({
-            type: REDRIVE_REFUSED,
+            type: FAILURE.redriveRefused,
             message: 're-drive refused: actor and reason are required',
             nonRetryable: true,
           });
         }
         if (!state.awaitingOperator || redriveRequested) {
           throw ApplicationFailure.create({
-            type: REDRIVE_REFUSED,
+            type: FAILURE.redriveRefused,
             message:
               `re-drive refused: the order workflow is not parked (status ${state.status}` +
               `${redriveRequested ? ', a re-drive is already under way' : ''}); ` +
@@ -363,14 +363,16 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
         };
       } catch (err) {
         const type = failureType(err);
-        if (type === 'PaymentRejected') {
+        if (type === FAILURE.paymentRejected) {
           // The provider refused the request itself: nothing was charged, and retrying can't help.
           return { settled: true, outcome: 'failed', chargeId: null, refusal: failureMessage(err) };
         }
-        if (type !== undefined && PARKING_FAILURE_TYPES.includes(type)) {
+        if (type !== undefined && parksOrder(type)) {
           await needsAttention(
             `charge failed: ${failureMessage(err)}`,
-            type === 'ProviderRejected' ? ORDER_REASONS.providerRejected : ORDER_REASONS.chargeFailed(type),
+            type === FAILURE.providerRejected
+              ? ORDER_REASONS.providerRejected
+              : ORDER_REASONS.chargeFailed(type),
           );
           unknownEpisode = undefined;
           const fromEvent = await applyPaymentEvent();

@@ -9,7 +9,7 @@
  *   charge again, so the order goes to a human instead.
  */
 import type { ActivityOptions, LocalActivityOptions } from '@temporalio/workflow';
-import { REFUSED_AFTER_TAKEOVER } from '../src/orders/contract.ts';
+import { FAILURE, type FailureType } from '../src/orders/contract.ts';
 import { PROVIDER_KEY_WINDOW_MS } from '../src/providers/contract.ts';
 
 export interface OrderTiming {
@@ -59,18 +59,23 @@ export const DEFAULT_TIMING: OrderTiming = {
  * Failures that prove the step's effect did not happen and retrying cannot
  * fix. Any other failure of an external step may hide an effect.
  */
-export const DEFINITE_FAILURE_TYPES = [
-  'InvalidInput',
-  'OperationConflict',
-  'ProviderRejected',
-  'OrderNotFound',
+export const DEFINITE_FAILURE_TYPES: FailureType[] = [
+  FAILURE.invalidInput,
+  FAILURE.operationConflict,
+  FAILURE.providerRejected,
+  FAILURE.orderNotFound,
 ];
 
 /** Failures of an external step that park the order for an operator instead of being retried. */
-export const PARKING_FAILURE_TYPES = [...DEFINITE_FAILURE_TYPES, REFUSED_AFTER_TAKEOVER];
+export const PARKING_FAILURE_TYPES: FailureType[] = [...DEFINITE_FAILURE_TYPES, FAILURE.refusedAfterTakeover];
 
-/** Errors that retrying cannot fix; 'PaymentRejected' is the provider refusing the charge request outright. */
-export const NON_RETRYABLE_ERROR_TYPES = [...PARKING_FAILURE_TYPES, 'PaymentRejected'];
+/** Whether a step's failure type (as the workflow received it) parks the order. */
+export function parksOrder(type: string | undefined): boolean {
+  return PARKING_FAILURE_TYPES.some((t) => t === type);
+}
+
+/** Errors that retrying cannot fix; paymentRejected is the provider refusing the charge request outright. */
+export const NON_RETRYABLE_ERROR_TYPES: FailureType[] = [...PARKING_FAILURE_TYPES, FAILURE.paymentRejected];
 
 export function resolveTiming(overrides: Partial<OrderTiming> | undefined): OrderTiming {
   const timing = { ...DEFAULT_TIMING, ...overrides };

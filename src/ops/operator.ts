@@ -37,12 +37,7 @@ import { listParkedWorkflows, type ParkedWorkflow } from '../orders/attention.ts
 import type { Charge, EmailProvider, Message, PaymentProvider } from '../providers/types.ts';
 import { chargeReconciler, settledCharge } from '../steps/payment.ts';
 import { receiptReconciler, settledReceipt } from '../steps/receipt.ts';
-import {
-  paymentEventSignal,
-  REDRIVE_REFUSED,
-  redriveUpdate,
-  type RedriveAccepted,
-} from '../orders/contract.ts';
+import { FAILURE, paymentEventSignal, redriveUpdate, type RedriveAccepted } from '../orders/contract.ts';
 import {
   insertAudit,
   selectAudit,
@@ -792,7 +787,7 @@ function nextStep(
 function redriveError(err: unknown, rowStatus: string, intentId: string): OpsError {
   if (err instanceof WorkflowUpdateFailedError) {
     const cause = err.cause;
-    if (cause instanceof ApplicationFailure && cause.type === REDRIVE_REFUSED) {
+    if (cause instanceof ApplicationFailure && cause.type === FAILURE.redriveRefused) {
       return new OpsError('invalid_state', `${cause.message} (order row: ${rowStatus})`, { cause: err });
     }
     return new OpsError('invalid_state', `the workflow refused the re-drive: ${message(cause ?? err)}`, {

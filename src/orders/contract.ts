@@ -110,12 +110,10 @@ export interface RedriveAccepted {
 
 /**
  * Operator re-drive of a parked order, as an Update: its validator refuses
- * (the caller gets the error, nothing is written to the history) when the
+ * (FAILURE.redriveRefused; the caller gets the error, nothing is written to the history) when the
  * workflow is not parked, so a re-drive is never silently dropped.
  */
 export const redriveUpdate = defineUpdate<RedriveAccepted, [RedriveRequest]>('redrive');
-/** Error type of a refused re-drive (the update's validator). */
-export const REDRIVE_REFUSED = 'RedriveRefused';
 
 /**
  * The older signal form of the re-drive, kept so histories and scripts that
@@ -124,11 +122,52 @@ export const REDRIVE_REFUSED = 'RedriveRefused';
 export const redriveSignal = defineSignal<[RedriveRequest]>('redrive');
 export const statusQuery = defineQuery<OrderState>('status');
 
+// --- failure types
+
 /**
- * Failure type: the provider refused a step's request after a takeover. This
- * request did nothing, but an earlier attempt may still act under the same
- * key, so the effect is NOT proven absent (the ledger record stays unknown).
- * Retrying the same request can't help either, so the order parks for an
- * operator (workflows/policies.ts PARKING_FAILURE_TYPES).
+ * The `type` of every ApplicationFailure that crosses between the order
+ * activities (which throw them) and the workflow or the operator (which
+ * branch on them). One list, so neither side spells a name the other does
+ * not know.
+ *
+ * The values are data, not just names: they are in recorded histories
+ * (test/fixtures/histories) and in the failures of workflows running now, and
+ * the workflow branches on them when it replays. Never change a value; add a
+ * new one instead.
  */
-export const REFUSED_AFTER_TAKEOVER = 'RefusedAfterTakeover';
+export const FAILURE = {
+  /** Charge: the provider refused the request itself; nothing was charged (the order is rejected). */
+  paymentRejected: 'PaymentRejected',
+  /** Charge: the outcome is not known (lost response, timeout); the workflow reconciles. */
+  paymentOutcomeUnknown: 'PaymentOutcomeUnknown',
+  /** Receipt: the outcome is not known; Temporal retries under the same key. */
+  receiptOutcomeUnknown: 'ReceiptOutcomeUnknown',
+  /** Status write: the outcome is not known; Temporal retries under the same key. */
+  statusOutcomeUnknown: 'StatusOutcomeUnknown',
+  /** A step's provider refused the request itself (nothing happened); retrying can't help. */
+  providerRejected: 'ProviderRejected',
+  /** The request never left (connection refused, DNS); the claim was released, retrying is safe. */
+  providerUnavailable: 'ProviderUnavailable',
+  /**
+   * The provider refused a step's request after a takeover. This request did
+   * nothing, but an earlier attempt may still act under the same key, so the
+   * effect is NOT proven absent (the ledger record stays unknown). Retrying
+   * the same request can't help either, so the order parks for an operator
+   * (workflows/policies.ts PARKING_FAILURE_TYPES).
+   */
+  refusedAfterTakeover: 'RefusedAfterTakeover',
+  /** Another attempt holds the step's claim (or this one lost it); retried after its lease. */
+  operationInProgress: 'OperationInProgress',
+  /** The step's key was already used with a different input. */
+  operationConflict: 'OperationConflict',
+  /** The ledger refused the step's key or input. */
+  invalidInput: 'InvalidInput',
+  /** Any other ledger error; retried. */
+  ledgerError: 'LedgerError',
+  /** A status write found no order row. */
+  orderNotFound: 'OrderNotFound',
+  /** A refused re-drive (the redriveUpdate's validator). */
+  redriveRefused: 'RedriveRefused',
+} as const;
+
+export type FailureType = (typeof FAILURE)[keyof typeof FAILURE];

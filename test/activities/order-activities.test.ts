@@ -16,6 +16,7 @@ import {
   type EmailProvider,
   type PaymentProvider,
 } from '../../src/providers/types.ts';
+import { FAILURE } from '../../src/orders/contract.ts';
 import { insertAcceptedOrder } from '../../src/orders/sql.ts';
 import { stepKeys } from '../../src/orders/model.ts';
 import type { Pool } from '../../src/db/index.ts';
@@ -86,7 +87,7 @@ describe('chargePayment failure mapping', () => {
     const acts = createOrderActivities({ pool, ledger, payments: payments.provider, email: noEmail });
     const args = chargeArgs();
     const failure = await failureOf(new MockActivityEnvironment().run(acts.chargePayment, args));
-    expect(failure.type).toBe('PaymentRejected');
+    expect(failure.type).toBe(FAILURE.paymentRejected);
     expect(failure.nonRetryable).toBe(true);
     expect(await ledger.get({ tenantId: 'acme', operationType: 'payment.charge', key: args.key })).toBeNull();
   });
@@ -101,7 +102,7 @@ describe('chargePayment failure mapping', () => {
     const acts = createOrderActivities({ pool, ledger, payments: payments.provider, email: noEmail });
     const args = chargeArgs();
     const failure = await failureOf(new MockActivityEnvironment().run(acts.chargePayment, args));
-    expect(failure.type).toBe('PaymentOutcomeUnknown');
+    expect(failure.type).toBe(FAILURE.paymentOutcomeUnknown);
     expect(failure.nonRetryable).toBe(false);
     expect(
       (await ledger.get({ tenantId: 'acme', operationType: 'payment.charge', key: args.key }))?.state,
@@ -113,7 +114,7 @@ describe('chargePayment failure mapping', () => {
     const acts = createOrderActivities({ pool, ledger, payments: payments.provider, email: noEmail });
     const args = chargeArgs();
     const failure = await failureOf(new MockActivityEnvironment().run(acts.chargePayment, args));
-    expect(failure.type).toBe('PaymentOutcomeUnknown');
+    expect(failure.type).toBe(FAILURE.paymentOutcomeUnknown);
     expect(failure.nonRetryable).toBe(false);
     const scope = { tenantId: 'acme', operationType: 'payment.charge', key: args.key };
     expect((await ledger.get(scope))?.state).toBe('unknown');

@@ -12,6 +12,7 @@ import { createOrderActivities, type ChargeResult } from '../../activities/order
 import { Ledger, downstreamKey, type Scope } from '../../src/ledger/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import type { PaymentProvider } from '../../src/providers/types.ts';
+import { FAILURE } from '../../src/orders/contract.ts';
 import { KEY_WINDOW_PASSED } from '../../src/steps/payment.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { testPool } from '../support/env.ts';
@@ -103,7 +104,7 @@ describe('what a provider answer leaves in the ledger', () => {
     );
     const acts = activities();
     const failure = await failureOf(new MockActivityEnvironment().run(acts.chargePayment, args));
-    expect(failure.type).toBe('PaymentOutcomeUnknown');
+    expect(failure.type).toBe(FAILURE.paymentOutcomeUnknown);
     expect(failure.nonRetryable).toBe(false);
     expect(await record(args)).toMatchObject({ state: 'unknown', owner_token: null });
 
@@ -122,7 +123,7 @@ describe('what a provider answer leaves in the ledger', () => {
       }),
     });
     const failure = await failureOf(new MockActivityEnvironment().run(down.chargePayment, args));
-    expect(failure.type).toBe('ProviderUnavailable');
+    expect(failure.type).toBe(FAILURE.providerUnavailable);
     expect(failure.nonRetryable).toBe(false);
     expect(await record(args)).toBeNull();
 
@@ -141,7 +142,7 @@ describe('what a provider answer leaves in the ledger', () => {
   it('a validation rejection (nothing happened) is still a final PaymentRejected, claim released', async () => {
     const args = { ...chargeArgs(), paymentMethod: 'pm_nope' };
     const failure = await failureOf(new MockActivityEnvironment().run(activities().chargePayment, args));
-    expect(failure.type).toBe('PaymentRejected');
+    expect(failure.type).toBe(FAILURE.paymentRejected);
     expect(failure.nonRetryable).toBe(true);
     expect(await record(args)).toBeNull();
     expect(await charges(args)).toHaveLength(0);
@@ -154,7 +155,7 @@ describe('unknown, and the provider never saw the key', () => {
     // The provider fails before doing anything, but answers 500: we can't know that, so: unknown.
     await fault({ endpoint: 'charges.create', kind: 'fail_before', count: 1 });
     const failure = await failureOf(new MockActivityEnvironment().run(acts.chargePayment, args));
-    expect(failure.type).toBe('PaymentOutcomeUnknown');
+    expect(failure.type).toBe(FAILURE.paymentOutcomeUnknown);
     expect(await record(args)).toMatchObject({ state: 'unknown' });
     return args;
   }
@@ -195,7 +196,7 @@ describe('unknown, and the provider never saw the key', () => {
     const failure = await failureOf(
       new MockActivityEnvironment({ attempt: 2 }).run(acts.chargePayment, args),
     );
-    expect(failure.type).toBe('PaymentOutcomeUnknown');
+    expect(failure.type).toBe(FAILURE.paymentOutcomeUnknown);
     expect(failure.message).toMatch(/key window/);
     expect(await record(args)).toMatchObject({ state: 'unknown' });
     expect(await charges(args)).toHaveLength(0);
@@ -226,7 +227,7 @@ describe('heartbeats renew the claim while the provider call runs', () => {
       return r.rows[0]?.ok === true;
     });
     const second = await failureOf(new MockActivityEnvironment({ attempt: 2 }).run(acts.chargePayment, args));
-    expect(second.type).toBe('OperationInProgress');
+    expect(second.type).toBe(FAILURE.operationInProgress);
     expect(await first).toMatchObject({ outcome: 'succeeded', reconciled: false });
     expect(heartbeats).toBeGreaterThanOrEqual(3);
     expect(await charges(args)).toHaveLength(1);
@@ -267,7 +268,7 @@ describe('heartbeats renew the claim while the provider call runs', () => {
     const thief = (await record(args))!.owner_token;
     answer.resolve();
     const failure = await failureOf(retry);
-    expect(failure.type).toBe('OperationInProgress');
+    expect(failure.type).toBe(FAILURE.operationInProgress);
     expect(creates).toBe(1); // only the first, failed-before request
     expect(await charges(args)).toHaveLength(0);
     expect(await record(args)).toMatchObject({ state: 'unknown', owner_token: thief });

@@ -16,7 +16,7 @@ import {
   OrderStatusKey,
   TenantIdKey,
   paymentEventSignal,
-  REDRIVE_REFUSED,
+  FAILURE,
   redriveUpdate,
   statusQuery,
 } from '../../src/orders/contract.ts';
@@ -420,7 +420,7 @@ describe('order workflow', () => {
       expect(refused).toBeInstanceOf(WorkflowUpdateFailedError);
       const cause = (refused as WorkflowUpdateFailedError).cause;
       expect(cause).toBeInstanceOf(ApplicationFailure);
-      expect((cause as ApplicationFailure).type).toBe(REDRIVE_REFUSED);
+      expect((cause as ApplicationFailure).type).toBe(FAILURE.redriveRefused);
       expect((cause as ApplicationFailure).message).toMatch(/not parked \(status payment_pending\)/);
     } finally {
       await stack.clearFaults();

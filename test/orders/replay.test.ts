@@ -13,6 +13,7 @@ import { Worker } from '@temporalio/worker';
 import type { temporal } from '@temporalio/proto';
 import { workflowBundlePath } from '../support/env.ts';
 import { historyFromJSON } from '../support/history.ts';
+import { FAILURE } from '../../src/orders/contract.ts';
 
 const FIXTURES = path.resolve(import.meta.dirname, '../fixtures/histories');
 
@@ -82,6 +83,34 @@ describe('replay of the previous release', () => {
       .filter(([, error]) => error)
       .map(([name, error]) => `${name}: ${String(error)}`);
     expect(failures).toEqual([]);
+  });
+
+  it('the failure type names are the ones recorded histories and running workflows carry', () => {
+    // Spelled out here on purpose: FAILURE's values are data, and a renamed value would break
+    // every workflow that replays a failure recorded under the old name.
+    expect(FAILURE).toEqual({
+      paymentRejected: 'PaymentRejected',
+      paymentOutcomeUnknown: 'PaymentOutcomeUnknown',
+      receiptOutcomeUnknown: 'ReceiptOutcomeUnknown',
+      statusOutcomeUnknown: 'StatusOutcomeUnknown',
+      providerRejected: 'ProviderRejected',
+      providerUnavailable: 'ProviderUnavailable',
+      refusedAfterTakeover: 'RefusedAfterTakeover',
+      operationInProgress: 'OperationInProgress',
+      operationConflict: 'OperationConflict',
+      invalidInput: 'InvalidInput',
+      ledgerError: 'LedgerError',
+      orderNotFound: 'OrderNotFound',
+      redriveRefused: 'RedriveRefused',
+    });
+    const known = new Set<string>(Object.values(FAILURE));
+    const recorded = new Set(
+      fixtures.flatMap((f) =>
+        [...f.json.matchAll(/"applicationFailureInfo":\s*\{\s*"type":\s*"(\w+)"/g)].map((m) => m[1]),
+      ),
+    );
+    expect(recorded.size).toBeGreaterThan(0);
+    expect([...recorded].filter((t) => t === undefined || !known.has(t))).toEqual([]);
   });
 
   it('a history the code would not produce fails its replay (so the test above can fail)', async () => {

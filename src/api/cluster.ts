@@ -8,7 +8,8 @@
  * servers) and no proxy process of our own in front. Each worker is a full
  * API process (src/api/main.ts): its own pool, Temporal client and outbox
  * relay. Several relays are safe: a row is started only under a claim (one
- * atomic UPDATE ... SKIP LOCKED with a lease, see src/api/sql.ts), and a
+ * atomic UPDATE ... SKIP LOCKED with a lease, claimDueOutbox in
+ * src/outbox/sql.ts), and a
  * start is idempotent anyway (deterministic workflow ID, REJECT_DUPLICATE).
  *
  * This primary restarts a worker that exits on its own (capped exponential

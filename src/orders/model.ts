@@ -156,7 +156,10 @@ export function orderWorkflowId(tenantId: string, orderId: string): string {
 export const stepKeys = {
   charge: (workflowId: string) => `${workflowId}/charge`,
   receipt: (workflowId: string) => `${workflowId}/receipt`,
-  /** `attempt` > 0 only for operator re-drives, which need a fresh transition into a status visited before. */
+  /**
+   * `redrive` is the workflow's count of operator re-drives so far (0 before the first): after a
+   * re-drive the order may move again into a status it visited before, which needs a fresh key.
+   */
   status: (workflowId: string, status: OrderStatus, redrive = 0) =>
     redrive > 0 ? `${workflowId}/status/${status}/redrive-${redrive}` : `${workflowId}/status/${status}`,
 };

@@ -372,8 +372,10 @@ describe('POST /v1/orders: the Idempotency-Key contract', () => {
 
     t0 = Date.now();
     const waiting = call(api, 'GET', `/v1/orders/${id}?wait=20`, { key: acme.key });
-    // No condition to observe from here: give the request time to be inside its long poll
-    // (it re-reads every 250 ms), so the change below wakes it rather than precedes it.
+    // No condition to observe from here: give the request time to be inside its long poll, so
+    // the change below wakes it rather than precedes it. The wake is the status trigger's
+    // NOTIFY on a terminal change (src/api/order-waits.ts); only while LISTEN is down does a
+    // waiter re-read on a timer, backing off from 250 ms to 4 s.
     await new Promise((r) => setTimeout(r, 500));
     // What the workflow's status activity does, compressed: the row reaches a terminal status.
     await api.pool.query(

@@ -4,13 +4,14 @@
  * The workflows run on a task queue no worker polls, so they stay open and
  * every signal they receive is visible in their history.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { defaultPayloadConverter } from '@temporalio/common';
 import { signWebhook } from '../../src/providers/webhook-signature.ts';
 import type { PaymentProvider } from '../../src/providers/types.ts';
 import { chargeScope, runCharge } from '../../src/steps/payment.ts';
 import { downstreamKey } from '../../src/ledger/index.ts';
 import { uniq } from '../support/env.ts';
+import { deferred } from '../support/wait.ts';
 import { PROBLEM, call, newTenant, startApi, validOrder, type TestApi } from './support.ts';
 
 type Order = { id: string; workflowId: string };
@@ -281,12 +282,42 @@ describe('POST /v1/webhooks/payments', () => {
     const overtaken = await createOrder();
     await setStatus(overtaken, 'payment_pending');
     const first = await chargeInFlight(overtaken);
-    const evt = event(overtaken, 'charge.succeeded');
-    const pending = send(evt);
-    await new Promise((r) => setTimeout(r, 100));
-    first.answer();
-    expect((await first.done).outcome).toBe('succeeded');
-    expect((await pending).body).toEqual({ received: true, duplicate: false, outcome: 'charge_settled' });
+    // The route reads the charge's record through the app's ledger (api.ledger): count its reads
+    // that find the call still in flight. A second one means the webhook is waiting (re-reading),
+    // not answering from its first look.
+    const overtakenKey = `${overtaken.workflowId}/charge`;
+    const rereading = deferred();
+    let inFlightReads = 0;
+    const realGet = api.ledger.get.bind(api.ledger);
+    const reads = vi.spyOn(api.ledger, 'get').mockImplementation(async (scope) => {
+      const record = await realGet(scope);
+      if (scope.key === overtakenKey && record?.state === 'in_progress' && ++inFlightReads === 2) {
+        rereading.resolve();
+      }
+      return record;
+    });
+    try {
+      const evt = event(overtaken, 'charge.succeeded');
+      const pending = send(evt);
+      // Either the webhook re-reads the in-flight record (it waits), or it answers without waiting.
+      const firstLook = await Promise.race([
+        rereading.promise.then(() => 'waiting' as const),
+        pending.then((res) => ({ answeredWithoutWaiting: res.body })),
+      ]);
+      expect(firstLook).toBe('waiting');
+      // And it has not answered: its response is not in by the next turn of the event loop.
+      const checkpoint = await Promise.race([
+        pending.then(() => 'answered' as const),
+        new Promise<'held'>((r) => setImmediate(() => r('held'))),
+      ]);
+      expect(checkpoint).toBe('held');
+      first.answer();
+      expect((await first.done).outcome).toBe('succeeded');
+      expect((await pending).body).toEqual({ received: true, duplicate: false, outcome: 'charge_settled' });
+    } finally {
+      reads.mockRestore();
+      first.answer(); // a failed assertion above must not leave the charge held
+    }
     expect(await signals(overtaken.workflowId)).toEqual([]);
 
     // The call stays open past the wait (its response lost, say): the event is signalled as before.

@@ -46,7 +46,7 @@ import { loadConfig } from '../src/config.ts';
 import { createThrowawayDatabase } from '../src/db/migrate.ts';
 import { createPool } from '../src/db/index.ts';
 import { DEMO_TENANTS, seedDemoData } from '../src/db/seed.ts';
-import { freePort } from '../src/devserver/ports.ts';
+import { freePort } from '../src/process/ports.ts';
 import {
   ensureTemporalCli,
   startDevServerOnFreePorts,

@@ -26,7 +26,7 @@ import {
   waitForTemporal,
   type DevServer,
 } from './devserver/temporal.ts';
-import { assertPortFree, PortInUseError } from './devserver/ports.ts';
+import { assertPortFree, PortInUseError } from './process/ports.ts';
 import {
   derivedServerPorts,
   describeServerPorts,

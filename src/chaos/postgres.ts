@@ -9,7 +9,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
-import { freePort } from '../devserver/ports.ts';
+import { freePort } from '../process/ports.ts';
 import { createPool } from '../db/index.ts';
 import { createThrowawayDatabase } from '../db/migrate.ts';
 import { seedDemoData } from '../db/seed.ts';

@@ -8,7 +8,7 @@
 import path from 'node:path';
 import { Connection } from '@temporalio/client';
 import { DEMO_TENANTS } from '../db/seed.ts';
-import { freePort } from '../devserver/ports.ts';
+import { freePort } from '../process/ports.ts';
 import { ensureTemporalCli, startDevServer, type DevServer } from '../devserver/temporal.ts';
 import { ensureWorkflowBundle } from '../worker/bundle.ts';
 import { openChaosDatabase, type ChaosDatabase } from './postgres.ts';

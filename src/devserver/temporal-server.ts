@@ -20,7 +20,7 @@ import pg from 'pg';
 import { Connection } from '@temporalio/client';
 import { msToTs } from '@temporalio/common';
 import { ensureDatabase, redactUrl, withDatabase } from '../db/migrate.ts';
-import { assertPortFree, freePort, PortInUseError } from './ports.ts';
+import { assertPortFree, freePort, PortInUseError } from '../process/ports.ts';
 import {
   goInstallWithProgress,
   isExecutable,

@@ -13,7 +13,7 @@ import { withTransaction } from '../../src/db/index.ts';
 import { DEMO_TENANTS, assertNoDemoKeys, seedDemoData } from '../../src/db/seed.ts';
 import { hashApiKey } from '../../src/api/auth.ts';
 import { findActiveKeyHashes } from '../../src/tenants/sql.ts';
-import { freePort } from '../../src/devserver/ports.ts';
+import { freePort } from '../../src/process/ports.ts';
 import { testDatabaseUrl, temporalAddress, testPool, uniq } from '../support/env.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');

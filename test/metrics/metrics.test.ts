@@ -11,7 +11,7 @@ import type { Registry } from 'prom-client';
 import { createPool, type Pool } from '../../src/db/index.ts';
 import { Ledger, LedgerError } from '../../src/ledger/index.ts';
 import { createMetrics, metricsPlugin, startMetricsServer, type Metrics } from '../../src/metrics/index.ts';
-import { PortInUseError } from '../../src/devserver/ports.ts';
+import { PortInUseError } from '../../src/process/ports.ts';
 import { testDatabaseUrl, testPool, uniq } from '../support/env.ts';
 import { until } from '../support/wait.ts';
 import { untilLeaseExpired } from '../ledger/support.ts';

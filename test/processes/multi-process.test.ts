@@ -14,7 +14,7 @@
 import fs from 'node:fs';
 import http from 'node:http';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { freePort, isListening } from '../../src/devserver/ports.ts';
+import { freePort, isListening } from '../../src/process/ports.ts';
 import { createOnceflowClient, type CreateOrderBody, type OrderDetail } from '../../src/client/index.ts';
 import { DEMO_TENANTS } from '../../src/db/seed.ts';
 import { createPool } from '../../src/db/index.ts';

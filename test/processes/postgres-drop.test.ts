@@ -8,7 +8,7 @@
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { Pool } from '../../src/db/index.ts';
-import { freePort } from '../../src/devserver/ports.ts';
+import { freePort } from '../../src/process/ports.ts';
 import {
   ownDatabase,
   temporalAddress,

@@ -4,7 +4,7 @@
  * naming it, and SIGTERM still stops everything with nothing left behind.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { freePort } from '../../src/devserver/ports.ts';
+import { freePort } from '../../src/process/ports.ts';
 import { ownDatabase, temporalAddress, uniq, workflowBundlePath } from '../support/env.ts';
 import {
   isRunning,

@@ -1,7 +1,7 @@
 /** A real sandbox on a free port, with its own account, plus a real webhook receiver. */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { freePort } from '../../src/devserver/ports.ts';
+import { freePort } from '../../src/process/ports.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { startSandbox, type RunningSandbox } from '../../src/sandbox/server.ts';
 import type { SandboxDeps } from '../../src/sandbox/app.ts';

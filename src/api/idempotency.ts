@@ -13,7 +13,7 @@
  * anything after the closing quote) is a 400, never guessed at.
  */
 import type { FastifyRequest } from 'fastify';
-import { ProblemError } from './problems.ts';
+import { ProblemError } from '../http/problems.ts';
 
 export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
 export const MAX_IDEMPOTENCY_KEY_LENGTH = 255;

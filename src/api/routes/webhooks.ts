@@ -66,8 +66,9 @@ import { SIGNATURE_HEADER, WebhookSignatureError, verifyWebhook } from '../../pr
 import { paymentEventSignal, type PaymentEvent } from '../../orders/contract.ts';
 import { contextFromCarrier, inSpan, requestSpan, tracingActive } from '../../tracing/index.ts';
 import type { ApiContext } from '../context.ts';
-import { ProblemError } from '../problems.ts';
-import { RETRY_AFTER_HEADER, WebhookAck, jsonResponse, problemResponse } from '../schemas.ts';
+import { ProblemError } from '../../http/problems.ts';
+import { WebhookAck } from '../schemas.ts';
+import { RETRY_AFTER_HEADER, jsonResponse, problemResponse } from '../../http/openapi.ts';
 import { getOrder } from '../../orders/sql.ts';
 import { stepKeys, type OrderStatus } from '../../orders/model.ts';
 import { chargeScope, chargeState } from '../../steps/payment.ts';

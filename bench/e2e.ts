@@ -45,7 +45,8 @@ import { Client, Connection } from '@temporalio/client';
 import { loadConfig } from '../src/config.ts';
 import { createThrowawayDatabase } from '../src/db/migrate.ts';
 import { createPool } from '../src/db/index.ts';
-import { DEMO_TENANTS, seedDemoData } from '../src/db/seed.ts';
+import { DEMO_TENANTS } from '../src/api/demo-keys.ts';
+import { seedDemoData } from '../dev/seed.ts';
 import { freePort } from '../src/process/ports.ts';
 import {
   ensureTemporalCli,

@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { loadConfig, requireCredentials } from './config.ts';
 import { createPool } from './db/index.ts';
 import { ensureDatabase, migrate, redactUrl, withDatabase } from './db/migrate.ts';
-import { seedDemoData } from './db/seed.ts';
+import { seedDemoData } from '../dev/seed.ts';
 import {
   ensureTemporalCli,
   startDevServer,
@@ -217,7 +217,7 @@ async function main(): Promise<void> {
   await ensureDatabase(config.databaseUrl);
   const applied = await migrate(config.databaseUrl, (m) => say(m));
   say(applied.length ? `applied migrations: ${applied.join(', ')}` : 'database schema is up to date');
-  // Demo tenants and their published keys: local runs only (src/db/seed.ts).
+  // Demo tenants and their published keys: local runs only (dev/seed.ts).
   if (!config.exposure.exposed) {
     const pool = createPool(config.databaseUrl, { max: 1 });
     try {

@@ -11,7 +11,7 @@
  */
 import cluster from 'node:cluster';
 import { loadConfig, requireCredentials } from '../config.ts';
-import { assertNoDemoKeys } from '../db/seed.ts';
+import { assertNoDemoKeys } from './demo-keys.ts';
 import { PortInUseError } from '../process/ports.ts';
 import { configureLogging, log } from '../log.ts';
 import { answerPrimaryScrapes, createMetrics, startMetricsServer } from '../metrics/index.ts';

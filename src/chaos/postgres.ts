@@ -12,7 +12,7 @@ import pg from 'pg';
 import { freePort } from '../process/ports.ts';
 import { createPool } from '../db/index.ts';
 import { createThrowawayDatabase } from '../db/migrate.ts';
-import { seedDemoData } from '../db/seed.ts';
+import { seedDemoData } from '../../dev/seed.ts';
 import { Supervised, waitUntil } from './processes.ts';
 
 export interface ChaosDatabase {

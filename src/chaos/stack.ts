@@ -7,7 +7,7 @@
  */
 import path from 'node:path';
 import { Connection } from '@temporalio/client';
-import { DEMO_TENANTS } from '../db/seed.ts';
+import { DEMO_TENANTS } from '../api/demo-keys.ts';
 import { freePort } from '../process/ports.ts';
 import { ensureTemporalCli, startDevServer, type DevServer } from '../devserver/temporal.ts';
 import { ensureWorkflowBundle } from '../worker/bundle.ts';
@@ -17,7 +17,7 @@ import { httpOk, Supervised, waitUntil } from './processes.ts';
 export const TASK_QUEUE = 'onceflow-chaos';
 /** Strong enough for loadConfig's 128-bit floor on an explicit admin token; local to the chaos run. */
 export const ADMIN_TOKEN = '1e17c2cceb03b9142e5d14042d26747d1d15c0ad9941a4867374fa5a30015fcc';
-/** The local demo key (src/db/seed.ts), seeded into the harness's database: orders are placed as tenant `acme`. */
+/** The local demo key (src/api/demo-keys.ts), seeded into the harness's database: orders are placed as tenant `acme`. */
 export const TENANT_API_KEY = DEMO_TENANTS[0].key;
 export const TENANT = 'acme';
 

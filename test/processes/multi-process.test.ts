@@ -16,7 +16,7 @@ import http from 'node:http';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { freePort, isListening } from '../../src/process/ports.ts';
 import { createOnceflowClient, type CreateOrderBody, type OrderDetail } from '../../src/client/index.ts';
-import { DEMO_TENANTS } from '../../src/db/seed.ts';
+import { DEMO_TENANTS } from '../../src/api/demo-keys.ts';
 import { createPool } from '../../src/db/index.ts';
 import { TERMINAL_STATUSES } from '../../src/orders/model.ts';
 import { ownDatabase, temporalClient, uniq, workflowBundlePath, temporalAddress } from '../support/env.ts';

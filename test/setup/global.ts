@@ -12,7 +12,7 @@ import { loadConfig } from '../../src/config.ts';
 import { createPool } from '../../src/db/index.ts';
 import { createThrowawayDatabase } from '../../src/db/migrate.ts';
 import { closeTemplate, dropDatabasesWithPrefix } from '../support/database.ts';
-import { seedDemoData } from '../../src/db/seed.ts';
+import { seedDemoData } from '../../dev/seed.ts';
 import {
   ensureTemporalCli,
   startDevServerOnFreePorts,

@@ -53,13 +53,13 @@ import {
   startDevServerOnFreePorts,
   waitForHttp,
   type DevServer,
-} from '../src/devserver/temporal.ts';
+} from '../dev/devserver/temporal.ts';
 import {
   dropTemporalDatabases,
   ensureTemporalServerTools,
   startTemporalServerOnFreePorts,
   TEMPORAL_SERVER_DYNAMIC_CONFIG,
-} from '../src/devserver/temporal-server.ts';
+} from '../dev/devserver/temporal-server.ts';
 import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
 import { TERMINAL_STATUSES } from '../src/orders/model.ts';
 import { createCommand, parseCli } from '../scripts/lib/cli.ts';
@@ -451,7 +451,7 @@ async function main(): Promise<void> {
       ? { WEBHOOK_CHARGE_WAIT_MS: process.env.WEBHOOK_CHARGE_WAIT_MS }
       : {}),
   };
-  const sandbox = startChild('sandbox', ['src/sandbox/main.ts'], env, runDir);
+  const sandbox = startChild('sandbox', ['dev/sandbox/main.ts'], env, runDir);
   await waitForHttp(`${env.SANDBOX_URL}/healthz`, 60_000);
   const connection = await Connection.connect({ address });
   const client = new Client({ connection });

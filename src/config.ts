@@ -35,7 +35,7 @@ export interface Config {
      * TEMPORAL_BACKEND: which server `npm start`, the tests and the benchmark
      * start when TEMPORAL_ADDRESS is not set. `dev` (default): the Temporal
      * dev server on SQLite. `postgres`: the Temporal server on Postgres
-     * (src/devserver/temporal-server.ts).
+     * (dev/devserver/temporal-server.ts).
      */
     backend: 'dev' | 'postgres';
     /** For the `postgres` backend: where its databases live. */

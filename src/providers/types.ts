@@ -1,6 +1,6 @@
 /**
  * Provider interfaces: what the product needs from a payment provider and an
- * email provider. The sandbox (src/sandbox) implements them over HTTP; a real
+ * email provider. The sandbox (dev/sandbox) implements them over HTTP; a real
  * provider (Stripe, an email API) would get its own adapter with the same
  * shape. See docs/PROVIDERS.md.
  *

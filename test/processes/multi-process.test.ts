@@ -1,5 +1,5 @@
 /**
- * `npm start -- --workers 2 --api-processes 2` (src/main.ts) against the
+ * `npm start -- --workers 2 --api-processes 2` (dev/start.ts) against the
  * run's Temporal server and a database of its own: two worker processes on
  * one task queue and two API processes sharing one port (node:cluster), each
  * with its own outbox relay.
@@ -113,7 +113,7 @@ beforeAll(async () => {
   taskQueue = uniq('multiproc');
   main = spawnEntry(
     'main',
-    'src/main.ts',
+    'dev/start.ts',
     {
       DATABASE_URL: db.url,
       TEMPORAL_ADDRESS: temporalAddress(),

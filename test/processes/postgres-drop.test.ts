@@ -49,7 +49,7 @@ beforeAll(async () => {
     OUTBOX_POLL_MS: '200',
     LOG_LEVEL: 'info',
   };
-  const sandbox = spawnEntry('sandbox', 'src/sandbox/main.ts', env);
+  const sandbox = spawnEntry('sandbox', 'dev/sandbox/main.ts', env);
   procs.push(sandbox);
   await waitHttpOk(`http://127.0.0.1:${sandboxPort}/healthz`, sandbox);
   const worker = spawnEntry('worker', 'src/worker/main.ts', env);

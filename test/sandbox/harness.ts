@@ -3,8 +3,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { freePort } from '../../src/process/ports.ts';
 import type { Pool } from '../../src/db/index.ts';
-import { startSandbox, type RunningSandbox } from '../../src/sandbox/server.ts';
-import type { SandboxDeps } from '../../src/sandbox/app.ts';
+import { startSandbox, type RunningSandbox } from '../../dev/sandbox/server.ts';
+import type { SandboxDeps } from '../../dev/sandbox/app.ts';
 import { testPool, uniq } from '../support/env.ts';
 
 export const SECRET = 'whsec_test_secret';

@@ -18,12 +18,12 @@ import {
   startDevServerOnFreePorts,
   waitForTemporal,
   type DevServer,
-} from '../../src/devserver/temporal.ts';
+} from '../../dev/devserver/temporal.ts';
 import {
   dropTemporalDatabases,
   ensureTemporalServerTools,
   startTemporalServerOnFreePorts,
-} from '../../src/devserver/temporal-server.ts';
+} from '../../dev/devserver/temporal-server.ts';
 import { ensureWorkflowBundle } from '../../src/worker/bundle.ts';
 
 declare module 'vitest' {

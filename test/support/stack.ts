@@ -11,7 +11,7 @@ import { createActivities, type ActivityDeps } from '../../activities/index.ts';
 import type { OrderActivities } from '../../activities/order.ts';
 import { Ledger, type LedgerHooks } from '../../src/ledger/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
-import { startSandbox, type RunningSandbox } from '../../src/sandbox/server.ts';
+import { startSandbox, type RunningSandbox } from '../../dev/sandbox/server.ts';
 import { insertAcceptedOrder } from '../../src/orders/sql.ts';
 import { orderWorkflowId, type OrderWorkflowInput } from '../../src/orders/model.ts';
 import type { OrderTiming } from '../../workflows/policies.ts';

@@ -46,7 +46,7 @@ describe('OTLP export', () => {
     const endpoint = `http://127.0.0.1:${(collector.address() as AddressInfo).port}`;
 
     const port = await freePort();
-    const sandbox = spawnEntry('sandbox', 'src/sandbox/main.ts', {
+    const sandbox = spawnEntry('sandbox', 'dev/sandbox/main.ts', {
       DATABASE_URL: testDatabaseUrl(),
       SANDBOX_PORT: String(port),
       LOG_LEVEL: 'warn',

@@ -1,16 +1,16 @@
 /**
  * The stack under test, as separate processes on free ports, configured the
- * way src/main.ts configures a real deployment (environment variables read by
+ * way dev/start.ts configures a real deployment (environment variables read by
  * `loadConfig` in each process): a Temporal dev server of its own (headless,
  * its own SQLite file), the sandbox provider, TWO workers on one task queue,
  * and the API. Only the database differs: a throwaway one (see postgres.ts).
  */
 import path from 'node:path';
 import { Connection } from '@temporalio/client';
-import { DEMO_TENANTS } from '../api/demo-keys.ts';
-import { freePort } from '../process/ports.ts';
+import { DEMO_TENANTS } from '../../src/api/demo-keys.ts';
+import { freePort } from '../../src/process/ports.ts';
 import { ensureTemporalCli, startDevServer, type DevServer } from '../devserver/temporal.ts';
-import { ensureWorkflowBundle } from '../worker/bundle.ts';
+import { ensureWorkflowBundle } from '../../src/worker/bundle.ts';
 import { openChaosDatabase, type ChaosDatabase } from './postgres.ts';
 import { httpOk, Supervised, waitUntil } from './processes.ts';
 
@@ -180,7 +180,7 @@ export class ChaosStack {
         ready,
       });
 
-    this.sandbox = node('sandbox', 'src/sandbox/main.ts', {}, (p) =>
+    this.sandbox = node('sandbox', 'dev/sandbox/main.ts', {}, (p) =>
       waitUntil('sandbox', () => httpOk(`${this.sandboxUrl}/healthz`), READY_MS, p),
     );
     await this.sandbox.start();

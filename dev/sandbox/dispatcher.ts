@@ -6,9 +6,9 @@
  * sends every event twice, `reorder` delivers each leased batch newest first.
  */
 import { Agent, request } from 'undici';
-import type { Pool } from '../db/index.ts';
-import { log, errorFields } from '../log.ts';
-import { SIGNATURE_HEADER, signWebhook } from '../providers/webhook-signature.ts';
+import type { Pool } from '../../src/db/index.ts';
+import { log, errorFields } from '../../src/log.ts';
+import { SIGNATURE_HEADER, signWebhook } from '../../src/providers/webhook-signature.ts';
 import { eventBody, unixSeconds } from './objects.ts';
 import {
   getWebhookConfig,

@@ -19,8 +19,8 @@ import path from 'node:path';
 import pg from 'pg';
 import { Connection } from '@temporalio/client';
 import { msToTs } from '@temporalio/common';
-import { ensureDatabase, redactUrl, withDatabase } from '../db/migrate.ts';
-import { assertPortFree, freePort, PortInUseError } from '../process/ports.ts';
+import { ensureDatabase, redactUrl, withDatabase } from '../../src/db/migrate.ts';
+import { assertPortFree, freePort, PortInUseError } from '../../src/process/ports.ts';
 import {
   goInstallWithProgress,
   isExecutable,
@@ -471,7 +471,7 @@ export function writeServerConfig(opts: {
       `      bindOnLocalHost: true`,
       ...(http !== undefined ? [`      httpPort: ${http}`] : []),
     ].join('\n');
-  const yaml = `# Written by onceflow (src/devserver/temporal-server.ts) on every start; edits are overwritten.
+  const yaml = `# Written by onceflow (dev/devserver/temporal-server.ts) on every start; edits are overwritten.
 log:
   stdout: true
   level: ${q(opts.logLevel ?? 'warn')}

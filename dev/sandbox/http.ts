@@ -11,8 +11,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { Pool, Queryable } from '../db/index.ts';
-import { errorFields, log } from '../log.ts';
+import type { Pool, Queryable } from '../../src/db/index.ts';
+import { errorFields, log } from '../../src/log.ts';
 import { requestFingerprint } from './objects.ts';
 import {
   claimKey,

@@ -8,8 +8,8 @@
 import pg from 'pg';
 import type { Connection } from '@temporalio/client';
 import { Client } from '@temporalio/client';
-import { selectOrderIdsByCustomerPrefix, selectOrderOutcomes } from '../orders/sql.ts';
-import { selectOutboxWorkflowIds } from '../outbox/sql.ts';
+import { selectOrderIdsByCustomerPrefix, selectOrderOutcomes } from '../../src/orders/sql.ts';
+import { selectOutboxWorkflowIds } from '../../src/outbox/sql.ts';
 import { selectAllChargeEffects, selectAllMessageEffects } from '../sandbox/sql.ts';
 import type { MoneyEffect, OrderFact } from './invariants.ts';
 

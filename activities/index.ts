@@ -12,5 +12,3 @@ export function createActivities(deps: ActivityDeps) {
     ...createRetentionActivities(deps),
   };
 }
-
-export type Activities = ReturnType<typeof createActivities>;

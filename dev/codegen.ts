@@ -18,7 +18,7 @@ import { createPool } from '../src/db/index.ts';
 import { Ledger } from '../src/ledger/index.ts';
 
 /** The generated client ships with the product (src/client/); this generator does not. */
-export const CLIENT_DIR = path.join(import.meta.dirname, '..', 'src', 'client');
+const CLIENT_DIR = path.join(import.meta.dirname, '..', 'src', 'client');
 export const OPENAPI_PATH = path.join(CLIENT_DIR, 'openapi.json');
 export const SCHEMA_PATH = path.join(CLIENT_DIR, 'schema.d.ts');
 

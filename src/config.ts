@@ -365,7 +365,7 @@ export function requireCredentials(config: Config, names: Credential[]): void {
   if (problems.length) throw new ConfigError(problems.join('\n'));
 }
 
-export const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/onceflow';
+const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/onceflow';
 
 function positiveInt(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
   const raw = env[name];
@@ -406,7 +406,7 @@ function nonNegativeInt(env: NodeJS.ProcessEnv, name: string, fallback: number):
 }
 
 /** Providers time a webhook delivery out after seconds (the sandbox after 5): the wait stays well inside. */
-export const MAX_WEBHOOK_CHARGE_WAIT_MS = 3_000;
+const MAX_WEBHOOK_CHARGE_WAIT_MS = 3_000;
 
 function webhookChargeWait(env: NodeJS.ProcessEnv): number {
   const ms = nonNegativeInt(env, 'WEBHOOK_CHARGE_WAIT_MS', 1000);

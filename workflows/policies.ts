@@ -59,18 +59,13 @@ export const DEFAULT_TIMING: OrderTiming = {
  * Failures that prove the step's effect did not happen and retrying cannot
  * fix. Any other failure of an external step may hide an effect.
  */
-export const DEFINITE_FAILURE_TYPES = [
-  'InvalidInput',
-  'OperationConflict',
-  'ProviderRejected',
-  'OrderNotFound',
-];
+const DEFINITE_FAILURE_TYPES = ['InvalidInput', 'OperationConflict', 'ProviderRejected', 'OrderNotFound'];
 
 /** Failures of an external step that park the order for an operator instead of being retried. */
 export const PARKING_FAILURE_TYPES = [...DEFINITE_FAILURE_TYPES, REFUSED_AFTER_TAKEOVER];
 
 /** Errors that retrying cannot fix; 'PaymentRejected' is the provider refusing the charge request outright. */
-export const NON_RETRYABLE_ERROR_TYPES = [...PARKING_FAILURE_TYPES, 'PaymentRejected'];
+const NON_RETRYABLE_ERROR_TYPES = [...PARKING_FAILURE_TYPES, 'PaymentRejected'];
 
 export function resolveTiming(overrides: Partial<OrderTiming> | undefined): OrderTiming {
   const timing = { ...DEFAULT_TIMING, ...overrides };

@@ -47,7 +47,7 @@ function postgresIds(): { uid: number; gid: number } | undefined {
   return { uid, gid };
 }
 
-export class PrivateCluster {
+class PrivateCluster {
   readonly proc: Supervised;
 
   constructor(

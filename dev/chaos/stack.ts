@@ -14,12 +14,11 @@ import { ensureWorkflowBundle } from '../../src/worker/bundle.ts';
 import { openChaosDatabase, type ChaosDatabase } from './postgres.ts';
 import { httpOk, Supervised, waitUntil } from './processes.ts';
 
-export const TASK_QUEUE = 'onceflow-chaos';
+const TASK_QUEUE = 'onceflow-chaos';
 /** Strong enough for loadConfig's 128-bit floor on an explicit admin token; local to the chaos run. */
-export const ADMIN_TOKEN = '1e17c2cceb03b9142e5d14042d26747d1d15c0ad9941a4867374fa5a30015fcc';
+const ADMIN_TOKEN = '1e17c2cceb03b9142e5d14042d26747d1d15c0ad9941a4867374fa5a30015fcc';
 /** The local demo key (src/api/demo-keys.ts), seeded into the harness's database: orders are placed as tenant `acme`. */
 export const TENANT_API_KEY = DEMO_TENANTS[0].key;
-export const TENANT = 'acme';
 
 export interface StackOptions {
   root: string;

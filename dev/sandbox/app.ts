@@ -61,10 +61,10 @@ import {
 } from './sql.ts';
 
 /** The sandbox keeps idempotency keys exactly as long as the product assumes a provider does. */
-export const KEY_RETENTION_MS = PROVIDER_KEY_WINDOW_MS;
+const KEY_RETENTION_MS = PROVIDER_KEY_WINDOW_MS;
 
 /** Test payment methods, named like Stripe's test tokens. A Map, so '__proto__' or 'toString' aren't "known". */
-export const TEST_PAYMENT_METHODS = new Map<string, { declineCode?: string }>([
+const TEST_PAYMENT_METHODS = new Map<string, { declineCode?: string }>([
   ['pm_card_visa', {}],
   ['pm_card_mastercard', {}],
   ['pm_card_amex', {}],

@@ -423,7 +423,7 @@ export interface WebhookConfigRow {
   reorder: boolean;
 }
 
-export const DEFAULT_WEBHOOK_CONFIG: WebhookConfigRow = {
+const DEFAULT_WEBHOOK_CONFIG: WebhookConfigRow = {
   url: null,
   enabled: true,
   duplicate: false,

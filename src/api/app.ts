@@ -56,7 +56,7 @@ const PACKAGE_VERSION = (
 ).version;
 
 /** The tenant API key and the operator's admin token are different credentials: two schemes. */
-export const SECURITY_SCHEMES = {
+const SECURITY_SCHEMES = {
   apiKey: {
     type: 'http',
     scheme: 'bearer',

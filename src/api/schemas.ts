@@ -17,15 +17,15 @@ import { Type, type Static } from '@fastify/type-provider-typebox';
 import { ORDER_STATUSES } from '../orders/model.ts';
 import { DOCUMENTED_REQUIRED } from '../http/openapi.ts';
 
-export const MAX_ITEMS = 100;
+const MAX_ITEMS = 100;
 export const BODY_LIMIT_BYTES = 64 * 1024;
 /**
  * Per-item caps keep every total exact: 100 items x 10 000 x 1e9 = 1e15, well
  * inside Number.MAX_SAFE_INTEGER (~9.007e15). Larger caps would let a total
  * round silently, and the wrong amount would be charged.
  */
-export const MAX_QUANTITY = 10_000;
-export const MAX_UNIT_AMOUNT = 1_000_000_000;
+const MAX_QUANTITY = 10_000;
+const MAX_UNIT_AMOUNT = 1_000_000_000;
 /**
  * The payment provider's largest charge, in minor units (Stripe's and the
  * sandbox's 99,999,999, e.g. $999,999.99). An order above it could never be
@@ -38,7 +38,7 @@ export const MAX_ORDER_TOTAL = 99_999_999;
 const Id = (description: string) =>
   Type.String({ minLength: 1, maxLength: 100, pattern: '^[A-Za-z0-9_.:\\-]+$', description });
 
-export const OrderItemSchema = Type.Object(
+const OrderItemSchema = Type.Object(
   {
     sku: Type.String({
       minLength: 1,
@@ -56,7 +56,7 @@ export const OrderItemSchema = Type.Object(
   { additionalProperties: false, title: 'OrderItem' },
 );
 
-export const CustomerSchema = Type.Object(
+const CustomerSchema = Type.Object(
   {
     id: Id('Your customer ID'),
     email: Type.String({ format: 'email', maxLength: 254, pattern: '^[\\x21-\\x7e]+$' }),
@@ -75,7 +75,7 @@ export const CreateOrderBody = Type.Object(
 );
 export type CreateOrderBody = Static<typeof CreateOrderBody>;
 
-export const OrderStatusSchema = Type.Enum([...ORDER_STATUSES], {
+const OrderStatusSchema = Type.Enum([...ORDER_STATUSES], {
   title: 'OrderStatus',
   description:
     'accepted -> payment_pending -> (payment_unknown) -> paid -> completed; or rejected / needs_attention',
@@ -97,7 +97,7 @@ const OrderFields = {
 export const CreatedOrder = Type.Object(OrderFields, { title: 'Order' });
 export type CreatedOrder = Static<typeof CreatedOrder>;
 
-export const StepSchema = Type.Object(
+const StepSchema = Type.Object(
   {
     name: Type.String({ description: 'charge, receipt, status/<status>, ...' }),
     operationType: Type.String(),
@@ -143,7 +143,7 @@ export const OrderDetail = Type.Object(
   { title: 'OrderDetail' },
 );
 
-export const OrderSummary = Type.Object(
+const OrderSummary = Type.Object(
   { ...OrderFields, updatedAt: Type.String({ format: 'date-time' }) },
   { title: 'OrderSummary' },
 );

@@ -212,8 +212,3 @@ export function inOneWrite<T>(client: Queryable, send: () => T): T {
     stream.uncork();
   }
 }
-
-/** The readiness probe's round trip: proves a connection can run a statement. */
-export async function ping(db: Queryable): Promise<void> {
-  await db.query('select 1');
-}

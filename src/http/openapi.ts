@@ -13,7 +13,7 @@ import { Type, type TSchema } from '@fastify/type-provider-typebox';
  */
 export const DOCUMENTED_REQUIRED = 'x-documented-required';
 
-export const Problem = Type.Object(
+const Problem = Type.Object(
   {
     type: Type.String({ format: 'uri' }),
     title: Type.String(),

@@ -76,7 +76,7 @@ export interface OpsRoutesOptions {
 }
 
 /** The audit actor recorded for the shared token: fixed, so nobody holding it can write another name. */
-export const ADMIN_TOKEN_ACTOR = 'admin-token';
+const ADMIN_TOKEN_ACTOR = 'admin-token';
 
 /** Who an authenticated admin request acts as, from its credential. */
 interface AdminIdentity {

@@ -116,7 +116,3 @@ export class ProviderError extends Error {
     if (opts.status !== undefined) this.status = opts.status;
   }
 }
-
-export function isProviderError(err: unknown): err is ProviderError {
-  return err instanceof ProviderError;
-}

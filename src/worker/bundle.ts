@@ -18,16 +18,16 @@ import { fileURLToPath } from 'node:url';
 import { bundleWorkflowCode } from '@temporalio/worker';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-export const WORKFLOWS_PATH = path.join(ROOT, 'workflows/index.ts');
+const WORKFLOWS_PATH = path.join(ROOT, 'workflows/index.ts');
 /**
  * Workflow interceptor modules built into the bundle (tracing, see
  * src/tracing). A worker given a pre-built bundle ignores
  * WorkerOptions.interceptors.workflowModules, so they must be bundled here.
  * Their sources (and the imports they reach) are part of the hash.
  */
-export const WORKFLOW_INTERCEPTOR_MODULES = [path.join(ROOT, 'workflows/interceptors.ts')];
+const WORKFLOW_INTERCEPTOR_MODULES = [path.join(ROOT, 'workflows/interceptors.ts')];
 /** Git-ignored; the Dockerfile builds into the same place inside the image. */
-export const DEFAULT_BUNDLE_DIR = path.join(ROOT, 'dist/workflow-bundle');
+const DEFAULT_BUNDLE_DIR = path.join(ROOT, 'dist/workflow-bundle');
 /** Bump when the way bundles are built changes, so older files are not reused. */
 const BUNDLE_FORMAT = 2;
 
@@ -37,7 +37,7 @@ const BUNDLE_FORMAT = 2;
  * are skipped (the bundler erases them), so editing an activity
  * implementation does not force a rebuild; anything else imported counts.
  */
-export function workflowSourceFiles(entry: string): string[] {
+function workflowSourceFiles(entry: string): string[] {
   const seen = new Set<string>();
   const queue = [path.resolve(entry)];
   const dir = path.dirname(path.resolve(entry));
@@ -86,7 +86,7 @@ function defaultInterceptorModules(entry: string, traced: boolean): string[] {
 }
 
 /** Hash of the bundle's inputs: source paths and contents, SDK versions, bundle format. */
-export function workflowBundleHash(
+function workflowBundleHash(
   entry: string = WORKFLOWS_PATH,
   interceptorModules: string[] = defaultInterceptorModules(entry, false),
 ): string {

@@ -5,13 +5,11 @@
 import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
 import { createActivities, type ActivityDeps } from '../../activities/index.ts';
 import { DEFAULT_TIMING } from '../../workflows/policies.ts';
-import { ensureWorkflowBundle, WORKFLOWS_PATH } from './bundle.ts';
+import { ensureWorkflowBundle } from './bundle.ts';
 import { UNTRACED_WORKER, type Tracing } from '../tracing/index.ts';
 
-export { WORKFLOWS_PATH };
-
 /** Below this a lease renewal (every third of the lease) can't be trusted to beat a slow database round trip. */
-export const MIN_RENEWED_LEASE_MS = 3_000;
+const MIN_RENEWED_LEASE_MS = 3_000;
 
 /**
  * The timings that keep attempts from overlapping needlessly: a provider

@@ -24,7 +24,7 @@ export interface TestSandbox extends RunningSandbox {
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type Json = any;
 
-export interface Reply {
+interface Reply {
   status: number;
   headers: Headers;
   body: Json;
@@ -56,7 +56,7 @@ export async function startTestSandbox(
   };
 }
 
-export async function call(
+async function call(
   baseUrl: string,
   method: string,
   path: string,
@@ -91,7 +91,7 @@ export function chargeBody(overrides: Record<string, unknown> = {}) {
   };
 }
 
-export interface Received {
+interface Received {
   headers: http.IncomingHttpHeaders;
   rawBody: string;
   body: { id: string; type: string; created: number; data: { object: Record<string, unknown> } };

@@ -31,9 +31,9 @@ export const TEST_TIMING: Partial<OrderTiming> = {
   unknownHorizonMs: 4_000,
 };
 export const TEST_PROVIDER_TIMEOUT_MS = 1_500;
-export const TEST_LEASE_MS = 6_000;
+const TEST_LEASE_MS = 6_000;
 
-export interface AuditCharge {
+interface AuditCharge {
   id: string;
   status: 'succeeded' | 'failed';
   idempotency_key: string;

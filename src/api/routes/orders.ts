@@ -65,7 +65,7 @@ const TOO_MANY_REQUESTS = problemResponse('Rate limited (nothing stored); retry 
   ...RATE_LIMIT_HEADERS,
 });
 
-export function newOrderId(): string {
+function newOrderId(): string {
   return `ord_${randomBytes(12).toString('hex')}`;
 }
 

@@ -1,6 +1,5 @@
 import type { Pool } from '../src/db/index.ts';
 import { insertSmokeWrite } from '../src/smoke/sql.ts';
-import '../dev/seed.ts'; // VIOLATION: activities import dev/
 
 export interface SmokeActivities {
   recordSmokeWrite(key: string, workflowId: string): Promise<boolean>;

@@ -16,7 +16,6 @@ import { createRequire } from 'node:module';
 import { pino, stdTimeFunctions, type DestinationStream, type Logger } from 'pino';
 import type PinoPretty from 'pino-pretty';
 import type { LogLevel as SdkLogLevel, LogMetadata, Logger as SdkLogger } from '@temporalio/common';
-export { PROBLEMS as DELIBERATE_CYCLE } from './http/problems.ts'; // VIOLATION: cycle log -> http/problems -> log
 
 export type { Logger };
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';

@@ -1,6 +1,5 @@
 import { proxyActivities, workflowInfo } from '@temporalio/workflow';
 import type { SmokeActivities } from '../activities/smoke.ts';
-import '@temporalio/client'; // VIOLATION: workflow code imports a non-workflow package
 
 const { recordSmokeWrite } = proxyActivities<SmokeActivities>({ startToCloseTimeout: '30 seconds' });
 

@@ -21,7 +21,6 @@ import { createLedger, openPool, openTemporalClient } from '../process/wiring.ts
 import { OutboxRelay } from './outbox.ts';
 import { buildApiServer } from './server.ts';
 import { startTracing } from '../tracing/index.ts';
-import '../../dev/seed.ts'; // VIOLATION: product imports the harness
 
 await runProcess('api', async ({ resources, stopping, started }) => {
   const config = loadConfig();

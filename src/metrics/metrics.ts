@@ -20,7 +20,6 @@ import { errorFields, log } from '../log.ts';
 import { countUnrecordedParked } from '../orders/sql.ts';
 import { selectOutboxBacklog, type OutboxBacklog } from '../outbox/sql.ts';
 import { selectBacklog, setLocalStatementTimeout, type BacklogSnapshot } from './sql.ts';
-import '../../workflows/policies.ts'; // VIOLATION: src/ (not src/worker) imports workflows/
 
 export interface MetricsOptions {
   /** Defaults to a fresh registry (not prom-client's global one), so tests and processes never share state. */

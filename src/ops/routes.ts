@@ -45,7 +45,6 @@ import {
 } from './schemas.ts';
 import { isOpsError, type OpsErrorCode } from './errors.ts';
 import type { Operator } from './operator.ts';
-import '../api/auth.ts'; // VIOLATION: the admin routes reach back into src/api
 
 /** Each operator error code as one of the API's documented problems (src/http/problems.ts). */
 const OPS_PROBLEMS: Record<OpsErrorCode, ProblemKind> = {

@@ -8,7 +8,6 @@
  *   status transition). Each step has an operation key derived from the
  *   workflow ID, so every retry at every level reuses the same key.
  */
-export const DELIBERATE_UNUSED_EXPORT = 1; // VIOLATION: unused export (knip)
 
 export const ORDER_STATUSES = [
   'accepted',

@@ -4,7 +4,6 @@
  * (workflows/retention.ts). Deterministic and I/O-free: workflow code
  * imports it.
  */
-import '../log.ts'; // VIOLATION: a workflow-shared contract imports an I/O module
 
 export interface RetentionInput {
   /** Succeeded and failed operations completed longer ago than this are deleted. */

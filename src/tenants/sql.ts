@@ -4,7 +4,6 @@
  * caller's key, never from a request field.
  */
 import type { Queryable } from '../db/index.ts';
-import '../api/auth.ts'; // VIOLATION: upward arrow into the API composition root
 
 export async function findTenantByKeyHash(db: Queryable, keyHash: string): Promise<string | null> {
   const { rows } = await db.query<{ tenant_id: string }>(

@@ -417,7 +417,7 @@ async function main(): Promise<void> {
   say(`Temporal ${BACKEND === 'postgres' ? 'server on Postgres' : 'dev server'} at ${address}`);
 
   // The product worker finds this bundle itself (by hash); building it here shows the cost once.
-  const bundle = await ensureWorkflowBundle({ log: say });
+  const bundle = await ensureWorkflowBundle({ log: say, smoke: true });
   say(`workflow bundle ${bundle.built ? 'built' : 'up to date'}`);
 
   const ports = {
@@ -464,6 +464,7 @@ async function main(): Promise<void> {
       ['src/worker/main.ts'],
       {
         ...env,
+        WORKER_SMOKE_WORKFLOW: 'on', // start-up is timed by the smoke workflow, as `npm start` checks
         WORKER_METRICS_PORT: String(p.metrics),
         WORKER_SDK_METRICS_PORT: String(p.sdk),
         ...(WORKERS > 1 ? { ONCEFLOW_PROCESS: `worker-${i + 1}` } : {}),

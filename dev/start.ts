@@ -290,6 +290,7 @@ async function main(): Promise<void> {
   for (const w of workerSlots) {
     startService(w.name, 'src/worker/main.ts', {
       ...env,
+      WORKER_SMOKE_WORKFLOW: 'on', // the self-check below runs the smoke workflow
       WORKER_METRICS_PORT: String(w.metricsPort),
       WORKER_SDK_METRICS_PORT: String(w.sdkMetricsPort),
       ...(counts.workers > 1 ? { ONCEFLOW_PROCESS: w.name } : {}),

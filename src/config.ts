@@ -173,6 +173,8 @@ export interface Config {
   ledgerLeaseMs: number;
   /** A pre-built workflow bundle (production builds, tests); otherwise workflows are bundled at start-up. */
   workflowBundlePath: string | undefined;
+  /** WORKER_SMOKE_WORKFLOW=on: the worker also registers the smoke probe (`npm start` sets it). Default off. */
+  workerSmokeWorkflow: boolean;
   /** `npm run demo`: where it finds the API, and keys replacing the seeded demo tenants' published ones. */
   demo: {
     /** DEMO_API_URL; default the local API on API_PORT. */
@@ -560,6 +562,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
     providerTimeoutMs: duration(env, 'PROVIDER_TIMEOUT_MS', 10_000),
     ledgerLeaseMs: duration(env, 'LEDGER_LEASE_MS', 15_000),
     workflowBundlePath: env.WORKFLOW_BUNDLE_PATH || undefined,
+    workerSmokeWorkflow: onOff(env, 'WORKER_SMOKE_WORKFLOW', false),
     demo: {
       apiUrl: env.DEMO_API_URL || `http://127.0.0.1:${ports.api}`,
       acmeKey: env.DEMO_ACME_KEY || undefined,

@@ -50,6 +50,12 @@ export interface CreateWorkerOptions {
    * whether tracing is on) is used, built first if the code changed (see bundle.ts).
    */
   workflowBundlePath?: string;
+  /**
+   * Also register the smoke probe (workflow and activity): `npm start`'s
+   * self-check, tests, bench. Production workers don't. With
+   * workflowBundlePath, the bundle must be built with `smoke` too.
+   */
+  smoke?: boolean;
   overrides?: Partial<WorkerOptions>;
   log?: (line: string) => void;
   /**
@@ -90,13 +96,19 @@ export async function createWorker(opts: CreateWorkerOptions): Promise<Worker> {
   const traced = opts.tracing?.enabled ?? false;
   const codePath =
     opts.workflowBundlePath ??
-    (await ensureWorkflowBundle({ traced, ...(opts.log ? { log: opts.log } : {}) })).path;
+    (
+      await ensureWorkflowBundle({
+        traced,
+        smoke: opts.smoke ?? false,
+        ...(opts.log ? { log: opts.log } : {}),
+      })
+    ).path;
   return Worker.create({
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
     workflowBundle: { codePath },
-    activities: createActivities(opts.deps),
+    activities: createActivities(opts.deps, { smoke: opts.smoke ?? false }),
     ...(opts.tracing?.worker ?? UNTRACED_WORKER),
     ...WORKER_TUNING,
     ...opts.overrides,

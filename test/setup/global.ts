@@ -109,8 +109,9 @@ export default async function setup(project: TestProject) {
 
     // --- Workflow bundle: the one `npm start` uses, keyed by a hash of the workflow code
     // (built here only when that code changed), instead of once per worker.
-    const { path: workflowBundlePath } = await ensureWorkflowBundle();
-    const { path: tracedWorkflowBundlePath } = await ensureWorkflowBundle({ traced: true });
+    // With the smoke probe, as `npm start`'s workers (WORKER_SMOKE_WORKFLOW=on) build it.
+    const { path: workflowBundlePath } = await ensureWorkflowBundle({ smoke: true });
+    const { path: tracedWorkflowBundlePath } = await ensureWorkflowBundle({ traced: true, smoke: true });
 
     project.provide('postgresUrl', config.databaseUrl);
     project.provide('databaseTemplate', databaseTemplate);

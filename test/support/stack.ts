@@ -178,13 +178,14 @@ export async function startOrderStack(
         namespace: 'default',
         taskQueue,
         workflowBundlePath: workflowBundlePath(),
+        smoke: true,
         deps,
         overrides: {
           shutdownGraceTime: '2 seconds',
           ...(wrap
             ? {
                 activities: (() => {
-                  const real = createActivities(deps);
+                  const real = createActivities(deps, { smoke: true });
                   return { ...real, ...wrap(real, deps) };
                 })(),
               }

@@ -4,13 +4,14 @@ import { createRetentionActivities } from './retention.ts';
 
 export type ActivityDeps = OrderActivityDeps;
 
-/** The one place activities are wired to their dependencies. */
-export function createActivities(deps: ActivityDeps) {
+/**
+ * The one place activities are wired to their dependencies. The smoke probe's
+ * activity only when asked (`smoke`: `npm start`'s self-check, tests, bench).
+ */
+export function createActivities(deps: ActivityDeps, opts: { smoke?: boolean } = {}) {
   return {
-    ...createSmokeActivities(deps),
+    ...(opts.smoke ? createSmokeActivities(deps) : {}),
     ...createOrderActivities(deps),
     ...createRetentionActivities(deps),
   };
 }
-
-export type Activities = ReturnType<typeof createActivities>;

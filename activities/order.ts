@@ -19,7 +19,6 @@ import * as receipt from '../src/steps/receipt.ts';
 import { childLog, errorFields, type Log } from '../src/log.ts';
 
 export type { ChargeResult, ReconcileResult } from '../src/steps/payment.ts';
-export type { ReceiptResult } from '../src/steps/receipt.ts';
 
 export interface OrderActivityDeps {
   pool: Pool;
@@ -96,7 +95,7 @@ function keepAlive(): Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> {
  * fresh under the same key). An idempotency-key conflict never gets here: the
  * ledger marks it unknown (outcome_unknown).
  */
-export function toActivityFailure(
+function toActivityFailure(
   err: unknown,
   unknownType: FailureType,
   rejectedType: FailureType = FAILURE.providerRejected,

@@ -45,20 +45,21 @@ import { Client, Connection } from '@temporalio/client';
 import { loadConfig } from '../src/config.ts';
 import { createThrowawayDatabase } from '../src/db/migrate.ts';
 import { createPool } from '../src/db/index.ts';
-import { DEMO_TENANTS, seedDemoData } from '../src/db/seed.ts';
-import { freePort } from '../src/devserver/ports.ts';
+import { DEMO_TENANTS } from '../src/api/demo-keys.ts';
+import { seedDemoData } from '../dev/seed.ts';
+import { freePort } from '../src/process/ports.ts';
 import {
   ensureTemporalCli,
   startDevServerOnFreePorts,
   waitForHttp,
   type DevServer,
-} from '../src/devserver/temporal.ts';
+} from '../dev/devserver/temporal.ts';
 import {
   dropTemporalDatabases,
   ensureTemporalServerTools,
   startTemporalServerOnFreePorts,
   TEMPORAL_SERVER_DYNAMIC_CONFIG,
-} from '../src/devserver/temporal-server.ts';
+} from '../dev/devserver/temporal-server.ts';
 import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
 import { TERMINAL_STATUSES } from '../src/orders/model.ts';
 import { createCommand, parseCli } from '../scripts/lib/cli.ts';
@@ -416,7 +417,7 @@ async function main(): Promise<void> {
   say(`Temporal ${BACKEND === 'postgres' ? 'server on Postgres' : 'dev server'} at ${address}`);
 
   // The product worker finds this bundle itself (by hash); building it here shows the cost once.
-  const bundle = await ensureWorkflowBundle({ log: say });
+  const bundle = await ensureWorkflowBundle({ log: say, smoke: true });
   say(`workflow bundle ${bundle.built ? 'built' : 'up to date'}`);
 
   const ports = {
@@ -450,7 +451,7 @@ async function main(): Promise<void> {
       ? { WEBHOOK_CHARGE_WAIT_MS: process.env.WEBHOOK_CHARGE_WAIT_MS }
       : {}),
   };
-  const sandbox = startChild('sandbox', ['src/sandbox/main.ts'], env, runDir);
+  const sandbox = startChild('sandbox', ['dev/sandbox/main.ts'], env, runDir);
   await waitForHttp(`${env.SANDBOX_URL}/healthz`, 60_000);
   const connection = await Connection.connect({ address });
   const client = new Client({ connection });
@@ -463,6 +464,7 @@ async function main(): Promise<void> {
       ['src/worker/main.ts'],
       {
         ...env,
+        WORKER_SMOKE_WORKFLOW: 'on', // start-up is timed by the smoke workflow, as `npm start` checks
         WORKER_METRICS_PORT: String(p.metrics),
         WORKER_SDK_METRICS_PORT: String(p.sdk),
         ...(WORKERS > 1 ? { ONCEFLOW_PROCESS: `worker-${i + 1}` } : {}),

@@ -6,10 +6,10 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../src/config.ts';
-import { parseChaosArgs, USAGE, UsageError, type ChaosOptions } from '../src/chaos/options.ts';
-import { ChaosStack } from '../src/chaos/stack.ts';
-import { runScenario, type ScenarioResult } from '../src/chaos/run.ts';
-import { formatTable } from '../src/chaos/report.ts';
+import { parseChaosArgs, USAGE, UsageError, type ChaosOptions } from '../dev/chaos/options.ts';
+import { ChaosStack } from '../dev/chaos/stack.ts';
+import { runScenario, type ScenarioResult } from '../dev/chaos/run.ts';
+import { formatTable } from '../dev/chaos/report.ts';
 
 let options: ChaosOptions;
 try {

@@ -3,7 +3,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { createCommand, runCli } from './lib/cli.ts';
-import { OPENAPI_PATH, SCHEMA_PATH, liveOpenApiDocument, renderClientFiles } from '../src/client/codegen.ts';
+import { OPENAPI_PATH, SCHEMA_PATH, liveOpenApiDocument, renderClientFiles } from '../dev/codegen.ts';
 
 const program = createCommand(
   'client:generate',

@@ -17,7 +17,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { loadConfig } from '../src/config.ts';
-import { DEMO_TENANTS } from '../src/db/seed.ts';
+import { DEMO_TENANTS } from '../src/api/demo-keys.ts';
 import {
   ProblemError,
   WaitTimeoutError,
@@ -44,7 +44,7 @@ const args = program.opts<{ orders: number; concurrency: number; timeoutSeconds:
 const config = loadConfig();
 const API = config.demo.apiUrl;
 const SANDBOX = config.sandboxUrl;
-// Defaults: the published local demo keys (src/db/seed.ts), seeded by `npm start` on loopback.
+// Defaults: the published local demo keys (src/api/demo-keys.ts), seeded by `npm start` on loopback.
 const TENANTS = [
   { id: 'acme', key: config.demo.acmeKey ?? DEMO_TENANTS[0].key },
   { id: 'globex', key: config.demo.globexKey ?? DEMO_TENANTS[1].key },

@@ -2,8 +2,8 @@
 // the Go module on first use) and prints its path. With TEMPORAL_BACKEND=postgres it also makes
 // sure the Temporal server, its SQL tool and the UI server exist (built on first use).
 import { loadConfig } from '../src/config.ts';
-import { ensureTemporalCli } from '../src/devserver/temporal.ts';
-import { ensureTemporalServerTools } from '../src/devserver/temporal-server.ts';
+import { ensureTemporalCli } from '../dev/devserver/temporal.ts';
+import { ensureTemporalServerTools } from '../dev/devserver/temporal-server.ts';
 import { createCommand, runCli } from './lib/cli.ts';
 
 const program = createCommand(

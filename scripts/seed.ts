@@ -2,7 +2,7 @@
 import { loadConfig } from '../src/config.ts';
 import { createPool } from '../src/db/index.ts';
 import { redactUrl } from '../src/db/migrate.ts';
-import { seedDemoData } from '../src/db/seed.ts';
+import { seedDemoData } from '../dev/seed.ts';
 import { createCommand, runCli } from './lib/cli.ts';
 
 const program = createCommand(

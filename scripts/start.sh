@@ -4,4 +4,4 @@
 # worker, API). Ctrl-C stops everything.
 source "$(dirname "$0")/lib.sh"
 ensure_node_modules
-exec node --import tsx src/main.ts "$@"
+exec node --import tsx dev/start.ts "$@"

@@ -35,7 +35,7 @@ export interface Config {
      * TEMPORAL_BACKEND: which server `npm start`, the tests and the benchmark
      * start when TEMPORAL_ADDRESS is not set. `dev` (default): the Temporal
      * dev server on SQLite. `postgres`: the Temporal server on Postgres
-     * (src/devserver/temporal-server.ts).
+     * (dev/devserver/temporal-server.ts).
      */
     backend: 'dev' | 'postgres';
     /** For the `postgres` backend: where its databases live. */
@@ -173,6 +173,8 @@ export interface Config {
   ledgerLeaseMs: number;
   /** A pre-built workflow bundle (production builds, tests); otherwise workflows are bundled at start-up. */
   workflowBundlePath: string | undefined;
+  /** WORKER_SMOKE_WORKFLOW=on: the worker also registers the smoke probe (`npm start` sets it). Default off. */
+  workerSmokeWorkflow: boolean;
   /** `npm run demo`: where it finds the API, and keys replacing the seeded demo tenants' published ones. */
   demo: {
     /** DEMO_API_URL; default the local API on API_PORT. */
@@ -365,7 +367,7 @@ export function requireCredentials(config: Config, names: Credential[]): void {
   if (problems.length) throw new ConfigError(problems.join('\n'));
 }
 
-export const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/onceflow';
+const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/onceflow';
 
 function positiveInt(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
   const raw = env[name];
@@ -406,7 +408,7 @@ function nonNegativeInt(env: NodeJS.ProcessEnv, name: string, fallback: number):
 }
 
 /** Providers time a webhook delivery out after seconds (the sandbox after 5): the wait stays well inside. */
-export const MAX_WEBHOOK_CHARGE_WAIT_MS = 3_000;
+const MAX_WEBHOOK_CHARGE_WAIT_MS = 3_000;
 
 function webhookChargeWait(env: NodeJS.ProcessEnv): number {
   const ms = nonNegativeInt(env, 'WEBHOOK_CHARGE_WAIT_MS', 1000);
@@ -560,6 +562,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
     providerTimeoutMs: duration(env, 'PROVIDER_TIMEOUT_MS', 10_000),
     ledgerLeaseMs: duration(env, 'LEDGER_LEASE_MS', 15_000),
     workflowBundlePath: env.WORKFLOW_BUNDLE_PATH || undefined,
+    workerSmokeWorkflow: onOff(env, 'WORKER_SMOKE_WORKFLOW', false),
     demo: {
       apiUrl: env.DEMO_API_URL || `http://127.0.0.1:${ports.api}`,
       acmeKey: env.DEMO_ACME_KEY || undefined,

@@ -26,7 +26,7 @@ export type Fields = Record<string, unknown>;
  * (Authorization, API keys, the admin token), webhook secrets and signature
  * headers. `*` matches one level, so `headers` nested one deep is covered too.
  */
-export const REDACT_PATHS = [
+const REDACT_PATHS = [
   'authorization',
   'apiKey',
   'adminToken',
@@ -50,7 +50,7 @@ export const REDACT_PATHS = [
   '*.headers["x-api-key"]',
   '*.headers.cookie',
 ];
-export const REDACTED = '[redacted]';
+const REDACTED = '[redacted]';
 
 export interface LoggingOptions {
   level?: LogLevel;

@@ -59,7 +59,7 @@ export const DEFAULT_TIMING: OrderTiming = {
  * Failures that prove the step's effect did not happen and retrying cannot
  * fix. Any other failure of an external step may hide an effect.
  */
-export const DEFINITE_FAILURE_TYPES: FailureType[] = [
+const DEFINITE_FAILURE_TYPES: FailureType[] = [
   FAILURE.invalidInput,
   FAILURE.operationConflict,
   FAILURE.providerRejected,
@@ -67,7 +67,7 @@ export const DEFINITE_FAILURE_TYPES: FailureType[] = [
 ];
 
 /** Failures of an external step that park the order for an operator instead of being retried. */
-export const PARKING_FAILURE_TYPES: FailureType[] = [...DEFINITE_FAILURE_TYPES, FAILURE.refusedAfterTakeover];
+const PARKING_FAILURE_TYPES: FailureType[] = [...DEFINITE_FAILURE_TYPES, FAILURE.refusedAfterTakeover];
 
 /** Whether a step's failure type (as the workflow received it) parks the order. */
 export function parksOrder(type: string | undefined): boolean {
@@ -75,7 +75,7 @@ export function parksOrder(type: string | undefined): boolean {
 }
 
 /** Errors that retrying cannot fix; paymentRejected is the provider refusing the charge request outright. */
-export const NON_RETRYABLE_ERROR_TYPES: FailureType[] = [...PARKING_FAILURE_TYPES, FAILURE.paymentRejected];
+const NON_RETRYABLE_ERROR_TYPES: FailureType[] = [...PARKING_FAILURE_TYPES, FAILURE.paymentRejected];
 
 export function resolveTiming(overrides: Partial<OrderTiming> | undefined): OrderTiming {
   const timing = { ...DEFAULT_TIMING, ...overrides };

@@ -10,7 +10,7 @@
  */
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 
-export const EXIT_USAGE = 2;
+const EXIT_USAGE = 2;
 
 export interface CliOutput {
   json: boolean;
@@ -105,7 +105,7 @@ export function parseCli(program: Command, argv: string[] = process.argv): CliOu
 }
 
 /** Runs a script's body: a thrown error is printed (as JSON under --json) and exits 1. */
-export async function runMain(out: CliOutput, main: () => Promise<void>): Promise<void> {
+async function runMain(out: CliOutput, main: () => Promise<void>): Promise<void> {
   try {
     await main();
   } catch (err) {

@@ -17,14 +17,15 @@ import { ApiKeyAuth, untrustedProxyWarning } from './auth.ts';
 import type { ApiContext } from './context.ts';
 import { OrderWaits } from './order-waits.ts';
 import { OutboxRelay } from './outbox.ts';
-import { PROBLEMS, ProblemError, frameworkErrorHandler, sendProblem, toProblem } from './problems.ts';
+import { PROBLEMS, ProblemError, frameworkErrorHandler, sendProblem, toProblem } from '../http/problems.ts';
 import { docsCsp, securityHeaders } from './security-headers.ts';
 import { findTenantByKeyHash } from '../tenants/sql.ts';
-import { strictValidatorCompiler } from './validation.ts';
+import { strictValidatorCompiler } from '../http/validation.ts';
 import { healthRoutes } from './routes/health.ts';
 import { orderRoutes } from './routes/orders.ts';
 import { webhookRoutes } from './routes/webhooks.ts';
-import { BODY_LIMIT_BYTES, DOCUMENTED_REQUIRED } from './schemas.ts';
+import { BODY_LIMIT_BYTES } from './schemas.ts';
+import { DOCUMENTED_REQUIRED } from '../http/openapi.ts';
 import { rootLogger, type Logger } from '../log.ts';
 import { logRequests, requestIdFor } from './request-log.ts';
 import { traceHttpServer } from '../tracing/index.ts';
@@ -55,7 +56,7 @@ const PACKAGE_VERSION = (
 ).version;
 
 /** The tenant API key and the operator's admin token are different credentials: two schemes. */
-export const SECURITY_SCHEMES = {
+const SECURITY_SCHEMES = {
   apiKey: {
     type: 'http',
     scheme: 'bearer',

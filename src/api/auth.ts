@@ -9,7 +9,7 @@
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { FastifyBaseLogger, FastifyRequest } from 'fastify';
-import { ProblemError } from './problems.ts';
+import { ProblemError } from '../http/problems.ts';
 
 export function hashApiKey(key: string): string {
   return createHash('sha256').update(key, 'utf8').digest('hex');
@@ -24,7 +24,7 @@ export function generateApiKey(env: 'test' | 'live' = 'test'): string {
 const TAGGED_KEY = /^(sk_(?:test|live)_[A-Za-z0-9_-]{32})_([A-Za-z0-9_-]{22})$/;
 
 /** HMAC-SHA256 under API_KEY_SECRET, truncated to 128 bits; the label keeps it apart from any other use of the same secret. */
-export function apiKeyTag(secret: string, body: string): string {
+function apiKeyTag(secret: string, body: string): string {
   return createHmac('sha256', secret)
     .update(`onceflow api key v1\n${body}`, 'utf8')
     .digest()
@@ -43,7 +43,7 @@ export function mintApiKey(secret: string, env: 'test' | 'live' = 'test'): strin
  * tag is wrong (a guess, or a key minted under another secret); `untagged`:
  * any other string, such as keys minted before tags and the demo keys.
  */
-export function classifyApiKey(key: string, secret: string): 'tagged' | 'forged' | 'untagged' {
+function classifyApiKey(key: string, secret: string): 'tagged' | 'forged' | 'untagged' {
   const m = TAGGED_KEY.exec(key);
   if (!m) return 'untagged';
   const expected = Buffer.from(apiKeyTag(secret, m[1]!), 'ascii');

@@ -139,7 +139,7 @@ cluster.on('listening', () => {
   if (started || ++listening < count) return;
   started = true;
   log.info('api processes listening', { processes: count, port: config.ports.api });
-  // `npm start` waits for this before it says the stack is up (see src/main.ts).
+  // `npm start` waits for this before it says the stack is up (see dev/start.ts).
   if (process.send) process.send({ type: 'api-processes-listening' });
 });
 

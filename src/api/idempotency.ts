@@ -13,10 +13,9 @@
  * anything after the closing quote) is a 400, never guessed at.
  */
 import type { FastifyRequest } from 'fastify';
-import { ProblemError } from './problems.ts';
+import { ProblemError } from '../http/problems.ts';
 
-export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
-export const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
+const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
 const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
 
 export function readIdempotencyKey(request: FastifyRequest): string {
@@ -50,7 +49,7 @@ export function readIdempotencyKey(request: FastifyRequest): string {
 }
 
 /** `"..."` -> its sf-string content; anything else unchanged. Throws on a malformed sf-string. */
-export function decodeKey(value: string): string {
+function decodeKey(value: string): string {
   if (!value.startsWith('"')) return value;
   let out = '';
   for (let i = 1; i < value.length; i++) {

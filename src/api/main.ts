@@ -11,8 +11,8 @@
  */
 import cluster from 'node:cluster';
 import { loadConfig, requireCredentials } from '../config.ts';
-import { assertNoDemoKeys } from '../db/seed.ts';
-import { PortInUseError } from '../devserver/ports.ts';
+import { assertNoDemoKeys } from './demo-keys.ts';
+import { PortInUseError } from '../process/ports.ts';
 import { configureLogging, log } from '../log.ts';
 import { answerPrimaryScrapes, createMetrics, startMetricsServer } from '../metrics/index.ts';
 import { listParkedWorkflows } from '../orders/attention.ts';

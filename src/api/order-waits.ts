@@ -29,7 +29,7 @@ import type { Pool } from '../db/index.ts';
 import { errorFields, log } from '../log.ts';
 import { TERMINAL_STATUSES, type OrderStatus } from '../orders/model.ts';
 
-export const ORDER_STATUS_CHANNEL = 'order_status';
+const ORDER_STATUS_CHANNEL = 'order_status';
 
 /**
  * The order a notification is about, and whether its waiters should wake:

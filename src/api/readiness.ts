@@ -23,7 +23,7 @@ import type { Client } from '@temporalio/client';
 import type { Pool } from '../db/index.ts';
 import { errorFields, log } from '../log.ts';
 
-export type CheckState = 'ok' | 'unavailable';
+type CheckState = 'ok' | 'unavailable';
 
 export interface ReadinessResult {
   ready: boolean;

@@ -14,7 +14,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyInstance } from 'fastify';
 
-export const REQUEST_ID_HEADER = 'x-request-id';
+const REQUEST_ID_HEADER = 'x-request-id';
 
 /** What a client may send as X-Request-Id: a short token, nothing that could forge a log line. */
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;

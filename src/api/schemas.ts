@@ -13,25 +13,19 @@
  * (`components['schemas']['Order']`) instead of anonymous inline ones.
  * Response schemas document the API only: they are not used to serialise.
  */
-import { Type, type Static, type TSchema } from '@fastify/type-provider-typebox';
+import { Type, type Static } from '@fastify/type-provider-typebox';
 import { ORDER_STATUSES } from '../orders/model.ts';
+import { DOCUMENTED_REQUIRED } from '../http/openapi.ts';
 
-/**
- * A header (request parameter or response header) with this keyword is
- * documented as required; app.ts turns it into `required: true` on the
- * parameter or header object. Route validation never reads it.
- */
-export const DOCUMENTED_REQUIRED = 'x-documented-required';
-
-export const MAX_ITEMS = 100;
+const MAX_ITEMS = 100;
 export const BODY_LIMIT_BYTES = 64 * 1024;
 /**
  * Per-item caps keep every total exact: 100 items x 10 000 x 1e9 = 1e15, well
  * inside Number.MAX_SAFE_INTEGER (~9.007e15). Larger caps would let a total
  * round silently, and the wrong amount would be charged.
  */
-export const MAX_QUANTITY = 10_000;
-export const MAX_UNIT_AMOUNT = 1_000_000_000;
+const MAX_QUANTITY = 10_000;
+const MAX_UNIT_AMOUNT = 1_000_000_000;
 /**
  * The payment provider's largest charge, in minor units (Stripe's and the
  * sandbox's 99,999,999, e.g. $999,999.99). An order above it could never be
@@ -44,7 +38,7 @@ export const MAX_ORDER_TOTAL = 99_999_999;
 const Id = (description: string) =>
   Type.String({ minLength: 1, maxLength: 100, pattern: '^[A-Za-z0-9_.:\\-]+$', description });
 
-export const OrderItemSchema = Type.Object(
+const OrderItemSchema = Type.Object(
   {
     sku: Type.String({
       minLength: 1,
@@ -62,7 +56,7 @@ export const OrderItemSchema = Type.Object(
   { additionalProperties: false, title: 'OrderItem' },
 );
 
-export const CustomerSchema = Type.Object(
+const CustomerSchema = Type.Object(
   {
     id: Id('Your customer ID'),
     email: Type.String({ format: 'email', maxLength: 254, pattern: '^[\\x21-\\x7e]+$' }),
@@ -81,7 +75,7 @@ export const CreateOrderBody = Type.Object(
 );
 export type CreateOrderBody = Static<typeof CreateOrderBody>;
 
-export const OrderStatusSchema = Type.Enum([...ORDER_STATUSES], {
+const OrderStatusSchema = Type.Enum([...ORDER_STATUSES], {
   title: 'OrderStatus',
   description:
     'accepted -> payment_pending -> (payment_unknown) -> paid -> completed; or rejected / needs_attention',
@@ -103,7 +97,7 @@ const OrderFields = {
 export const CreatedOrder = Type.Object(OrderFields, { title: 'Order' });
 export type CreatedOrder = Static<typeof CreatedOrder>;
 
-export const StepSchema = Type.Object(
+const StepSchema = Type.Object(
   {
     name: Type.String({ description: 'charge, receipt, status/<status>, ...' }),
     operationType: Type.String(),
@@ -149,7 +143,7 @@ export const OrderDetail = Type.Object(
   { title: 'OrderDetail' },
 );
 
-export const OrderSummary = Type.Object(
+const OrderSummary = Type.Object(
   { ...OrderFields, updatedAt: Type.String({ format: 'date-time' }) },
   { title: 'OrderSummary' },
 );
@@ -202,17 +196,6 @@ export const CreateOrderHeaders = Type.Object({
   ),
 });
 
-export const Problem = Type.Object(
-  {
-    type: Type.String({ format: 'uri' }),
-    title: Type.String(),
-    status: Type.Integer(),
-    detail: Type.Optional(Type.String()),
-    instance: Type.Optional(Type.String()),
-  },
-  { additionalProperties: true, title: 'Problem', description: 'RFC 9457 problem details' },
-);
-
 export const WebhookAck = Type.Object(
   {
     received: Type.Literal(true),
@@ -237,10 +220,6 @@ export const Health = Type.Object(
   { title: 'Health' },
 );
 
-/** Response headers, as @fastify/swagger reads them from a response's `headers`. */
-export type HeaderDoc = TSchema;
-const integerHeader = (description: string): HeaderDoc => Type.Integer({ minimum: 0, description });
-
 export const LOCATION_HEADER = {
   Location: Type.String({ description: "The order's URL: /v1/orders/{id}" }),
 };
@@ -249,34 +228,3 @@ export const REPLAYED_HEADER = {
     description: 'Present (true) when this is the stored answer to an earlier request with the same key',
   }),
 };
-
-/** What @fastify/rate-limit sends on every response of a limited route (and with Retry-After on 429). */
-export const RATE_LIMIT_HEADERS = {
-  'x-ratelimit-limit': integerHeader('Requests allowed per window (API_RATE_LIMIT_MAX)'),
-  'x-ratelimit-remaining': integerHeader('Requests left in the current window'),
-  'x-ratelimit-reset': integerHeader('Seconds until the current window ends'),
-} satisfies Record<string, HeaderDoc>;
-
-export const RETRY_AFTER_HEADER = {
-  'Retry-After': integerHeader('Seconds to wait before retrying (with the same Idempotency-Key)'),
-} satisfies Record<string, HeaderDoc>;
-
-/** Documents a response header as always present (the contract test checks it is). */
-export const always = (headers: Record<string, HeaderDoc>): Record<string, HeaderDoc> =>
-  Object.fromEntries(Object.entries(headers).map(([k, v]) => [k, { ...v, [DOCUMENTED_REQUIRED]: true }]));
-
-function response(
-  description: string,
-  mediaType: string,
-  schema: TSchema,
-  headers?: Record<string, HeaderDoc>,
-) {
-  return { description, ...(headers ? { headers } : {}), content: { [mediaType]: { schema } } };
-}
-
-/** A JSON response whose body is a named schema (it appears as a `$ref` in the document). */
-export const jsonResponse = (description: string, schema: TSchema, headers?: Record<string, HeaderDoc>) =>
-  response(description, 'application/json', schema, headers);
-
-export const problemResponse = (description: string, headers?: Record<string, HeaderDoc>) =>
-  response(description, 'application/problem+json', Problem, headers);

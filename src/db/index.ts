@@ -133,48 +133,16 @@ export function isSqlState(err: unknown, code: string): boolean {
 export async function withTransaction<T>(
   pool: pg.Pool,
   cb: (client: pg.PoolClient) => Promise<T>,
-  {
-    retries = 3,
-    beginWithFirstStatement = false,
-  }: {
-    retries?: number;
-    /**
-     * Send `BEGIN` in one network write with the body's first statement
-     * (node-postgres' pipeline mode, on for this transaction only): one round
-     * trip fewer. Only for bodies whose statements are plain parameterised
-     * or single statements (pipeline mode refuses cursors and `rows`, and
-     * runs each statement on its own).
-     */
-    beginWithFirstStatement?: boolean;
-  } = {},
+  { retries = 3 }: { retries?: number } = {},
 ): Promise<T> {
   for (let attempt = 0; ; attempt++) {
     const co = await checkout(pool);
     const client = co.client;
-    const mode = client as unknown as { pipeline?: boolean };
-    const pipelining = beginWithFirstStatement && mode.pipeline === false;
     let cause: unknown;
     // The client goes back (or is discarded) before the backoff, not after it.
     try {
-      // Pipelined, BEGIN is written at once and answered before the body's first statement,
-      // which fails too if BEGIN did (a dead connection), so the body sees the error.
-      if (pipelining) mode.pipeline = true;
-      let begun: Promise<unknown>;
-      let body: Promise<T>;
-      if (pipelining) {
-        // BEGIN and whatever the body sends before its first await leave in one write.
-        [begun, body] = inOneWrite(client, () => {
-          const b = client.query('BEGIN');
-          b.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
-          return [b, cb(client)] as const;
-        });
-      } else {
-        begun = client.query('BEGIN');
-        await begun;
-        body = cb(client);
-      }
-      const result = await body;
-      await begun;
+      await client.query('BEGIN');
+      const result = await cb(client);
       await client.query('COMMIT');
       return result;
     } catch (err) {
@@ -186,7 +154,6 @@ export async function withTransaction<T>(
       const retryable = state === SQLSTATE.serializationFailure || state === SQLSTATE.deadlockDetected;
       if (!retryable || attempt >= retries) throw err;
     } finally {
-      if (pipelining) mode.pipeline = false;
       co.release(cause);
     }
     await new Promise((r) => setTimeout(r, 10 * 2 ** attempt + Math.random() * 20));
@@ -211,9 +178,4 @@ export function inOneWrite<T>(client: Queryable, send: () => T): T {
   } finally {
     stream.uncork();
   }
-}
-
-/** The readiness probe's round trip: proves a connection can run a statement. */
-export async function ping(db: Queryable): Promise<void> {
-  await db.query('select 1');
 }

@@ -818,14 +818,6 @@ export class Ledger {
     return { record: after, answer: 'not_found', performable };
   }
 
-  /** reconcileUnresolved, returning only the record afterwards. */
-  async reconcileOnly<T extends Json>(
-    scope: Scope,
-    reconcile: (ctx: ReconcileContext) => Promise<ReconcileOutcome<T>>,
-  ): Promise<OperationRecord> {
-    return (await this.reconcileUnresolved(scope, reconcile)).record;
-  }
-
   /**
    * Settles an unresolved record from outside (provider webhook, operator):
    * unknown, or a claim whose lease expired. Idempotent for the same outcome

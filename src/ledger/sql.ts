@@ -375,7 +375,7 @@ export async function upsertExternalClaim(
 }
 
 /**
- * Takeover without input (reconcileOnly): same eligibility as the claim's
+ * Takeover without input (reconcileUnresolved): same eligibility as the claim's
  * takeover branch, minus the fingerprint (there is no new input to compare).
  */
 export async function takeOverUnresolved(

@@ -40,7 +40,7 @@ export interface MetricsOptions {
   defaultLabels?: Record<string, string>;
 }
 
-export interface HttpSample {
+interface HttpSample {
   /** The route pattern (`/v1/orders/:id`), never the raw URL; 'unmatched' for 404s. */
   route: string;
   method: string;

@@ -8,7 +8,7 @@
  */
 import http from 'node:http';
 import { Gauge, type Registry } from 'prom-client';
-import { PortInUseError } from '../devserver/ports.ts';
+import { PortInUseError } from '../process/ports.ts';
 import { errorFields, log } from '../log.ts';
 
 export interface MetricsServerOptions {

@@ -7,7 +7,7 @@
  * SDK's native module, which the API process does not need.
  */
 import { DefaultLogger, Runtime, type Logger } from '@temporalio/worker';
-import { assertPortFree } from '../devserver/ports.ts';
+import { assertPortFree } from '../process/ports.ts';
 
 export interface WorkerRuntimeOptions {
   /** Port for the SDK's exporter; keep it private (bind 127.0.0.1) and scrape it through our /metrics. */

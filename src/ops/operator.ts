@@ -56,7 +56,7 @@ import {
 import { OpsError } from './errors.ts';
 
 /** An order as the operator's tools show it (camelCase; the row's columns the operator needs). */
-export interface OrderSummary {
+interface OrderSummary {
   tenantId: string;
   orderId: string;
   workflowId: string;
@@ -157,7 +157,7 @@ export interface OperationStory {
   audit: AuditEntry[];
 }
 
-export interface ActionResult {
+interface ActionResult {
   before: OperationRecord;
   after: OperationRecord;
   changed: boolean;
@@ -216,7 +216,7 @@ const EXTERNAL_TYPES = new Set<string>([OPERATION_TYPES.charge, OPERATION_TYPES.
 const ORDER_KEY = /^order\/([^/]+)\/([^/]+)\//;
 
 /** The order workflow a step key belongs to (`order/<tenant>/<order>/...`), or null for other keys. */
-export function workflowIdForKey(scope: Scope): string | null {
+function workflowIdForKey(scope: Scope): string | null {
   const m = ORDER_KEY.exec(scope.key);
   if (!m || m[1] !== scope.tenantId) return null;
   return orderWorkflowId(m[1], m[2]!);

@@ -12,7 +12,7 @@
  * accepted for older clients and ignored. Failed attempts are throttled per
  * client address, before any token is compared or looked up. Errors are
  * application/problem+json (RFC 9457) through the API's one implementation
- * (src/api/problems.ts); the types are listed in docs/OPERATIONS.md.
+ * (src/http/problems.ts); the types are listed in docs/OPERATIONS.md.
  *
  * Keys contain slashes (`order/acme/ord_1/charge`), so an operation is named
  * by query parameters or body fields, never by a path segment.
@@ -22,18 +22,18 @@ import { Type, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typ
 import type { FastifyRequest } from 'fastify';
 import { PUBLISHED_CREDENTIALS, estimateEntropyBits } from '../config.ts';
 import type { Queryable } from '../db/index.ts';
-import { FailureThrottle } from '../api/failure-throttle.ts';
+import { FailureThrottle } from '../http/failure-throttle.ts';
 import type { ActorCredential } from '../audit/sql.ts';
 import { OPERATOR_TOKEN_PREFIX, findActiveOperatorByTokenHash, hashOperatorToken } from '../operators/sql.ts';
-import { ProblemError, sendProblem, toProblem, type ProblemKind } from '../api/problems.ts';
-import { strictValidatorCompiler } from '../api/validation.ts';
+import { ProblemError, sendProblem, toProblem, type ProblemKind } from '../http/problems.ts';
+import { strictValidatorCompiler } from '../http/validation.ts';
 import {
   RATE_LIMIT_HEADERS,
   RETRY_AFTER_HEADER,
   always,
   jsonResponse,
   problemResponse,
-} from '../api/schemas.ts';
+} from '../http/openapi.ts';
 import {
   AttentionList,
   AuditLog,
@@ -46,7 +46,7 @@ import {
 import { isOpsError, type OpsErrorCode } from './errors.ts';
 import type { Operator } from './operator.ts';
 
-/** Each operator error code as one of the API's documented problems (src/api/problems.ts). */
+/** Each operator error code as one of the API's documented problems (src/http/problems.ts). */
 const OPS_PROBLEMS: Record<OpsErrorCode, ProblemKind> = {
   invalid_input: 'invalidRequest',
   not_found: 'notFound',
@@ -76,7 +76,7 @@ export interface OpsRoutesOptions {
 }
 
 /** The audit actor recorded for the shared token: fixed, so nobody holding it can write another name. */
-export const ADMIN_TOKEN_ACTOR = 'admin-token';
+const ADMIN_TOKEN_ACTOR = 'admin-token';
 
 /** Who an authenticated admin request acts as, from its credential. */
 interface AdminIdentity {

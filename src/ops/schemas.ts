@@ -35,9 +35,9 @@ const recordFields = {
 };
 
 /** A ledger record as the admin routes show it: without its owner (fencing) token. */
-export const OperationRecord = Type.Object(recordFields, { title: 'OperationRecord' });
+const OperationRecord = Type.Object(recordFields, { title: 'OperationRecord' });
 
-export const OperationListItem = Type.Object(
+const OperationListItem = Type.Object(
   {
     ...recordFields,
     ageSeconds: Type.Number(),
@@ -48,7 +48,7 @@ export const OperationListItem = Type.Object(
 
 export const OperationList = Type.Object({ data: Type.Array(OperationListItem) }, { title: 'OperationList' });
 
-export const AuditEntry = Type.Object(
+const AuditEntry = Type.Object(
   {
     id: Type.String({ description: 'The audit row ID (bigserial, as a string)' }),
     createdAt: DateTime,
@@ -83,7 +83,7 @@ export const AuditEntry = Type.Object(
 
 export const AuditLog = Type.Object({ data: Type.Array(AuditEntry) }, { title: 'AuditLog' });
 
-export const ProviderView = Type.Object(
+const ProviderView = Type.Object(
   {
     provider: Type.Union([Type.Literal('payments'), Type.Literal('email'), Type.Null()]),
     lookedUpBy: Nullable(Str),
@@ -110,7 +110,7 @@ const orderFields = {
   updatedAt: DateTime,
 };
 
-export const AdminOrder = Type.Object(orderFields, { title: 'AdminOrder' });
+const AdminOrder = Type.Object(orderFields, { title: 'AdminOrder' });
 
 export const OperationStory = Type.Object(
   {
@@ -167,7 +167,7 @@ export const RedriveOutcome = Type.Object(
   { title: 'RedriveOutcome' },
 );
 
-export const AttentionItem = Type.Object(
+const AttentionItem = Type.Object(
   {
     ...orderFields,
     temporalUiUrl: Str,

@@ -12,7 +12,7 @@ import type { Client } from '@temporalio/client';
 import { OrderLastErrorKey, TenantIdKey } from './contract.ts';
 
 /** Running order workflows whose OrderStatus search attribute says they wait for a human. */
-export const PARKED_WORKFLOWS_QUERY = `OrderStatus = 'needs_attention' AND ExecutionStatus = 'Running'`;
+const PARKED_WORKFLOWS_QUERY = `OrderStatus = 'needs_attention' AND ExecutionStatus = 'Running'`;
 
 export interface ParkedWorkflow {
   workflowId: string;

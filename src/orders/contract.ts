@@ -13,7 +13,7 @@ import { defineSearchAttributeKey, SearchAttributeType, type SearchAttributePair
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { OrderStatus } from './model.ts';
 
-// --- search attributes (registered on the dev server by src/devserver/temporal.ts)
+// --- search attributes (registered on the dev server by dev/devserver/temporal.ts)
 
 export const OrderStatusKey = defineSearchAttributeKey('OrderStatus', SearchAttributeType.KEYWORD);
 export const TenantIdKey = defineSearchAttributeKey('TenantId', SearchAttributeType.KEYWORD);

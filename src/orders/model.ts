@@ -39,14 +39,6 @@ export const TRANSITIONS: Readonly<Record<OrderStatus, readonly OrderStatus[]>> 
   rejected: [],
 };
 
-export function canTransition(from: OrderStatus, to: OrderStatus): boolean {
-  return TRANSITIONS[from].includes(to);
-}
-
-export function isOrderStatus(value: unknown): value is OrderStatus {
-  return typeof value === 'string' && (ORDER_STATUSES as readonly string[]).includes(value);
-}
-
 /**
  * Why an order is rejected or needs attention: a machine-readable code stored
  * on the order row (`reason`) and returned by GET /v1/orders/{id} (through

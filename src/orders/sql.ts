@@ -6,8 +6,9 @@
  * Writers: the API inserts an order in `accepted` (in the same transaction as
  * its ledger claim and its outbox row); after that only
  * `orderTransitionStatement` moves it, through the state machine in model.ts.
- * Readers: the API, the operator (src/ops), the metrics and the chaos
- * harness. Cross-table aggregates (src/metrics/sql.ts) are the one exception.
+ * Readers: the API, the operator (src/ops) and the metrics. Cross-table
+ * aggregates (src/metrics/sql.ts) and the chaos harness's reads
+ * (dev/chaos/sql.ts, which does not ship) are the exceptions.
  */
 import type pg from 'pg';
 import type { Queryable } from '../db/index.ts';
@@ -237,38 +238,4 @@ export async function countUnrecordedParked(db: Queryable, workflowIds: readonly
     [workflowIds],
   );
   return rows[0]?.n ?? 0;
-}
-
-// --- the chaos harness's reads ----------------------------------------------
-
-/** Where these orders ended up, and how long after creation they last moved (seconds). */
-export async function selectOrderOutcomes(
-  db: Queryable,
-  orderIds: readonly string[],
-): Promise<{ id: string; workflow_id: string; status: string; last_error: string | null; age: number }[]> {
-  const { rows } = await db.query<{
-    id: string;
-    workflow_id: string;
-    status: string;
-    last_error: string | null;
-    age: number;
-  }>(
-    `select id, workflow_id, status, last_error,
-            extract(epoch from updated_at - created_at)::float8 as age
-       from orders where id = any($1::text[])`,
-    [orderIds],
-  );
-  return rows;
-}
-
-/** IDs of the orders of every customer whose ID starts with this prefix (a chaos scenario's customers). */
-export async function selectOrderIdsByCustomerPrefix(
-  db: Queryable,
-  customerPrefix: string,
-): Promise<string[]> {
-  const { rows } = await db.query<{ id: string }>(
-    `select id from orders where starts_with(customer_id, $1)`,
-    [customerPrefix],
-  );
-  return rows.map((r) => r.id);
 }

@@ -192,15 +192,3 @@ export async function selectOutboxBacklog(db: Queryable): Promise<OutboxBacklog>
   );
   return { unstarted: rows[0]?.unstarted ?? 0, oldestUnstartedSeconds: rows[0]?.oldest ?? null };
 }
-
-/** Which of these workflows have an outbox row (started or not). */
-export async function selectOutboxWorkflowIds(
-  db: Queryable,
-  workflowIds: readonly string[],
-): Promise<string[]> {
-  const { rows } = await db.query<{ workflow_id: string }>(
-    'select workflow_id from workflow_outbox where workflow_id = any($1::text[])',
-    [workflowIds],
-  );
-  return rows.map((r) => r.workflow_id);
-}

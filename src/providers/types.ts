@@ -1,6 +1,6 @@
 /**
  * Provider interfaces: what the product needs from a payment provider and an
- * email provider. The sandbox (src/sandbox) implements them over HTTP; a real
+ * email provider. The sandbox (dev/sandbox) implements them over HTTP; a real
  * provider (Stripe, an email API) would get its own adapter with the same
  * shape. See docs/PROVIDERS.md.
  *
@@ -115,8 +115,4 @@ export class ProviderError extends Error {
     this.code = opts.code;
     if (opts.status !== undefined) this.status = opts.status;
   }
-}
-
-export function isProviderError(err: unknown): err is ProviderError {
-  return err instanceof ProviderError;
 }

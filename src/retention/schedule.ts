@@ -6,8 +6,7 @@ import { ScheduleAlreadyRunning, ScheduleOverlapPolicy, type Client } from '@tem
 import { PROVIDER_KEY_WINDOW_MS } from '../providers/contract.ts';
 import type { RetentionInput } from './contract.ts';
 
-export const RETENTION_SCHEDULE_ID = 'onceflow-retention';
-export const DEFAULT_RETENTION_WINDOW_MS = 7 * 24 * 60 * 60 * 1000;
+const RETENTION_SCHEDULE_ID = 'onceflow-retention';
 
 export interface RetentionScheduleOptions {
   taskQueue: string;

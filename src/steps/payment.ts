@@ -83,7 +83,7 @@ export function chargeScope(ref: { tenantId: string; key: string }): Scope {
 }
 
 /** A provider charge as a ledger outcome: a decline is a final `failed`, not an error. */
-export function chargeOutcome(charge: Charge) {
+function chargeOutcome(charge: Charge) {
   const result: ChargeJson = {
     chargeId: charge.id,
     status: charge.status,

@@ -37,11 +37,11 @@ export interface ReceiptResult {
   replayed: boolean;
 }
 
-export function receiptScope(ref: { tenantId: string; key: string }): Scope {
+function receiptScope(ref: { tenantId: string; key: string }): Scope {
   return { tenantId: ref.tenantId, operationType: OPERATION_TYPES.receipt, key: ref.key };
 }
 
-export function messageOutcome(message: Message) {
+function messageOutcome(message: Message) {
   const result: MessageJson = { messageId: message.id };
   return { state: 'succeeded', result, providerRef: message.id } as const;
 }

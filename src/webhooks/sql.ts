@@ -33,7 +33,7 @@ export async function recordWebhookEvent(
 }
 
 /** Outcome of an event recorded before its signal, until the signal's result is recorded. */
-export const SIGNAL_PENDING = 'signal_pending';
+const SIGNAL_PENDING = 'signal_pending';
 
 export type SignalClaim =
   /** Recorded now, or found pending with no live attempt: this caller signals. */

@@ -18,16 +18,18 @@ import { fileURLToPath } from 'node:url';
 import { bundleWorkflowCode } from '@temporalio/worker';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-export const WORKFLOWS_PATH = path.join(ROOT, 'workflows/index.ts');
+const WORKFLOWS_PATH = path.join(ROOT, 'workflows/index.ts');
+/** The same workflows plus the smoke probe, for workers started with `smoke` (never production). */
+const SMOKE_WORKFLOWS_PATH = path.join(ROOT, 'workflows/with-smoke.ts');
 /**
  * Workflow interceptor modules built into the bundle (tracing, see
  * src/tracing). A worker given a pre-built bundle ignores
  * WorkerOptions.interceptors.workflowModules, so they must be bundled here.
  * Their sources (and the imports they reach) are part of the hash.
  */
-export const WORKFLOW_INTERCEPTOR_MODULES = [path.join(ROOT, 'workflows/interceptors.ts')];
+const WORKFLOW_INTERCEPTOR_MODULES = [path.join(ROOT, 'workflows/interceptors.ts')];
 /** Git-ignored; the Dockerfile builds into the same place inside the image. */
-export const DEFAULT_BUNDLE_DIR = path.join(ROOT, 'dist/workflow-bundle');
+const DEFAULT_BUNDLE_DIR = path.join(ROOT, 'dist/workflow-bundle');
 /** Bump when the way bundles are built changes, so older files are not reused. */
 const BUNDLE_FORMAT = 2;
 
@@ -37,7 +39,7 @@ const BUNDLE_FORMAT = 2;
  * are skipped (the bundler erases them), so editing an activity
  * implementation does not force a rebuild; anything else imported counts.
  */
-export function workflowSourceFiles(entry: string): string[] {
+function workflowSourceFiles(entry: string): string[] {
   const seen = new Set<string>();
   const queue = [path.resolve(entry)];
   const dir = path.dirname(path.resolve(entry));
@@ -82,11 +84,12 @@ function packageVersion(name: string): string {
  * emit the same commands, so histories replay on either.
  */
 function defaultInterceptorModules(entry: string, traced: boolean): string[] {
-  return traced && path.resolve(entry) === WORKFLOWS_PATH ? WORKFLOW_INTERCEPTOR_MODULES : [];
+  const ours = [WORKFLOWS_PATH, SMOKE_WORKFLOWS_PATH].includes(path.resolve(entry));
+  return traced && ours ? WORKFLOW_INTERCEPTOR_MODULES : [];
 }
 
 /** Hash of the bundle's inputs: source paths and contents, SDK versions, bundle format. */
-export function workflowBundleHash(
+function workflowBundleHash(
   entry: string = WORKFLOWS_PATH,
   interceptorModules: string[] = defaultInterceptorModules(entry, false),
 ): string {
@@ -136,6 +139,8 @@ const quietLogger = {
 export async function ensureWorkflowBundle(
   opts: {
     workflowsPath?: string;
+    /** The entry with the smoke probe (workflows/with-smoke.ts); ignored with workflowsPath. */
+    smoke?: boolean;
     /**
      * The variant with the tracing interceptors (WORKFLOW_INTERCEPTOR_MODULES), for a worker
      * that exports spans. Default false. Only for the default entry; ignored with interceptorModules.
@@ -147,13 +152,13 @@ export async function ensureWorkflowBundle(
     log?: (line: string) => void;
   } = {},
 ): Promise<EnsuredBundle> {
-  const entry = opts.workflowsPath ?? WORKFLOWS_PATH;
+  const entry = opts.workflowsPath ?? (opts.smoke ? SMOKE_WORKFLOWS_PATH : WORKFLOWS_PATH);
   const dir = opts.dir ?? DEFAULT_BUNDLE_DIR;
   const interceptorModules =
     opts.interceptorModules ?? defaultInterceptorModules(entry, opts.traced ?? false);
   const hash = workflowBundleHash(entry, interceptorModules);
   // The two variants live side by side (a traced and an untraced worker may share the directory).
-  const variant = interceptorModules.length ? 'workflows-traced-' : 'workflows-';
+  const variant = `workflows-${opts.smoke && !opts.workflowsPath ? 'smoke-' : ''}${interceptorModules.length ? 'traced-' : ''}`;
   const file = path.join(dir, `${variant}${hash}.js`);
   if (fs.existsSync(file)) return { path: file, hash, built: false };
 

@@ -59,6 +59,7 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
     taskQueue: config.temporal.taskQueue,
     deps: { pool, ledger, ...sandboxProviders(config) },
     ...(config.workflowBundlePath ? { workflowBundlePath: config.workflowBundlePath } : {}),
+    smoke: config.workerSmokeWorkflow,
     overrides: { shutdownGraceTime: '10 seconds' },
     log: (line) => log.info(line),
     tracing,

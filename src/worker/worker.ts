@@ -5,13 +5,11 @@
 import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
 import { createActivities, type ActivityDeps } from '../../activities/index.ts';
 import { DEFAULT_TIMING } from '../../workflows/policies.ts';
-import { ensureWorkflowBundle, WORKFLOWS_PATH } from './bundle.ts';
+import { ensureWorkflowBundle } from './bundle.ts';
 import { UNTRACED_WORKER, type Tracing } from '../tracing/index.ts';
 
-export { WORKFLOWS_PATH };
-
 /** Below this a lease renewal (every third of the lease) can't be trusted to beat a slow database round trip. */
-export const MIN_RENEWED_LEASE_MS = 3_000;
+const MIN_RENEWED_LEASE_MS = 3_000;
 
 /**
  * The timings that keep attempts from overlapping needlessly: a provider
@@ -52,6 +50,12 @@ export interface CreateWorkerOptions {
    * whether tracing is on) is used, built first if the code changed (see bundle.ts).
    */
   workflowBundlePath?: string;
+  /**
+   * Also register the smoke probe (workflow and activity): `npm start`'s
+   * self-check, tests, bench. Production workers don't. With
+   * workflowBundlePath, the bundle must be built with `smoke` too.
+   */
+  smoke?: boolean;
   overrides?: Partial<WorkerOptions>;
   log?: (line: string) => void;
   /**
@@ -92,13 +96,19 @@ export async function createWorker(opts: CreateWorkerOptions): Promise<Worker> {
   const traced = opts.tracing?.enabled ?? false;
   const codePath =
     opts.workflowBundlePath ??
-    (await ensureWorkflowBundle({ traced, ...(opts.log ? { log: opts.log } : {}) })).path;
+    (
+      await ensureWorkflowBundle({
+        traced,
+        smoke: opts.smoke ?? false,
+        ...(opts.log ? { log: opts.log } : {}),
+      })
+    ).path;
   return Worker.create({
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
     workflowBundle: { codePath },
-    activities: createActivities(opts.deps),
+    activities: createActivities(opts.deps, { smoke: opts.smoke ?? false }),
     ...(opts.tracing?.worker ?? UNTRACED_WORKER),
     ...WORKER_TUNING,
     ...opts.overrides,

@@ -1,6 +1,6 @@
-/** The per-address failure throttle (src/api/failure-throttle.ts) on its own: limits, windows, memory bound. */
+/** The per-address failure throttle (src/http/failure-throttle.ts) on its own: limits, windows, memory bound. */
 import { describe, expect, it } from 'vitest';
-import { FailureThrottle } from '../../src/api/failure-throttle.ts';
+import { FailureThrottle } from '../../src/http/failure-throttle.ts';
 
 describe('FailureThrottle', () => {
   it('refuses an address after max failures until its window ends, then forgets it', () => {

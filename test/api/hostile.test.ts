@@ -6,7 +6,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_ORDER_TOTAL } from '../../src/api/schemas.ts';
-import { CreateChargeBody } from '../../src/sandbox/schemas.ts';
+import { CreateChargeBody } from '../../dev/sandbox/schemas.ts';
 import { uniq } from '../support/env.ts';
 import {
   PROBLEM,

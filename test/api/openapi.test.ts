@@ -9,7 +9,7 @@
 import { readFileSync } from 'node:fs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { Validator } from '@seriousme/openapi-schema-validator';
-import { liveOpenApiDocument } from '../../src/client/codegen.ts';
+import { liveOpenApiDocument } from '../../dev/codegen.ts';
 
 type Obj = Record<string, unknown>;
 interface Operation extends Obj {

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Pool } from '../../src/db/index.ts';
-import { freePort } from '../../src/devserver/ports.ts';
+import { freePort } from '../../src/process/ports.ts';
 import {
   ownDatabase,
   temporalAddress,

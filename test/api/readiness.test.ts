@@ -13,7 +13,7 @@ import { Client, Connection } from '@temporalio/client';
 import { buildApiApp } from '../../src/api/app.ts';
 import { OrderWaits } from '../../src/api/order-waits.ts';
 import { createPool, type Pool } from '../../src/db/index.ts';
-import { freePort } from '../../src/devserver/ports.ts';
+import { freePort } from '../../src/process/ports.ts';
 import { Ledger } from '../../src/ledger/index.ts';
 import { startBlackhole, type Blackhole } from '../support/blackhole.ts';
 import { testPool } from '../support/env.ts';

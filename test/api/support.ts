@@ -8,7 +8,7 @@ import { OutboxRelay } from '../../src/api/outbox.ts';
 import { insertApiKey, insertTenant } from '../../src/tenants/sql.ts';
 import { loadConfig, type Config } from '../../src/config.ts';
 import type { Pool } from '../../src/db/index.ts';
-import { freePort } from '../../src/devserver/ports.ts';
+import { freePort } from '../../src/process/ports.ts';
 import { Ledger } from '../../src/ledger/index.ts';
 import { testDatabaseUrl, temporalAddress, temporalClient, testPool, uniq } from '../support/env.ts';
 

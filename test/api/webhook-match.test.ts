@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { downstreamKey } from '../../src/ledger/index.ts';
 import { signWebhook } from '../../src/providers/webhook-signature.ts';
 import { createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
-import { startSandbox, type RunningSandbox } from '../../src/sandbox/server.ts';
+import { startSandbox, type RunningSandbox } from '../../dev/sandbox/server.ts';
 import { chargeScope, runCharge } from '../../src/steps/payment.ts';
 import { stepKeys } from '../../src/orders/model.ts';
 import { uniq } from '../support/env.ts';
@@ -22,7 +22,7 @@ import { until } from '../support/wait.ts';
 import { call, newTenant, startApi, validOrder, type TestApi } from './support.ts';
 
 type Order = { id: string; workflowId: string };
-/** The sandbox's charge object, as its webhooks carry it (src/sandbox/objects.ts chargeObject). */
+/** The sandbox's charge object, as its webhooks carry it (dev/sandbox/objects.ts chargeObject). */
 type ChargeObject = {
   id: string;
   amount: number;

@@ -14,7 +14,7 @@ import { defaultPayloadConverter } from '@temporalio/common';
 import type { FastifyInstance } from 'fastify';
 import { buildApiApp } from '../../src/api/app.ts';
 import { OutboxRelay } from '../../src/api/outbox.ts';
-import { freePort } from '../../src/devserver/ports.ts';
+import { freePort } from '../../src/process/ports.ts';
 import { downstreamKey, Ledger } from '../../src/ledger/index.ts';
 import { OPERATION_TYPES, orderWorkflowId, stepKeys, type OrderStatus } from '../../src/orders/model.ts';
 import { insertAcceptedOrder, orderTransitionStatement } from '../../src/orders/sql.ts';

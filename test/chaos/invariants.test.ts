@@ -11,8 +11,8 @@ import {
   type MoneyEffect,
   type OrderFact,
   type Submission,
-} from '../../src/chaos/invariants.ts';
-import { parseChaosArgs, SCENARIOS, UsageError } from '../../src/chaos/options.ts';
+} from '../../dev/chaos/invariants.ts';
+import { parseChaosArgs, SCENARIOS, UsageError } from '../../dev/chaos/options.ts';
 
 const wf = (id: string) => `order/acme/${id}`;
 

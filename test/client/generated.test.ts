@@ -6,12 +6,7 @@
  */
 import { expect, it } from 'vitest';
 import fs from 'node:fs/promises';
-import {
-  OPENAPI_PATH,
-  SCHEMA_PATH,
-  liveOpenApiDocument,
-  renderClientFiles,
-} from '../../src/client/codegen.ts';
+import { OPENAPI_PATH, SCHEMA_PATH, liveOpenApiDocument, renderClientFiles } from '../../dev/codegen.ts';
 
 it('src/client/openapi.json and schema.d.ts match the live OpenAPI document (run npm run client:generate)', async () => {
   const doc = await liveOpenApiDocument();

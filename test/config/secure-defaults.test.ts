@@ -10,10 +10,11 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, isLoopbackHost, loadConfig, requireCredentials } from '../../src/config.ts';
 import { withTransaction } from '../../src/db/index.ts';
-import { DEMO_TENANTS, assertNoDemoKeys, seedDemoData } from '../../src/db/seed.ts';
+import { DEMO_TENANTS, assertNoDemoKeys } from '../../src/api/demo-keys.ts';
+import { seedDemoData } from '../../dev/seed.ts';
 import { hashApiKey } from '../../src/api/auth.ts';
 import { findActiveKeyHashes } from '../../src/tenants/sql.ts';
-import { freePort } from '../../src/devserver/ports.ts';
+import { freePort } from '../../src/process/ports.ts';
 import { testDatabaseUrl, temporalAddress, testPool, uniq } from '../support/env.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');

@@ -12,7 +12,7 @@ import {
   ensureTemporalCli,
   startDevServerOnFreePorts,
   type DevServer,
-} from '../../src/devserver/temporal.ts';
+} from '../../dev/devserver/temporal.ts';
 import { uniq } from '../support/env.ts';
 
 describe('dev server SQLite settings', () => {

@@ -21,7 +21,7 @@ import {
   TEMPORAL_HISTORY_SHARDS,
   writeServerConfig,
   type TemporalDatabases,
-} from '../../src/devserver/temporal-server.ts';
+} from '../../dev/devserver/temporal-server.ts';
 import { uniq } from '../support/env.ts';
 
 /** Highest `vX.Y` folder of a versioned schema dir: the version update-schema must reach. */

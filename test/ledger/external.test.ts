@@ -18,7 +18,7 @@ import {
   type Scope,
 } from '../../src/ledger/index.ts';
 import { testDatabaseUrl } from '../support/env.ts';
-import { eventLog, namedPool, scopeFor, tableName, untilLeaseExpired } from './support.ts';
+import { eventLog, namedPool, reconcileOnly, scopeFor, tableName, untilLeaseExpired } from './support.ts';
 
 let pool: Pool;
 /** A fake provider's own ledger: one row per effect it performed (deliberately NOT deduplicated). */
@@ -363,21 +363,21 @@ describe('reconcileOnly and settle', () => {
   it('reconcileOnly never performs: not_found stays unknown; found settles; final records are untouched', async () => {
     const ledger = new Ledger(pool);
     const scope = await unknownRecord('reconcile-only');
-    const afterNotFound = await ledger.reconcileOnly(scope, async () => ({ state: 'not_found' }));
+    const afterNotFound = await reconcileOnly(ledger, scope, async () => ({ state: 'not_found' }));
     expect(afterNotFound).toMatchObject({
       state: 'unknown',
       ownerToken: null,
       error: { reason: 'test' },
       attempts: 2,
     });
-    const afterPending = await ledger.reconcileOnly(scope, async () => ({ state: 'pending' }));
+    const afterPending = await reconcileOnly(ledger, scope, async () => ({ state: 'pending' }));
     expect(afterPending).toMatchObject({ state: 'unknown', ownerToken: null });
     await expect(
-      ledger.reconcileOnly(scope, async () => {
+      reconcileOnly(ledger, scope, async () => {
         throw new Error('provider down');
       }),
     ).rejects.toMatchObject({ code: 'outcome_unknown' });
-    const settled = await ledger.reconcileOnly(scope, async ({ downstreamKey: dk }) => {
+    const settled = await reconcileOnly(ledger, scope, async ({ downstreamKey: dk }) => {
       expect(dk).toBe(downstreamKey(scope));
       return { state: 'succeeded', result: { chargeId: 'ch_found' }, providerRef: 'ch_found' };
     });
@@ -387,14 +387,14 @@ describe('reconcileOnly and settle', () => {
       result: { chargeId: 'ch_found' },
     });
     let called = false;
-    const untouched = await ledger.reconcileOnly(scope, async () => {
+    const untouched = await reconcileOnly(ledger, scope, async () => {
       called = true;
       return { state: 'not_found' };
     });
     expect(called).toBe(false);
     expect(untouched.state).toBe('succeeded');
     await expect(
-      ledger.reconcileOnly(scopeFor('missing'), async () => ({ state: 'pending' })),
+      reconcileOnly(ledger, scopeFor('missing'), async () => ({ state: 'pending' })),
     ).rejects.toMatchObject({
       code: 'not_found',
     });

@@ -3,7 +3,15 @@ import pg from 'pg';
 import { createPool, type Pool } from '../../src/db/index.ts';
 import { testDatabaseUrl, uniq } from '../support/env.ts';
 import { until } from '../support/wait.ts';
-import type { LedgerEvent, Scope } from '../../src/ledger/index.ts';
+import type {
+  Json,
+  Ledger,
+  LedgerEvent,
+  OperationRecord,
+  ReconcileContext,
+  ReconcileOutcome,
+  Scope,
+} from '../../src/ledger/index.ts';
 
 /** A pool whose connections carry a unique application_name, so tests can find their own backends. */
 export function namedPool(max: number): { pool: Pool; appName: string } {
@@ -89,4 +97,13 @@ export function businessTable(prefix: string): {
       return rows.map((r) => r.label);
     },
   };
+}
+
+/** Reconciles an unresolved record and returns only the record afterwards (what these tests check). */
+export async function reconcileOnly<T extends Json>(
+  ledger: Ledger,
+  scope: Scope,
+  reconcile: (ctx: ReconcileContext) => Promise<ReconcileOutcome<T>>,
+): Promise<OperationRecord> {
+  return (await ledger.reconcileUnresolved(scope, reconcile)).record;
 }

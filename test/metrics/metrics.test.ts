@@ -11,10 +11,10 @@ import type { Registry } from 'prom-client';
 import { createPool, type Pool } from '../../src/db/index.ts';
 import { Ledger, LedgerError } from '../../src/ledger/index.ts';
 import { createMetrics, metricsPlugin, startMetricsServer, type Metrics } from '../../src/metrics/index.ts';
-import { PortInUseError } from '../../src/devserver/ports.ts';
+import { PortInUseError } from '../../src/process/ports.ts';
 import { testDatabaseUrl, testPool, uniq } from '../support/env.ts';
 import { until } from '../support/wait.ts';
-import { untilLeaseExpired } from '../ledger/support.ts';
+import { reconcileOnly, untilLeaseExpired } from '../ledger/support.ts';
 
 let pool: Pool;
 beforeAll(() => {
@@ -105,14 +105,14 @@ describe('ledger counters', () => {
     expect(await count('onceflow_ledger_unknown_outcomes_total', { reason: 'perform_error' })).toBe(1);
 
     // The provider doesn't know the key yet: still unknown, counted both ways.
-    const notFound = await ledger.reconcileOnly(s, async () => ({ state: 'not_found' }));
+    const notFound = await reconcileOnly(ledger, s, async () => ({ state: 'not_found' }));
     expect(notFound.state).toBe('unknown');
     expect(await count('onceflow_ledger_takeovers_total', { from_state: 'unknown' })).toBe(1);
     expect(await count('onceflow_ledger_reconciliations_total', { outcome: 'not_found' })).toBe(1);
     expect(await count('onceflow_ledger_unknown_outcomes_total', { reason: 'reconcile_not_found' })).toBe(1);
 
     // Now it does: settled from the provider's answer.
-    const settled = await ledger.reconcileOnly(s, async () => ({
+    const settled = await reconcileOnly(ledger, s, async () => ({
       state: 'succeeded',
       result: { chargeId: 'ch_1' },
       providerRef: 'ch_1',

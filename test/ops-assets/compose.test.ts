@@ -20,7 +20,7 @@ import {
   TEMPORAL_HISTORY_SHARDS,
   TEMPORAL_SERVER_VERSION,
   TEMPORAL_UI_SERVER_VERSION,
-} from '../../src/devserver/temporal-server.ts';
+} from '../../dev/devserver/temporal-server.ts';
 import { testPool } from '../support/env.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
@@ -345,7 +345,10 @@ describe('docker-compose.yml', () => {
     const env = compose['x-onceflow-env'];
     for (const name of ['migrate', 'sandbox', 'worker', 'api']) {
       expect(service(name).environment, name).toEqual(env);
-      expect(service(name).build, name).toBe('.');
+      // The sandbox is the image's `sandbox` stage: the product image does not carry dev/.
+      expect(service(name).build, name).toEqual(
+        name === 'sandbox' ? { context: '.', target: 'sandbox' } : '.',
+      );
     }
     const pg = service('postgres').environment!;
     const db = new URL(env.DATABASE_URL!);

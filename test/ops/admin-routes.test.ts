@@ -10,7 +10,7 @@ import { Operator, opsRoutes, type AuditEntry } from '../../src/ops/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { generateApiKey, hashApiKey } from '../../src/api/auth.ts';
 import { insertApiKey } from '../../src/tenants/sql.ts';
-import { PROBLEMS } from '../../src/api/problems.ts';
+import { PROBLEMS } from '../../src/http/problems.ts';
 import { uniq } from '../support/env.ts';
 
 const ADMIN_TOKEN = 'admin_test_token_0123456789abcdef';

@@ -9,7 +9,7 @@ import readline from 'node:readline';
 import path from 'node:path';
 import { startOrderStack, TEST_TIMING, type OrderStack } from '../support/stack.ts';
 import { testDatabaseUrl, temporalAddress, workflowBundlePath } from '../support/env.ts';
-import { freePort } from '../../src/devserver/ports.ts';
+import { freePort } from '../../src/process/ports.ts';
 import { stepKeys } from '../../src/orders/model.ts';
 import { until } from '../support/wait.ts';
 

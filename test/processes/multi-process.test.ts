@@ -1,5 +1,5 @@
 /**
- * `npm start -- --workers 2 --api-processes 2` (src/main.ts) against the
+ * `npm start -- --workers 2 --api-processes 2` (dev/start.ts) against the
  * run's Temporal server and a database of its own: two worker processes on
  * one task queue and two API processes sharing one port (node:cluster), each
  * with its own outbox relay.
@@ -14,9 +14,9 @@
 import fs from 'node:fs';
 import http from 'node:http';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { freePort, isListening } from '../../src/devserver/ports.ts';
+import { freePort, isListening } from '../../src/process/ports.ts';
 import { createOnceflowClient, type CreateOrderBody, type OrderDetail } from '../../src/client/index.ts';
-import { DEMO_TENANTS } from '../../src/db/seed.ts';
+import { DEMO_TENANTS } from '../../src/api/demo-keys.ts';
 import { createPool } from '../../src/db/index.ts';
 import { TERMINAL_STATUSES } from '../../src/orders/model.ts';
 import { ownDatabase, temporalClient, uniq, workflowBundlePath, temporalAddress } from '../support/env.ts';
@@ -113,7 +113,7 @@ beforeAll(async () => {
   taskQueue = uniq('multiproc');
   main = spawnEntry(
     'main',
-    'src/main.ts',
+    'dev/start.ts',
     {
       DATABASE_URL: db.url,
       TEMPORAL_ADDRESS: temporalAddress(),

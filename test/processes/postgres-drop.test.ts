@@ -8,7 +8,7 @@
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { Pool } from '../../src/db/index.ts';
-import { freePort } from '../../src/devserver/ports.ts';
+import { freePort } from '../../src/process/ports.ts';
 import {
   ownDatabase,
   temporalAddress,
@@ -49,7 +49,7 @@ beforeAll(async () => {
     OUTBOX_POLL_MS: '200',
     LOG_LEVEL: 'info',
   };
-  const sandbox = spawnEntry('sandbox', 'src/sandbox/main.ts', env);
+  const sandbox = spawnEntry('sandbox', 'dev/sandbox/main.ts', env);
   procs.push(sandbox);
   await waitHttpOk(`http://127.0.0.1:${sandboxPort}/healthz`, sandbox);
   const worker = spawnEntry('worker', 'src/worker/main.ts', env);

@@ -1,10 +1,10 @@
 /**
- * `npm start` (src/main.ts) supervises its children: once the stack is up, a
+ * `npm start` (dev/start.ts) supervises its children: once the stack is up, a
  * child that dies (here: the API, kill -9) is started again with a log line
  * naming it, and SIGTERM still stops everything with nothing left behind.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { freePort } from '../../src/devserver/ports.ts';
+import { freePort } from '../../src/process/ports.ts';
 import { ownDatabase, temporalAddress, uniq, workflowBundlePath } from '../support/env.ts';
 import {
   isRunning,
@@ -25,7 +25,7 @@ const childPids = () => reportedChildPids(main);
 beforeAll(async () => {
   db = await ownDatabase('supervise');
   apiPort = await freePort();
-  main = spawnEntry('main', 'src/main.ts', {
+  main = spawnEntry('main', 'dev/start.ts', {
     DATABASE_URL: db.url,
     TEMPORAL_ADDRESS: temporalAddress(),
     TEMPORAL_TASK_QUEUE: uniq('supervise'),

@@ -6,7 +6,7 @@
  */
 import net from 'node:net';
 import { expect, it } from 'vitest';
-import { freePort } from '../../src/devserver/ports.ts';
+import { freePort } from '../../src/process/ports.ts';
 import { testDatabaseUrl, uniq, workflowBundlePath } from '../support/env.ts';
 import { spawnEntry } from '../support/processes.ts';
 

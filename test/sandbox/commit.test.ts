@@ -12,7 +12,7 @@ import {
   type KeyCompletion,
   type MessageRow,
   type Scope,
-} from '../../src/sandbox/sql.ts';
+} from '../../dev/sandbox/sql.ts';
 import { testPool, uniq } from '../support/env.ts';
 
 describe('sandbox: effect and key completion in one fenced statement', () => {

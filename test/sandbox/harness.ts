@@ -1,10 +1,10 @@
 /** A real sandbox on a free port, with its own account, plus a real webhook receiver. */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { freePort } from '../../src/devserver/ports.ts';
+import { freePort } from '../../src/process/ports.ts';
 import type { Pool } from '../../src/db/index.ts';
-import { startSandbox, type RunningSandbox } from '../../src/sandbox/server.ts';
-import type { SandboxDeps } from '../../src/sandbox/app.ts';
+import { startSandbox, type RunningSandbox } from '../../dev/sandbox/server.ts';
+import type { SandboxDeps } from '../../dev/sandbox/app.ts';
 import { testPool, uniq } from '../support/env.ts';
 
 export const SECRET = 'whsec_test_secret';
@@ -24,7 +24,7 @@ export interface TestSandbox extends RunningSandbox {
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type Json = any;
 
-export interface Reply {
+interface Reply {
   status: number;
   headers: Headers;
   body: Json;
@@ -56,7 +56,7 @@ export async function startTestSandbox(
   };
 }
 
-export async function call(
+async function call(
   baseUrl: string,
   method: string,
   path: string,
@@ -91,7 +91,7 @@ export function chargeBody(overrides: Record<string, unknown> = {}) {
   };
 }
 
-export interface Received {
+interface Received {
   headers: http.IncomingHttpHeaders;
   rawBody: string;
   body: { id: string; type: string; created: number; data: { object: Record<string, unknown> } };

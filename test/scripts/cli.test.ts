@@ -213,21 +213,21 @@ describe('--json outputs', () => {
   });
 });
 
-describe('npm start (src/main.ts) command line', () => {
+describe('npm start (dev/start.ts) command line', () => {
   // Usage errors and --help exit before anything starts (no ports, no database, no children).
   it('answers --help with the process-count options and exit 0', async () => {
-    const r = await run('src/main.ts', ['--help']);
+    const r = await run('dev/start.ts', ['--help']);
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(/--workers <n>/);
     expect(r.stdout).toMatch(/--api-processes <n>/);
   });
 
   it('refuses an unknown flag and a non-positive count with usage and exit 2', async () => {
-    const unknown = await run('src/main.ts', ['--bogus']);
+    const unknown = await run('dev/start.ts', ['--bogus']);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain("unknown option '--bogus'");
     expect(unknown.stderr).toContain('Usage: start');
-    const zero = await run('src/main.ts', ['--workers', '0']);
+    const zero = await run('dev/start.ts', ['--workers', '0']);
     expect(zero.code).toBe(2);
     expect(zero.stderr).toContain('must be a positive integer');
   });

@@ -12,18 +12,18 @@ import { loadConfig } from '../../src/config.ts';
 import { createPool } from '../../src/db/index.ts';
 import { createThrowawayDatabase } from '../../src/db/migrate.ts';
 import { closeTemplate, dropDatabasesWithPrefix } from '../support/database.ts';
-import { seedDemoData } from '../../src/db/seed.ts';
+import { seedDemoData } from '../../dev/seed.ts';
 import {
   ensureTemporalCli,
   startDevServerOnFreePorts,
   waitForTemporal,
   type DevServer,
-} from '../../src/devserver/temporal.ts';
+} from '../../dev/devserver/temporal.ts';
 import {
   dropTemporalDatabases,
   ensureTemporalServerTools,
   startTemporalServerOnFreePorts,
-} from '../../src/devserver/temporal-server.ts';
+} from '../../dev/devserver/temporal-server.ts';
 import { ensureWorkflowBundle } from '../../src/worker/bundle.ts';
 
 declare module 'vitest' {
@@ -109,8 +109,9 @@ export default async function setup(project: TestProject) {
 
     // --- Workflow bundle: the one `npm start` uses, keyed by a hash of the workflow code
     // (built here only when that code changed), instead of once per worker.
-    const { path: workflowBundlePath } = await ensureWorkflowBundle();
-    const { path: tracedWorkflowBundlePath } = await ensureWorkflowBundle({ traced: true });
+    // With the smoke probe, as `npm start`'s workers (WORKER_SMOKE_WORKFLOW=on) build it.
+    const { path: workflowBundlePath } = await ensureWorkflowBundle({ smoke: true });
+    const { path: tracedWorkflowBundlePath } = await ensureWorkflowBundle({ traced: true, smoke: true });
 
     project.provide('postgresUrl', config.databaseUrl);
     project.provide('databaseTemplate', databaseTemplate);

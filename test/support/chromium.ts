@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import { chromium, type Browser } from 'playwright-core';
 
 /** Debian's Chromium; `npm test` installs it when missing. CHROMIUM_PATH overrides. */
-export function chromiumPath(): string {
+function chromiumPath(): string {
   const candidates = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'].filter(
     (p): p is string => Boolean(p),
   );

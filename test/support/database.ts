@@ -16,7 +16,7 @@ import { describeConnectError, withDatabase } from '../../src/db/migrate.ts';
 const MAX_NAME = 63;
 
 /** Runs `cb` on a short-lived connection to the server's `postgres` database. */
-export async function withAdmin<T>(serverUrl: string, cb: (client: pg.Client) => Promise<T>): Promise<T> {
+async function withAdmin<T>(serverUrl: string, cb: (client: pg.Client) => Promise<T>): Promise<T> {
   const url = withDatabase(serverUrl, 'postgres');
   const client = new pg.Client({ connectionString: url });
   client.on('error', () => undefined);

@@ -15,7 +15,7 @@ let fileDatabase: string | undefined;
  * after its last; the name is fixed on first use, so a pool created while the
  * module loads already points at it.
  */
-export function testDatabaseName(): string {
+function testDatabaseName(): string {
   fileDatabase ??= cloneName(inject('databaseTemplate'));
   return fileDatabase;
 }

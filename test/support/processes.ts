@@ -92,7 +92,7 @@ async function withOutputOnTimeout<T>(proc: Proc, wait: Promise<T>): Promise<T> 
   }
 }
 
-/** The latest pid `npm start` (src/main.ts) reported for each child it started, by name. */
+/** The latest pid `npm start` (dev/start.ts) reported for each child it started, by name. */
 export function reportedChildPids(proc: Proc): Map<string, number> {
   const pids = new Map<string, number>();
   for (const m of proc.output().matchAll(/\[onceflow\] ([\w-]+) started \(pid (\d+)\)/g))

@@ -11,7 +11,7 @@ import { createActivities, type ActivityDeps } from '../../activities/index.ts';
 import type { OrderActivities } from '../../activities/order.ts';
 import { Ledger, type LedgerHooks } from '../../src/ledger/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
-import { startSandbox, type RunningSandbox } from '../../src/sandbox/server.ts';
+import { startSandbox, type RunningSandbox } from '../../dev/sandbox/server.ts';
 import { insertAcceptedOrder } from '../../src/orders/sql.ts';
 import { orderWorkflowId, type OrderWorkflowInput } from '../../src/orders/model.ts';
 import type { OrderTiming } from '../../workflows/policies.ts';
@@ -31,9 +31,9 @@ export const TEST_TIMING: Partial<OrderTiming> = {
   unknownHorizonMs: 4_000,
 };
 export const TEST_PROVIDER_TIMEOUT_MS = 1_500;
-export const TEST_LEASE_MS = 6_000;
+const TEST_LEASE_MS = 6_000;
 
-export interface AuditCharge {
+interface AuditCharge {
   id: string;
   status: 'succeeded' | 'failed';
   idempotency_key: string;
@@ -178,13 +178,14 @@ export async function startOrderStack(
         namespace: 'default',
         taskQueue,
         workflowBundlePath: workflowBundlePath(),
+        smoke: true,
         deps,
         overrides: {
           shutdownGraceTime: '2 seconds',
           ...(wrap
             ? {
                 activities: (() => {
-                  const real = createActivities(deps);
+                  const real = createActivities(deps, { smoke: true });
                   return { ...real, ...wrap(real, deps) };
                 })(),
               }

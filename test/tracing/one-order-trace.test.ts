@@ -24,7 +24,7 @@ import { loadConfig } from '../../src/config.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { Ledger } from '../../src/ledger/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
-import { startSandbox, type RunningSandbox } from '../../src/sandbox/server.ts';
+import { startSandbox, type RunningSandbox } from '../../dev/sandbox/server.ts';
 import { startTracing, type Tracing } from '../../src/tracing/index.ts';
 import { createWorker } from '../../src/worker/worker.ts';
 import {

@@ -7,7 +7,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
 import { context, trace } from '@opentelemetry/api';
-import { freePort } from '../../src/devserver/ports.ts';
+import { freePort } from '../../src/process/ports.ts';
 import { startTracing, traceCarrier, tracingActive } from '../../src/tracing/index.ts';
 import { testDatabaseUrl } from '../support/env.ts';
 import { killAll, spawnEntry, waitHttpOk, type Proc } from '../support/processes.ts';
@@ -46,7 +46,7 @@ describe('OTLP export', () => {
     const endpoint = `http://127.0.0.1:${(collector.address() as AddressInfo).port}`;
 
     const port = await freePort();
-    const sandbox = spawnEntry('sandbox', 'src/sandbox/main.ts', {
+    const sandbox = spawnEntry('sandbox', 'dev/sandbox/main.ts', {
       DATABASE_URL: testDatabaseUrl(),
       SANDBOX_PORT: String(port),
       LOG_LEVEL: 'warn',

@@ -5,9 +5,10 @@
  */
 import type { FastifyPluginAsync } from 'fastify';
 import type { ApiContext } from '../context.ts';
-import { ProblemError } from '../problems.ts';
+import { ProblemError } from '../../http/problems.ts';
 import { Readiness } from '../readiness.ts';
-import { Health, jsonResponse, problemResponse } from '../schemas.ts';
+import { Health } from '../schemas.ts';
+import { jsonResponse, problemResponse } from '../../http/openapi.ts';
 
 export const healthRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app, { ctx }) => {
   const readiness = new Readiness({ pool: ctx.pool, temporal: ctx.temporal });

@@ -22,7 +22,7 @@ import {
 } from '../../orders/model.ts';
 import type { ApiContext } from '../context.ts';
 import { readIdempotencyKey } from '../idempotency.ts';
-import { ProblemError } from '../problems.ts';
+import { ProblemError } from '../../http/problems.ts';
 import {
   CreateOrderBody,
   CreateOrderHeaders,
@@ -34,13 +34,15 @@ import {
   OrderList,
   MAX_ORDER_TOTAL,
   LOCATION_HEADER,
-  RATE_LIMIT_HEADERS,
   REPLAYED_HEADER,
+} from '../schemas.ts';
+import {
+  RATE_LIMIT_HEADERS,
   RETRY_AFTER_HEADER,
   always,
   jsonResponse,
   problemResponse,
-} from '../schemas.ts';
+} from '../../http/openapi.ts';
 import { getOrder, insertAcceptedOrderStatement, listOrders, type OrderRow } from '../../orders/sql.ts';
 import { insertOutboxStatement, outboxRowOf, type NewOutboxRow, type OutboxRow } from '../../outbox/sql.ts';
 import { ORDER_WORKFLOW_TYPE } from '../outbox.ts';
@@ -63,7 +65,7 @@ const TOO_MANY_REQUESTS = problemResponse('Rate limited (nothing stored); retry 
   ...RATE_LIMIT_HEADERS,
 });
 
-export function newOrderId(): string {
+function newOrderId(): string {
   return `ord_${randomBytes(12).toString('hex')}`;
 }
 

@@ -66,8 +66,9 @@ import { SIGNATURE_HEADER, WebhookSignatureError, verifyWebhook } from '../../pr
 import { paymentEventSignal, type PaymentEvent } from '../../orders/contract.ts';
 import { contextFromCarrier, inSpan, requestSpan, tracingActive } from '../../tracing/index.ts';
 import type { ApiContext } from '../context.ts';
-import { ProblemError } from '../problems.ts';
-import { RETRY_AFTER_HEADER, WebhookAck, jsonResponse, problemResponse } from '../schemas.ts';
+import { ProblemError } from '../../http/problems.ts';
+import { WebhookAck } from '../schemas.ts';
+import { RETRY_AFTER_HEADER, jsonResponse, problemResponse } from '../../http/openapi.ts';
 import { getOrder } from '../../orders/sql.ts';
 import { stepKeys, type OrderStatus } from '../../orders/model.ts';
 import { chargeScope, chargeState } from '../../steps/payment.ts';
@@ -81,16 +82,16 @@ import {
 import { downstreamKey, type OperationRecord } from '../../ledger/index.ts';
 import type { OrderRow } from '../../orders/sql.ts';
 
-export const WEBHOOK_PROVIDER = 'sandbox';
+const WEBHOOK_PROVIDER = 'sandbox';
 /** The consumer that turns payment events into workflow signals. Another consumer gets its own markers. */
-export const ORDER_SIGNAL_CONSUMER = 'order-workflow-signal';
+const ORDER_SIGNAL_CONSUMER = 'order-workflow-signal';
 /**
  * How long a signal to the order's workflow may take. Providers time a
  * delivery out after seconds (the sandbox after 5): a delivery answers within
  * this bound (plus the charge wait), so a hanging Temporal costs a retry,
  * never a held connection.
  */
-export const SIGNAL_DEADLINE_MS = 3_000;
+const SIGNAL_DEADLINE_MS = 3_000;
 /** The signal lease: past the deadline, so an overlapping delivery never overtakes a live attempt. */
 const SIGNAL_LEASE_MS = SIGNAL_DEADLINE_MS + 1_000;
 
@@ -188,7 +189,7 @@ export async function chargeRecordSettled(
  * downstream key or by the charge id recorded for the step. The ledger is
  * read only when the key does not settle it.
  */
-export async function eventNamesOrderCharge(
+async function eventNamesOrderCharge(
   charge: ChargeEvent['charge'],
   order: Pick<OrderRow, 'tenant_id' | 'workflow_id' | 'amount' | 'currency' | 'charge_id'>,
   readRecord: (scope: ReturnType<typeof chargeScope>) => Promise<OperationRecord | null>,

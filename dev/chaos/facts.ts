@@ -1,15 +1,14 @@
 /**
  * Reads what the system says after a fault: order rows, outbox rows, the
  * workflows Temporal knows, and the sandbox provider's own store of charges
- * and messages (ground truth for money moved), through each table's SQL
- * module. Each read opens a fresh
+ * and messages (ground truth for money moved), through ./sql.ts and the
+ * sandbox's SQL module. Each read opens a fresh
  * connection, since the server may have been restarted since the last one.
  */
 import pg from 'pg';
 import type { Connection } from '@temporalio/client';
 import { Client } from '@temporalio/client';
-import { selectOrderIdsByCustomerPrefix, selectOrderOutcomes } from '../orders/sql.ts';
-import { selectOutboxWorkflowIds } from '../outbox/sql.ts';
+import { selectOrderIdsByCustomerPrefix, selectOrderOutcomes, selectOutboxWorkflowIds } from './sql.ts';
 import { selectAllChargeEffects, selectAllMessageEffects } from '../sandbox/sql.ts';
 import type { MoneyEffect, OrderFact } from './invariants.ts';
 

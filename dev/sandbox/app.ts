@@ -9,8 +9,8 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { TypeBoxValidatorCompiler, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { FastifyBaseLogger } from 'fastify';
-import { withTransaction, type Pool, type Queryable } from '../db/index.ts';
-import { PROVIDER_KEY_WINDOW_MS } from '../providers/contract.ts';
+import { withTransaction, type Pool, type Queryable } from '../../src/db/index.ts';
+import { PROVIDER_KEY_WINDOW_MS } from '../../src/providers/contract.ts';
 import { createWebhookDispatcher, type DispatcherOptions, type WebhookDispatcher } from './dispatcher.ts';
 import {
   errorBody,
@@ -29,7 +29,7 @@ import {
   newId,
   unixSeconds,
 } from './objects.ts';
-import { traceHttpServer } from '../tracing/index.ts';
+import { traceHttpServer } from '../../src/tracing/index.ts';
 import {
   AuditQuery,
   CreateChargeBody,
@@ -61,10 +61,10 @@ import {
 } from './sql.ts';
 
 /** The sandbox keeps idempotency keys exactly as long as the product assumes a provider does. */
-export const KEY_RETENTION_MS = PROVIDER_KEY_WINDOW_MS;
+const KEY_RETENTION_MS = PROVIDER_KEY_WINDOW_MS;
 
 /** Test payment methods, named like Stripe's test tokens. A Map, so '__proto__' or 'toString' aren't "known". */
-export const TEST_PAYMENT_METHODS = new Map<string, { declineCode?: string }>([
+const TEST_PAYMENT_METHODS = new Map<string, { declineCode?: string }>([
   ['pm_card_visa', {}],
   ['pm_card_mastercard', {}],
   ['pm_card_amex', {}],

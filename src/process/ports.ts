@@ -1,3 +1,9 @@
+/**
+ * Port checks every onceflow process makes before it listens: a clash is a
+ * PortInUseError naming the port and its env var, not a bare EADDRINUSE.
+ * Product code (the API, the metrics listeners) uses it, so it lives in src/,
+ * not with the dev tools that also call it.
+ */
 import net from 'node:net';
 
 export class PortInUseError extends Error {

@@ -9,10 +9,10 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
-import { freePort } from '../devserver/ports.ts';
-import { createPool } from '../db/index.ts';
-import { createThrowawayDatabase } from '../db/migrate.ts';
-import { seedDemoData } from '../db/seed.ts';
+import { freePort } from '../../src/process/ports.ts';
+import { createPool } from '../../src/db/index.ts';
+import { createThrowawayDatabase } from '../../src/db/migrate.ts';
+import { seedDemoData } from '../seed.ts';
 import { Supervised, waitUntil } from './processes.ts';
 
 export interface ChaosDatabase {
@@ -47,7 +47,7 @@ function postgresIds(): { uid: number; gid: number } | undefined {
   return { uid, gid };
 }
 
-export class PrivateCluster {
+class PrivateCluster {
   readonly proc: Supervised;
 
   constructor(

@@ -11,8 +11,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { Pool, Queryable } from '../db/index.ts';
-import { errorFields, log } from '../log.ts';
+import type { Pool, Queryable } from '../../src/db/index.ts';
+import { errorFields, log } from '../../src/log.ts';
 import { requestFingerprint } from './objects.ts';
 import {
   claimKey,
@@ -60,7 +60,7 @@ export function sendError(
 const VISIBLE_ASCII = /^[\x21-\x7e]{1,255}$/;
 
 /** The Idempotency-Key header, or an error message. Repeated headers arrive joined with ", " and fail. */
-export function readIdempotencyKey(req: FastifyRequest): { key: string } | { error: string } {
+function readIdempotencyKey(req: FastifyRequest): { key: string } | { error: string } {
   const raw = req.headers['idempotency-key'];
   if (raw === undefined) return { error: 'The Idempotency-Key header is required.' };
   if (Array.isArray(raw) || !VISIBLE_ASCII.test(raw)) {
@@ -69,12 +69,12 @@ export function readIdempotencyKey(req: FastifyRequest): { key: string } | { err
   return { key: raw };
 }
 
-export interface TakenFault {
+interface TakenFault {
   kind: FaultKind;
   delayMs: number;
 }
 
-export async function takeFault(ctx: SandboxContext, endpoint: FaultEndpoint): Promise<TakenFault | null> {
+async function takeFault(ctx: SandboxContext, endpoint: FaultEndpoint): Promise<TakenFault | null> {
   const f = await consumeFault(ctx.pool, ctx.account, endpoint);
   return f ? logFault(endpoint, f) : null;
 }
@@ -84,10 +84,10 @@ function logFault(endpoint: FaultEndpoint, f: { kind: FaultKind; delay_ms: numbe
   return { kind: f.kind, delayMs: f.delay_ms ?? 0 };
 }
 
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** fail_before: a 500 before anything happens. Returns true if the reply was sent. */
-export function applyFailBefore(reply: FastifyReply, fault: TakenFault | null): boolean {
+function applyFailBefore(reply: FastifyReply, fault: TakenFault | null): boolean {
   if (fault?.kind !== 'fail_before') return false;
   reply.header('sandbox-fault', 'fail_before');
   sendError(reply, 500, 'api_error', 'Injected fault (fail_before): nothing was done.');
@@ -95,7 +95,7 @@ export function applyFailBefore(reply: FastifyReply, fault: TakenFault | null): 
 }
 
 /** Sends the response, or replaces it per fail_after / drop_after (the effect already happened). */
-export function finish(
+function finish(
   req: FastifyRequest,
   reply: FastifyReply,
   fault: TakenFault | null,

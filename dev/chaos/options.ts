@@ -33,7 +33,7 @@ export interface ChaosOptions {
   help: boolean;
 }
 
-export const DEFAULTS: Omit<ChaosOptions, 'scenarios' | 'json' | 'keep' | 'sharedPostgres' | 'help'> = {
+const DEFAULTS: Omit<ChaosOptions, 'scenarios' | 'json' | 'keep' | 'sharedPostgres' | 'help'> = {
   orders: 30,
   concurrency: 6,
   outageSeconds: 120,

@@ -1,6 +1,6 @@
 /** Starts a sandbox on a port: used by the composition root (main.ts) and by tests. */
 import type { AddressInfo } from 'node:net';
-import { PortInUseError } from '../devserver/ports.ts';
+import { PortInUseError } from '../../src/process/ports.ts';
 import { buildSandboxApp, type SandboxApp, type SandboxDeps } from './app.ts';
 
 export interface RunningSandbox {

@@ -2,13 +2,9 @@
 import { Type, type Static } from '@fastify/type-provider-typebox';
 
 /** Flat string map, like Stripe's metadata (at most 50 keys, short values). */
-export const Metadata = Type.Record(
-  Type.String({ minLength: 1, maxLength: 40 }),
-  Type.String({ maxLength: 500 }),
-  {
-    maxProperties: 50,
-  },
-);
+const Metadata = Type.Record(Type.String({ minLength: 1, maxLength: 40 }), Type.String({ maxLength: 500 }), {
+  maxProperties: 50,
+});
 
 const Email = Type.String({ minLength: 3, maxLength: 254, pattern: '^[^\\s@]+@[^\\s@]+\\.[^\\s@]+$' });
 
@@ -45,7 +41,7 @@ export const AuditQuery = Type.Object({
   idempotency_key: Type.Optional(Type.String({ maxLength: 255 })),
 });
 
-export const FaultEndpointSchema = Type.Union([
+const FaultEndpointSchema = Type.Union([
   Type.Literal('charges.create'),
   Type.Literal('charges.lookup'),
   Type.Literal('messages.create'),

@@ -3,13 +3,13 @@
  * config -> Postgres pool -> HTTP app (+ webhook dispatcher). Closed in
  * reverse order on every exit path (src/process/run.ts).
  */
-import { loadConfig } from '../config.ts';
-import { redactUrl } from '../db/migrate.ts';
-import { configureLogging, log } from '../log.ts';
-import { runProcess, untilAborted } from '../process/run.ts';
-import { openPool } from '../process/wiring.ts';
+import { loadConfig } from '../../src/config.ts';
+import { redactUrl } from '../../src/db/migrate.ts';
+import { configureLogging, log } from '../../src/log.ts';
+import { runProcess, untilAborted } from '../../src/process/run.ts';
+import { openPool } from '../../src/process/wiring.ts';
 import { startSandbox } from './server.ts';
-import { startTracing } from '../tracing/index.ts';
+import { startTracing } from '../../src/tracing/index.ts';
 
 await runProcess('sandbox', async ({ resources, stopping, started }) => {
   const config = loadConfig();

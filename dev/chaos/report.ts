@@ -72,7 +72,7 @@ export function formatTable(results: readonly ScenarioResult[], settleSeconds: n
 }
 
 /** Short summary of what kept orders from settling (status histogram), for the log. */
-export function stuckSummary(violations: readonly Violation[]): string {
+function stuckSummary(violations: readonly Violation[]): string {
   const byStatus = new Map<string, number>();
   for (const v of violations) {
     if (v.kind !== 'stuck_order') continue;

@@ -10,9 +10,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Connection } from '@temporalio/client';
-import { assertPortFree, freePort, PortInUseError } from './ports.ts';
+import { assertPortFree, freePort, PortInUseError } from '../../src/process/ports.ts';
 
-export const TEMPORAL_CLI_MODULE = 'github.com/temporalio/cli/cmd/temporal';
+const TEMPORAL_CLI_MODULE = 'github.com/temporalio/cli/cmd/temporal';
 export const TEMPORAL_CLI_VERSION = 'v1.5.1';
 /** Custom search attributes the product upserts; registered on every dev server we start. */
 export const SEARCH_ATTRIBUTES = {
@@ -32,7 +32,7 @@ export const SEARCH_ATTRIBUTES = {
  * the next checkpoint (never corrupts the file). Acceptable for a dev
  * server's state; production runs a real Temporal cluster.
  */
-export const DEV_SERVER_SQLITE_PRAGMAS: Readonly<Record<string, string>> = {
+const DEV_SERVER_SQLITE_PRAGMAS: Readonly<Record<string, string>> = {
   journal_mode: 'wal',
   synchronous: 'normal',
 };
@@ -44,7 +44,7 @@ export const DEV_SERVER_SQLITE_PRAGMAS: Readonly<Record<string, string>> = {
  * instead of via matching and a second poll (the SDK asks for it by
  * default; the server flag is off unless set).
  */
-export const DEV_SERVER_DYNAMIC_CONFIG: Readonly<Record<string, string>> = {
+const DEV_SERVER_DYNAMIC_CONFIG: Readonly<Record<string, string>> = {
   'system.enableActivityEagerExecution': 'true',
   'matching.numTaskqueueReadPartitions': '1',
   'matching.numTaskqueueWritePartitions': '1',

@@ -60,7 +60,7 @@ export interface MoneyEffect {
   status: string;
 }
 
-export interface ProcessFact {
+interface ProcessFact {
   name: string;
   /** True if the process is running now. */
   alive: boolean;
@@ -85,7 +85,7 @@ export interface Facts {
 }
 
 /** Payment methods the sandbox declines; every other one the harness uses succeeds. */
-export const DECLINING_METHODS: ReadonlySet<string> = new Set([
+const DECLINING_METHODS: ReadonlySet<string> = new Set([
   'pm_card_chargeDeclined',
   'pm_card_chargeDeclinedInsufficientFunds',
 ]);

@@ -25,7 +25,6 @@ export function chargeObject(c: ChargeRow) {
     created: unixSeconds(c.created_at),
   };
 }
-export type ChargeObject = ReturnType<typeof chargeObject>;
 
 export function messageObject(m: MessageRow) {
   return {
@@ -90,7 +89,7 @@ export function eventView(e: WebhookEventRow) {
 }
 
 /** Canonical JSON: object keys sorted at every level, no whitespace. */
-export function canonicalJson(value: unknown): string {
+function canonicalJson(value: unknown): string {
   if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null';
   if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
   const entries = Object.entries(value as Record<string, unknown>)

@@ -16,7 +16,7 @@ export interface FaultContext {
   log: (line: string) => void;
 }
 
-export type FaultResult = { note: string } | { skipped: string };
+type FaultResult = { note: string } | { skipped: string };
 
 export interface Scenario {
   name: ScenarioName;

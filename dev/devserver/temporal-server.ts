@@ -19,8 +19,8 @@ import path from 'node:path';
 import pg from 'pg';
 import { Connection } from '@temporalio/client';
 import { msToTs } from '@temporalio/common';
-import { ensureDatabase, redactUrl, withDatabase } from '../db/migrate.ts';
-import { assertPortFree, freePort, PortInUseError } from './ports.ts';
+import { ensureDatabase, redactUrl, withDatabase } from '../../src/db/migrate.ts';
+import { assertPortFree, freePort, PortInUseError } from '../../src/process/ports.ts';
 import {
   goInstallWithProgress,
   isExecutable,
@@ -35,10 +35,10 @@ import {
 
 type Log = (line: string) => void;
 
-export const TEMPORAL_SERVER_MODULE = 'go.temporal.io/server';
+const TEMPORAL_SERVER_MODULE = 'go.temporal.io/server';
 /** The highest server release whose module builds with `go install` on Go 1.26 (no replace directive). */
 export const TEMPORAL_SERVER_VERSION = 'v1.29.1';
-export const TEMPORAL_UI_SERVER_MODULE = 'github.com/temporalio/ui-server/v2';
+const TEMPORAL_UI_SERVER_MODULE = 'github.com/temporalio/ui-server/v2';
 /** The UI server version the pinned CLI (TEMPORAL_CLI_VERSION) embeds; its go.mod pins it. */
 export const TEMPORAL_UI_SERVER_VERSION = 'v2.42.1';
 
@@ -55,7 +55,7 @@ export const TEMPORAL_UI_SERVER_VERSION = 'v2.42.1';
 export const TEMPORAL_HISTORY_SHARDS = 4;
 
 /** Retention of closed workflows in the namespace we register (the dev server keeps 24 h). */
-export const NAMESPACE_RETENTION = '3 days';
+const NAMESPACE_RETENTION = '3 days';
 
 /**
  * Dynamic config of the Postgres-backed server. Eager activity dispatch as
@@ -471,7 +471,7 @@ export function writeServerConfig(opts: {
       `      bindOnLocalHost: true`,
       ...(http !== undefined ? [`      httpPort: ${http}`] : []),
     ].join('\n');
-  const yaml = `# Written by onceflow (src/devserver/temporal-server.ts) on every start; edits are overwritten.
+  const yaml = `# Written by onceflow (dev/devserver/temporal-server.ts) on every start; edits are overwritten.
 log:
   stdout: true
   level: ${q(opts.logLevel ?? 'warn')}
@@ -701,7 +701,7 @@ export async function startTemporalServerOnFreePorts(
 const INDEXED_VALUE_TYPE = { Text: 1, Keyword: 2 } as const;
 
 /** Registers the namespace and our search attributes if missing (idempotent). */
-export async function registerNamespace(address: string, namespace: string, log: Log): Promise<void> {
+async function registerNamespace(address: string, namespace: string, log: Log): Promise<void> {
   const connection = await Connection.connect({ address, connectTimeout: 10_000 });
   try {
     try {

@@ -12,12 +12,13 @@ import path from 'node:path';
 import openapiTS, { astToString, type OpenAPI3 } from 'openapi-typescript';
 import { format, resolveConfig } from 'prettier';
 import { Client, Connection } from '@temporalio/client';
-import { buildApiServer } from '../api/server.ts';
-import { loadConfig } from '../config.ts';
-import { createPool } from '../db/index.ts';
-import { Ledger } from '../ledger/index.ts';
+import { buildApiServer } from '../src/api/server.ts';
+import { loadConfig } from '../src/config.ts';
+import { createPool } from '../src/db/index.ts';
+import { Ledger } from '../src/ledger/index.ts';
 
-export const CLIENT_DIR = import.meta.dirname;
+/** The generated client ships with the product (src/client/); this generator does not. */
+const CLIENT_DIR = path.join(import.meta.dirname, '..', 'src', 'client');
 export const OPENAPI_PATH = path.join(CLIENT_DIR, 'openapi.json');
 export const SCHEMA_PATH = path.join(CLIENT_DIR, 'schema.d.ts');
 

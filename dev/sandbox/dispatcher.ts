@@ -6,9 +6,9 @@
  * sends every event twice, `reorder` delivers each leased batch newest first.
  */
 import { Agent, request } from 'undici';
-import type { Pool } from '../db/index.ts';
-import { log, errorFields } from '../log.ts';
-import { SIGNATURE_HEADER, signWebhook } from '../providers/webhook-signature.ts';
+import type { Pool } from '../../src/db/index.ts';
+import { log, errorFields } from '../../src/log.ts';
+import { SIGNATURE_HEADER, signWebhook } from '../../src/providers/webhook-signature.ts';
 import { eventBody, unixSeconds } from './objects.ts';
 import {
   getWebhookConfig,
@@ -34,7 +34,7 @@ export interface DispatcherOptions {
   leaseMs: number;
 }
 
-export const DEFAULT_DISPATCHER_OPTIONS: DispatcherOptions = {
+const DEFAULT_DISPATCHER_OPTIONS: DispatcherOptions = {
   pollMs: 250,
   batchSize: 20,
   maxAttempts: 8,
@@ -44,13 +44,13 @@ export const DEFAULT_DISPATCHER_OPTIONS: DispatcherOptions = {
   leaseMs: 30_000,
 };
 
-export interface DeliveryResult {
+interface DeliveryResult {
   ok: boolean;
   status: number | null;
   error: string | null;
 }
 
-export interface RedeliveryResult extends DeliveryResult {
+interface RedeliveryResult extends DeliveryResult {
   id: string;
 }
 
@@ -67,10 +67,7 @@ export interface WebhookDispatcher {
   redeliver(eventId: string): Promise<RedeliveryResult | null>;
 }
 
-export function backoffMs(
-  attempts: number,
-  o: Pick<DispatcherOptions, 'baseBackoffMs' | 'maxBackoffMs'>,
-): number {
+function backoffMs(attempts: number, o: Pick<DispatcherOptions, 'baseBackoffMs' | 'maxBackoffMs'>): number {
   const exp = Math.min(o.maxBackoffMs, o.baseBackoffMs * 2 ** Math.max(0, attempts - 1));
   return Math.round(exp * (1 + Math.random() * 0.25)); // jitter, so retries from many events don't align
 }

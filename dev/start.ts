@@ -15,10 +15,10 @@ import path from 'node:path';
 import fs from 'node:fs';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { loadConfig, requireCredentials } from './config.ts';
-import { createPool } from './db/index.ts';
-import { ensureDatabase, migrate, redactUrl, withDatabase } from './db/migrate.ts';
-import { seedDemoData } from './db/seed.ts';
+import { loadConfig, requireCredentials } from '../src/config.ts';
+import { createPool } from '../src/db/index.ts';
+import { ensureDatabase, migrate, redactUrl, withDatabase } from '../src/db/migrate.ts';
+import { seedDemoData } from './seed.ts';
 import {
   ensureTemporalCli,
   startDevServer,
@@ -26,7 +26,7 @@ import {
   waitForTemporal,
   type DevServer,
 } from './devserver/temporal.ts';
-import { assertPortFree, PortInUseError } from './devserver/ports.ts';
+import { assertPortFree, PortInUseError } from '../src/process/ports.ts';
 import {
   derivedServerPorts,
   describeServerPorts,
@@ -34,7 +34,7 @@ import {
   startTemporalServer,
 } from './devserver/temporal-server.ts';
 import { Client, Connection } from '@temporalio/client';
-import { connectionSettings } from './temporal/connection.ts';
+import { connectionSettings } from '../src/temporal/connection.ts';
 import { createCommand, parseCli, positiveInt } from '../scripts/lib/cli.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -217,7 +217,7 @@ async function main(): Promise<void> {
   await ensureDatabase(config.databaseUrl);
   const applied = await migrate(config.databaseUrl, (m) => say(m));
   say(applied.length ? `applied migrations: ${applied.join(', ')}` : 'database schema is up to date');
-  // Demo tenants and their published keys: local runs only (src/db/seed.ts).
+  // Demo tenants and their published keys: local runs only (dev/seed.ts).
   if (!config.exposure.exposed) {
     const pool = createPool(config.databaseUrl, { max: 1 });
     try {
@@ -285,11 +285,12 @@ async function main(): Promise<void> {
     // The children write to a pipe (prefixed with [name] below): they log for humans when we do.
     LOG_PRETTY: (config.logPretty ?? process.stdout.isTTY === true) ? 'on' : 'off',
   };
-  startService('sandbox', 'src/sandbox/main.ts', env);
+  startService('sandbox', 'dev/sandbox/main.ts', env);
   await waitForHttp(`${config.sandboxUrl}/healthz`, 60_000);
   for (const w of workerSlots) {
     startService(w.name, 'src/worker/main.ts', {
       ...env,
+      WORKER_SMOKE_WORKFLOW: 'on', // the self-check below runs the smoke workflow
       WORKER_METRICS_PORT: String(w.metricsPort),
       WORKER_SDK_METRICS_PORT: String(w.sdkMetricsPort),
       ...(counts.workers > 1 ? { ONCEFLOW_PROCESS: w.name } : {}),

@@ -1,25 +1,24 @@
 /**
  * The stack under test, as separate processes on free ports, configured the
- * way src/main.ts configures a real deployment (environment variables read by
+ * way dev/start.ts configures a real deployment (environment variables read by
  * `loadConfig` in each process): a Temporal dev server of its own (headless,
  * its own SQLite file), the sandbox provider, TWO workers on one task queue,
  * and the API. Only the database differs: a throwaway one (see postgres.ts).
  */
 import path from 'node:path';
 import { Connection } from '@temporalio/client';
-import { DEMO_TENANTS } from '../db/seed.ts';
-import { freePort } from '../devserver/ports.ts';
+import { DEMO_TENANTS } from '../../src/api/demo-keys.ts';
+import { freePort } from '../../src/process/ports.ts';
 import { ensureTemporalCli, startDevServer, type DevServer } from '../devserver/temporal.ts';
-import { ensureWorkflowBundle } from '../worker/bundle.ts';
+import { ensureWorkflowBundle } from '../../src/worker/bundle.ts';
 import { openChaosDatabase, type ChaosDatabase } from './postgres.ts';
 import { httpOk, Supervised, waitUntil } from './processes.ts';
 
-export const TASK_QUEUE = 'onceflow-chaos';
+const TASK_QUEUE = 'onceflow-chaos';
 /** Strong enough for loadConfig's 128-bit floor on an explicit admin token; local to the chaos run. */
-export const ADMIN_TOKEN = '1e17c2cceb03b9142e5d14042d26747d1d15c0ad9941a4867374fa5a30015fcc';
-/** The local demo key (src/db/seed.ts), seeded into the harness's database: orders are placed as tenant `acme`. */
+const ADMIN_TOKEN = '1e17c2cceb03b9142e5d14042d26747d1d15c0ad9941a4867374fa5a30015fcc';
+/** The local demo key (src/api/demo-keys.ts), seeded into the harness's database: orders are placed as tenant `acme`. */
 export const TENANT_API_KEY = DEMO_TENANTS[0].key;
-export const TENANT = 'acme';
 
 export interface StackOptions {
   root: string;
@@ -180,7 +179,7 @@ export class ChaosStack {
         ready,
       });
 
-    this.sandbox = node('sandbox', 'src/sandbox/main.ts', {}, (p) =>
+    this.sandbox = node('sandbox', 'dev/sandbox/main.ts', {}, (p) =>
       waitUntil('sandbox', () => httpOk(`${this.sandboxUrl}/healthz`), READY_MS, p),
     );
     await this.sandbox.start();

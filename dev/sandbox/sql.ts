@@ -3,7 +3,7 @@
  * can join a caller's transaction, parameterised, explicit `returning`.
  * Everything is scoped by `account` (see migrations/0003_sandbox.sql).
  */
-import type { Queryable } from '../db/index.ts';
+import type { Queryable } from '../../src/db/index.ts';
 
 export type Scope = 'charges' | 'messages';
 export type FaultEndpoint = 'charges.create' | 'charges.lookup' | 'messages.create' | 'messages.lookup';
@@ -423,7 +423,7 @@ export interface WebhookConfigRow {
   reorder: boolean;
 }
 
-export const DEFAULT_WEBHOOK_CONFIG: WebhookConfigRow = {
+const DEFAULT_WEBHOOK_CONFIG: WebhookConfigRow = {
   url: null,
   enabled: true,
   duplicate: false,

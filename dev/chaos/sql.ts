@@ -1,0 +1,52 @@
+/**
+ * The chaos harness's reads of product tables: what the system says after a
+ * fault. They live here, not in the tables' SQL modules, because they serve
+ * only the harness and must not ship; each is a plain read, and the tables'
+ * writers are still only their own modules (src/orders/sql.ts,
+ * src/outbox/sql.ts).
+ */
+import type { Queryable } from '../../src/db/index.ts';
+
+/** Where these orders ended up, and how long after creation they last moved (seconds). */
+export async function selectOrderOutcomes(
+  db: Queryable,
+  orderIds: readonly string[],
+): Promise<{ id: string; workflow_id: string; status: string; last_error: string | null; age: number }[]> {
+  const { rows } = await db.query<{
+    id: string;
+    workflow_id: string;
+    status: string;
+    last_error: string | null;
+    age: number;
+  }>(
+    `select id, workflow_id, status, last_error,
+            extract(epoch from updated_at - created_at)::float8 as age
+       from orders where id = any($1::text[])`,
+    [orderIds],
+  );
+  return rows;
+}
+
+/** IDs of the orders of every customer whose ID starts with this prefix (a chaos scenario's customers). */
+export async function selectOrderIdsByCustomerPrefix(
+  db: Queryable,
+  customerPrefix: string,
+): Promise<string[]> {
+  const { rows } = await db.query<{ id: string }>(
+    `select id from orders where starts_with(customer_id, $1)`,
+    [customerPrefix],
+  );
+  return rows.map((r) => r.id);
+}
+
+/** Which of these workflows have an outbox row (started or not). */
+export async function selectOutboxWorkflowIds(
+  db: Queryable,
+  workflowIds: readonly string[],
+): Promise<string[]> {
+  const { rows } = await db.query<{ workflow_id: string }>(
+    'select workflow_id from workflow_outbox where workflow_id = any($1::text[])',
+    [workflowIds],
+  );
+  return rows.map((r) => r.workflow_id);
+}

@@ -43,11 +43,34 @@ let temporal: { client: Client; close: () => Promise<void> };
 
 const childPids = () => reportedChildPids(main);
 
-/** A free port whose neighbour two above is free too (worker 2 gets base + 2). */
+/**
+ * Ports handed out to this run's stack. freePort() only asks the OS for a port
+ * that is free now, and nothing holds it until the stack binds it, so two calls
+ * can return the same port (seen: the API's port came back as a worker's SDK
+ * metrics port, and npm start refused the clash). Every port is checked
+ * against the ones already given out.
+ */
+const taken = new Set<number>();
+
+/** A free port no other port of this run uses. */
+async function distinctPort(): Promise<number> {
+  for (;;) {
+    const port = await freePort();
+    if (!taken.has(port)) {
+      taken.add(port);
+      return port;
+    }
+  }
+}
+
+/** A free base port for a per-worker series (worker 2 gets base + 2), clear of every other port. */
 async function freePortPair(): Promise<number> {
   for (;;) {
     const port = await freePort();
-    if (port + 2 <= 65535 && !(await isListening(port + 2))) return port;
+    const span = [port, port + 1, port + 2];
+    if (port + 2 > 65535 || span.some((p) => taken.has(p)) || (await isListening(port + 2))) continue;
+    span.forEach((p) => taken.add(p));
+    return port;
   }
 }
 
@@ -104,10 +127,10 @@ async function sandbox(path: string, init?: RequestInit): Promise<unknown> {
 
 beforeAll(async () => {
   db = await ownDatabase('multiproc');
-  const apiPort = await freePort();
-  const sandboxPort = await freePort();
+  const apiPort = await distinctPort();
+  const sandboxPort = await distinctPort();
   apiUrl = `http://127.0.0.1:${apiPort}`;
-  const apiMetricsPort = await freePort();
+  const apiMetricsPort = await distinctPort();
   apiMetricsUrl = `http://127.0.0.1:${apiMetricsPort}`;
   sandboxUrl = `http://127.0.0.1:${sandboxPort}`;
   taskQueue = uniq('multiproc');

@@ -1,0 +1,33 @@
+/**
+ * Deterministic step keys, derived from the workflow ID (never the run ID: it
+ * changes on retry, reset and continue-as-new). Workflow-safe: no imports, no
+ * Node built-ins, no I/O, so workflow code can compute a step's key and pass it
+ * to the activity, where it is visible in the workflow's history.
+ *
+ * Published as `onceflow/workflow`.
+ */
+
+/** A step name: visible ASCII without `/` (the separator), so two steps never derive the same key. */
+const STEP_NAME = /^[\x21-\x2E\x30-\x7E]{1,64}$/;
+
+/**
+ * `<workflowId>/<step>[/<part>...]`: the operation key of one step of one
+ * workflow. `parts` name a repeated step (a status per status, a re-drive
+ * epoch); each follows the step name's alphabet. Keys stay within the ledger's
+ * limit of 255 visible ASCII characters or this throws, so a bad key fails in
+ * the workflow, where it is visible, rather than in every activity attempt.
+ */
+export function stepKey(workflowId: string, step: string, ...parts: (string | number)[]): string {
+  for (const part of [step, ...parts.map(String)]) {
+    if (!STEP_NAME.test(part)) {
+      throw new TypeError(
+        `step key part ${JSON.stringify(part)} must be 1 to 64 visible ASCII characters, no "/"`,
+      );
+    }
+  }
+  const key = [workflowId, step, ...parts].join('/');
+  if (!/^[\x21-\x7E]{1,255}$/.test(key)) {
+    throw new TypeError('step key must be 1 to 255 visible ASCII characters (is the workflow ID too long?)');
+  }
+  return key;
+}

@@ -11,7 +11,7 @@
  */
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type pg from 'pg';
-import { LedgerError } from '../ledger/errors.ts';
+import { FinalFailure, LedgerError } from '../ledger/errors.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import type {
   ExternalHandlers,
@@ -43,8 +43,9 @@ export function heartbeatRenewal(): Pick<ExternalRunOptions, 'heartbeat' | 'rene
 }
 
 /**
- * Maps a LedgerError onto Temporal's retry semantics; any other error is
- * returned unchanged (Temporal retries it, or the caller maps it first).
+ * Maps a LedgerError, or a local step's FinalFailure, onto Temporal's retry
+ * semantics; any other error is returned unchanged (Temporal retries it, or
+ * the caller maps it first).
  * `outcomeUnknownType` names the unknown outcome of this step (default
  * LEDGER_FAILURE.outcomeUnknown), so a workflow can reconcile per step.
  */
@@ -52,6 +53,15 @@ export function toActivityFailure(
   err: unknown,
   outcomeUnknownType: string = LEDGER_FAILURE.outcomeUnknown,
 ): unknown {
+  if (err instanceof FinalFailure) {
+    // The stored business outcome travels as the failure's details; every retry would replay it.
+    return ApplicationFailure.create({
+      type: LEDGER_FAILURE.finalFailure,
+      message: err.message,
+      nonRetryable: true,
+      details: [err.result],
+    });
+  }
   if (!(err instanceof LedgerError)) return err;
   switch (err.code) {
     case 'outcome_unknown':
@@ -89,8 +99,9 @@ export function toActivityFailure(
 /**
  * Local mode inside an activity: `fn`'s writes (through `tx`) and the step's
  * completion commit in one transaction, once per scope; a retry gets the
- * stored result (`replayed: true`). Ledger errors are thrown as
- * ApplicationFailures; `fn`'s own errors roll back and are rethrown unchanged.
+ * stored result (`replayed: true`). Ledger errors, and a FinalFailure
+ * thrown by `fn` (committed as the step's `failed` outcome), are thrown as
+ * ApplicationFailures; `fn`'s other errors roll back and are rethrown unchanged.
  */
 export async function runLocalStep<T extends Json>(
   ledger: Ledger,

@@ -11,6 +11,8 @@ export const LEDGER_FAILURE = {
   conflict: 'OperationConflict',
   /** The ledger refused the step's key or input. Non-retryable. */
   invalidInput: 'InvalidInput',
+  /** A local step stored a final business outcome (FinalFailure). Non-retryable: a retry replays it. */
+  finalFailure: 'OperationFailed',
   /** Any other ledger error; retried. */
   ledgerError: 'LedgerError',
 } as const;

@@ -1,6 +1,8 @@
 /**
  * `onceflow/activity`: the step helpers a Temporal activity needs around the
  * ledger. Claim-then-act with Temporal's retry semantics:
+ * - claimStep + holdClaim: a hand-written attempt's claim, kept alive by
+ *   heartbeats that extend its lease;
  * - runLocalStep: the business write and the ledger completion in one transaction;
  * - runExternalStep: claim, call the provider under the downstream key, complete
  *   or mark unknown; while the call runs the activity heartbeats and the lease
@@ -12,8 +14,9 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type pg from 'pg';
 import { FinalFailure, LedgerError } from '../ledger/errors.ts';
-import type { Ledger } from '../ledger/ledger.ts';
+import { DEFAULT_LEASE_MS, type Ledger } from '../ledger/ledger.ts';
 import type {
+  ClaimResult,
   ExternalHandlers,
   ExternalRunOptions,
   ExternalRunResult,
@@ -94,6 +97,82 @@ export function toActivityFailure(
         cause: err,
       });
   }
+}
+
+/**
+ * Claims a step for a hand-written attempt (when runExternalStep's shape does
+ * not fit): the ledger's claim, with its errors thrown as ApplicationFailures.
+ * A `claimed` result is the caller's to finish with ledger.complete,
+ * markUnknown or release; hold it with holdClaim meanwhile. `takeover: true`:
+ * an earlier attempt's outcome is uncertain, so reconcile before performing.
+ */
+export async function claimStep(
+  ledger: Ledger,
+  scope: Scope,
+  input: LedgerInput,
+  opts: { leaseMs?: number } = {},
+): Promise<ClaimResult> {
+  try {
+    return await ledger.claim(scope, input, opts);
+  } catch (err) {
+    throw toActivityFailure(err);
+  }
+}
+
+export interface HeldClaim {
+  /**
+   * Renews the lease once more and throws (an ApplicationFailure, retryable)
+   * if the claim is no longer this attempt's: call it right before acting.
+   */
+  check(): Promise<void>;
+  /** Stops heartbeating and renewing; call it when the attempt is done, in `finally`. */
+  stop(): void;
+}
+
+/**
+ * Keeps a claim from claimStep alive while the activity works: heartbeats to
+ * Temporal and extends the lease (ledger.extend) on every tick, at least
+ * twice per heartbeat timeout and at most every third of the lease. A
+ * refused extension (the claim was taken over, completed or released) is
+ * remembered and reported by `check()`; one that fails for another reason
+ * (the database is unreachable) is tried again on the next tick, and
+ * fencing keeps a takeover safe if the lease runs out meanwhile.
+ * `leaseMs`: the claim's lease, when it is not the ledger's default.
+ */
+export function holdClaim(
+  ledger: Ledger,
+  scope: Scope,
+  ownerToken: string,
+  opts: { leaseMs?: number } = {},
+): HeldClaim {
+  const { heartbeat, renewEveryMs } = heartbeatRenewal();
+  const third = Math.max(10, Math.floor((opts.leaseMs ?? DEFAULT_LEASE_MS) / 3));
+  const everyMs = Math.min(third, renewEveryMs ?? third);
+  let lost = false;
+  let renewing = false;
+  const timer = setInterval(() => {
+    heartbeat?.();
+    if (lost || renewing) return;
+    renewing = true;
+    ledger
+      .extend(scope, ownerToken, opts.leaseMs)
+      .catch((err: unknown) => {
+        if (err instanceof LedgerError && err.code === 'ownership_lost') lost = true;
+      })
+      .finally(() => (renewing = false));
+  }, everyMs);
+  timer.unref();
+  return {
+    async check() {
+      try {
+        if (lost) throw new LedgerError('ownership_lost', 'the lease extension was refused', { scope });
+        await ledger.extend(scope, ownerToken, opts.leaseMs);
+      } catch (err) {
+        throw toActivityFailure(err);
+      }
+    },
+    stop: () => clearInterval(timer),
+  };
 }
 
 /**

@@ -82,9 +82,33 @@ export default tseslint.config(
     },
   },
   {
+    // An example is a user of the library: it imports onceflow's package exports, never its sources.
+    files: ['examples/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '^(\\.\\./)+(src|workflows|activities|dev|test|bench|scripts)(/|$)',
+              message:
+                'Examples use the library only through its package exports (onceflow, onceflow/activity, ...).',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     // The modules of src/ that workflow code imports are held to the workflow's rules, and may
     // import only each other: whatever the workflow imports stays deterministic and I/O-free.
-    files: ['src/*/contract.ts', 'src/orders/model.ts'],
+    files: [
+      'src/*/contract.ts',
+      'src/orders/model.ts',
+      'src/lib/keys.ts',
+      'src/lib/failures.ts',
+      'src/lib/workflow.ts',
+    ],
     rules: {
       'no-restricted-imports': [
         'error',
@@ -93,10 +117,11 @@ export default tseslint.config(
           patterns: [
             { group: ['pg', 'pg/*'], message: noDatabase.message },
             {
-              regex: '^\\.(?!/model\\.ts$|/contract\\.ts$|\\./[^/]+/contract\\.ts$|\\./orders/model\\.ts$)',
+              regex:
+                '^\\.(?!/model\\.ts$|/contract\\.ts$|/keys\\.ts$|/failures\\.ts$|\\./[^/]+/contract\\.ts$|\\./orders/model\\.ts$|\\./lib/(keys|failures)\\.ts$)',
               message:
                 'A module shared with workflow code may import only other shared modules ' +
-                '(src/<concept>/contract.ts, src/orders/model.ts).',
+                "(src/<concept>/contract.ts, src/orders/model.ts, the library's src/lib/keys.ts and failures.ts).",
             },
           ],
         },

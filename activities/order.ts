@@ -8,7 +8,8 @@
  */
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Pool } from '../src/db/index.ts';
-import { Ledger, LedgerError, type ExternalRunOptions } from '../src/ledger/index.ts';
+import { Ledger, LedgerError } from '../src/ledger/index.ts';
+import { heartbeatRenewal, toActivityFailure as ledgerFailure } from '../src/lib/activity.ts';
 import type { EmailProvider, PaymentProvider } from '../src/providers/types.ts';
 import { ProviderError } from '../src/providers/types.ts';
 import { OPERATION_TYPES, type OrderStatus } from '../src/orders/model.ts';
@@ -71,20 +72,6 @@ export interface SettleArgs extends StepRef {
 }
 
 /**
- * Heartbeats to Temporal, and renews the step's lease, while an external
- * step runs: at least twice per heartbeat timeout (the ledger caps it at a
- * third of the lease). Without a heartbeat timeout the lease is still renewed.
- */
-function keepAlive(): Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> {
-  const ctx = Context.current();
-  const timeout = ctx.info.heartbeatTimeoutMs;
-  return {
-    heartbeat: () => ctx.heartbeat(),
-    ...(timeout ? { renewEveryMs: Math.max(10, Math.floor(timeout / 2)) } : {}),
-  };
-}
-
-/**
  * Maps ledger and provider errors onto Temporal's retry semantics. A provider
  * refusing the request itself (nothing happened) becomes `rejectedType`,
  * non-retryable; the same refusal after a takeover (the record stays
@@ -93,7 +80,9 @@ function keepAlive(): Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> {
  * (connection refused, DNS) is a
  * retryable FAILURE.providerUnavailable (the claim was released, the retry starts
  * fresh under the same key). An idempotency-key conflict never gets here: the
- * ledger marks it unknown (outcome_unknown).
+ * ledger marks it unknown (outcome_unknown). Every other ledger error maps as
+ * the library's activity helpers map it (src/lib/activity.ts, whose failure
+ * types FAILURE shares).
  */
 function toActivityFailure(
   err: unknown,
@@ -101,45 +90,23 @@ function toActivityFailure(
   rejectedType: FailureType = FAILURE.providerRejected,
 ): unknown {
   if (err instanceof LedgerError) {
-    switch (err.code) {
-      case 'outcome_unknown':
-        if (err.cause instanceof ProviderError && err.cause.kind === 'rejected') {
-          // Refused after a takeover: the record stays unknown (an earlier attempt may still act
-          // under the key, docs/MODEL.md F1), so this is not `rejectedType` (which proves nothing
-          // was charged); but the same request would be refused again, and retrying it until the
-          // reconciliation horizon settles nothing. Non-retryable: the workflow parks the order.
-          return ApplicationFailure.create({
-            type: FAILURE.refusedAfterTakeover,
-            message: err.message,
-            nonRetryable: true,
-            cause: err,
-          });
-        }
-        return ApplicationFailure.create({ type: unknownType, message: err.message, cause: err });
-      case 'in_progress':
-      case 'ownership_lost':
-        return ApplicationFailure.create({
-          type: FAILURE.operationInProgress,
-          message: err.message,
-          cause: err,
-          ...(err.retryAfterMs ? { nextRetryDelay: err.retryAfterMs } : {}),
-        });
-      case 'conflict':
-        return ApplicationFailure.create({
-          type: FAILURE.operationConflict,
-          message: err.message,
-          nonRetryable: true,
-        });
-      case 'invalid_key':
-      case 'invalid_input':
-        return ApplicationFailure.create({
-          type: FAILURE.invalidInput,
-          message: err.message,
-          nonRetryable: true,
-        });
-      default:
-        return ApplicationFailure.create({ type: FAILURE.ledgerError, message: err.message, cause: err });
+    if (
+      err.code === 'outcome_unknown' &&
+      err.cause instanceof ProviderError &&
+      err.cause.kind === 'rejected'
+    ) {
+      // Refused after a takeover: the record stays unknown (an earlier attempt may still act
+      // under the key, docs/MODEL.md F1), so this is not `rejectedType` (which proves nothing
+      // was charged); but the same request would be refused again, and retrying it until the
+      // reconciliation horizon settles nothing. Non-retryable: the workflow parks the order.
+      return ApplicationFailure.create({
+        type: FAILURE.refusedAfterTakeover,
+        message: err.message,
+        nonRetryable: true,
+        cause: err,
+      });
     }
+    return ledgerFailure(err, unknownType);
   }
   if (err instanceof ProviderError && err.kind === 'rejected') {
     return ApplicationFailure.create({ type: rejectedType, message: err.message, nonRetryable: true });
@@ -189,7 +156,7 @@ export function createOrderActivities(deps: OrderActivityDeps) {
     async chargePayment(args: ChargeArgs): Promise<payment.ChargeResult> {
       const log = stepLog(args);
       try {
-        const r = await payment.runCharge(paymentDeps, args, keepAlive());
+        const r = await payment.runCharge(paymentDeps, args, heartbeatRenewal());
         log.info('step finished', {
           outcome: r.outcome,
           chargeId: r.chargeId,
@@ -237,7 +204,7 @@ export function createOrderActivities(deps: OrderActivityDeps) {
     async sendReceipt(args: ReceiptArgs): Promise<receipt.ReceiptResult> {
       const log = stepLog(args);
       try {
-        const r = await receipt.runReceipt(receiptDeps, args, keepAlive());
+        const r = await receipt.runReceipt(receiptDeps, args, heartbeatRenewal());
         log.info('step finished', { ...r });
         return r;
       } catch (err) {

@@ -11,6 +11,7 @@
  */
 import { defineSearchAttributeKey, SearchAttributeType, type SearchAttributePair } from '@temporalio/common';
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
+import { LEDGER_FAILURE } from '../lib/failures.ts';
 import type { OrderStatus } from './model.ts';
 
 // --- search attributes (registered on the dev server by dev/devserver/temporal.ts)
@@ -157,13 +158,13 @@ export const FAILURE = {
    */
   refusedAfterTakeover: 'RefusedAfterTakeover',
   /** Another attempt holds the step's claim (or this one lost it); retried after its lease. */
-  operationInProgress: 'OperationInProgress',
+  operationInProgress: LEDGER_FAILURE.inProgress,
   /** The step's key was already used with a different input. */
-  operationConflict: 'OperationConflict',
+  operationConflict: LEDGER_FAILURE.conflict,
   /** The ledger refused the step's key or input. */
-  invalidInput: 'InvalidInput',
+  invalidInput: LEDGER_FAILURE.invalidInput,
   /** Any other ledger error; retried. */
-  ledgerError: 'LedgerError',
+  ledgerError: LEDGER_FAILURE.ledgerError,
   /** A status write found no order row. */
   orderNotFound: 'OrderNotFound',
   /** A refused re-drive (the redriveUpdate's validator). */

@@ -8,6 +8,7 @@
  *   status transition). Each step has an operation key derived from the
  *   workflow ID, so every retry at every level reuses the same key.
  */
+import { stepKey } from '../lib/keys.ts';
 
 export const ORDER_STATUSES = [
   'accepted',
@@ -144,16 +145,18 @@ export function orderWorkflowId(tenantId: string, orderId: string): string {
   return `order/${tenantId}/${orderId}`;
 }
 
-/** Per-step operation keys, derived from the workflow ID (never the run ID). */
+/** Per-step operation keys, derived from the workflow ID (never the run ID) by the library's stepKey. */
 export const stepKeys = {
-  charge: (workflowId: string) => `${workflowId}/charge`,
-  receipt: (workflowId: string) => `${workflowId}/receipt`,
+  charge: (workflowId: string) => stepKey(workflowId, 'charge'),
+  receipt: (workflowId: string) => stepKey(workflowId, 'receipt'),
   /**
    * `redrive` is the workflow's count of operator re-drives so far (0 before the first): after a
    * re-drive the order may move again into a status it visited before, which needs a fresh key.
    */
   status: (workflowId: string, status: OrderStatus, redrive = 0) =>
-    redrive > 0 ? `${workflowId}/status/${status}/redrive-${redrive}` : `${workflowId}/status/${status}`,
+    redrive > 0
+      ? stepKey(workflowId, 'status', status, `redrive-${redrive}`)
+      : stepKey(workflowId, 'status', status),
 };
 
 /** A ledger record's identity within a tenant. */

@@ -46,8 +46,15 @@ export async function assertPortFree(port: number, what: string, host = '127.0.0
   if (await isListening(port, host)) throw new PortInUseError(port, what);
 }
 
-/** Asks the OS for a free port (for tests, which must not collide with a running stack). */
-export function freePort(host = '127.0.0.1'): Promise<number> {
+/**
+ * Ports freePort has handed out in this process. The OS only says a port is
+ * free now, and nothing holds it until the caller binds it, so two calls in a
+ * row can get the same port back: a test stack then asks for one port twice
+ * (seen in CI: the sandbox's port came back as the worker's SDK metrics port).
+ */
+const handedOut = new Set<number>();
+
+function osFreePort(host: string): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
     server.once('error', reject);
@@ -57,4 +64,18 @@ export function freePort(host = '127.0.0.1'): Promise<number> {
       server.close(() => resolve(port));
     });
   });
+}
+
+/**
+ * Asks the OS for a free port (for tests and the dev harness, which must not
+ * collide with a running stack), never one this process was given before.
+ */
+export async function freePort(host = '127.0.0.1'): Promise<number> {
+  for (let tries = 0; ; tries++) {
+    const port = await osFreePort(host);
+    if (!handedOut.has(port) || tries >= 100) {
+      handedOut.add(port);
+      return port;
+    }
+  }
 }

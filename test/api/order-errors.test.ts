@@ -10,9 +10,9 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { Operator } from '../../src/ops/index.ts';
 import { OPERATION_TYPES, ORDER_REASONS, stepKeys, type OrderStatus } from '../../src/orders/model.ts';
 import { orderTransitionStatement } from '../../src/orders/sql.ts';
-import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { uniq } from '../support/env.ts';
 import { call, newTenant, startApi, validOrder, type TestApi } from './support.ts';
+import { testOperator } from '../ops/support.ts';
 
 let api: TestApi;
 let tenant: { tenantId: string; key: string };
@@ -22,14 +22,11 @@ beforeAll(async () => {
   api = await startApi();
   tenant = await newTenant(api.pool, 'errors');
   // Never reached: listing the attention list reads Postgres and Temporal visibility only.
-  const providers = { baseUrl: 'http://127.0.0.1:9', timeoutMs: 1_000 };
-  operator = new Operator({
+  operator = testOperator({
     pool: api.pool,
     ledger: api.ledger,
     temporal: api.client,
-    payments: createSandboxPaymentProvider(providers),
-    email: createSandboxEmailProvider(providers),
-    temporalUi: { url: 'http://ui.test/', namespace: 'default' },
+    providerTimeoutMs: 1_000,
   });
 });
 afterAll(async () => api?.close());

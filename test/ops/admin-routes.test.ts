@@ -6,12 +6,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
-import { Operator, opsRoutes, type AuditEntry } from '../../src/ops/index.ts';
-import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
+import { opsRoutes, type AuditEntry } from '../../src/ops/index.ts';
 import { generateApiKey, hashApiKey } from '../../src/api/auth.ts';
 import { insertApiKey } from '../../src/tenants/sql.ts';
 import { PROBLEMS } from '../../src/http/problems.ts';
-import { uniq } from '../support/env.ts';
+import { testOperator, unknownCharge } from './support.ts';
 
 const ADMIN_TOKEN = 'admin_test_token_0123456789abcdef';
 let stack: OrderStack;
@@ -20,14 +19,12 @@ let tenantKey: string;
 
 beforeAll(async () => {
   stack = await startOrderStack({ startWorker: false });
-  const providers = { baseUrl: stack.sandbox.url, timeoutMs: 1_500 };
-  const operator = new Operator({
+  const operator = testOperator({
     pool: stack.pool,
     ledger: stack.ledger,
     temporal: stack.client,
-    payments: createSandboxPaymentProvider(providers),
-    email: createSandboxEmailProvider(providers),
-    temporalUi: { url: 'http://ui.test/', namespace: 'default' },
+    providerUrl: stack.sandbox.url,
+    providerTimeoutMs: 1_500,
   });
   app = Fastify().withTypeProvider<TypeBoxTypeProvider>();
   await app.register(
@@ -49,24 +46,6 @@ afterAll(async () => {
 });
 
 const admin = { authorization: `Bearer ${ADMIN_TOKEN}` };
-
-/** An unknown charge record made directly through the ledger (its key is not an order step key). */
-async function unknownCharge(): Promise<string> {
-  const key = uniq('manual-charge');
-  await expect(
-    stack.ledger.runExternal(
-      { tenantId: 'acme', operationType: 'payment.charge', key },
-      { schemaVersion: 1, value: { amount: 100 } },
-      {
-        perform: async () => {
-          throw new Error('connection reset');
-        },
-        reconcile: async () => ({ state: 'not_found' }),
-      },
-    ),
-  ).rejects.toMatchObject({ code: 'outcome_unknown' });
-  return key;
-}
 
 describe('admin routes', () => {
   it.each([
@@ -98,7 +77,7 @@ describe('admin routes', () => {
   });
 
   it('lists and shows operations', async () => {
-    const key = await unknownCharge();
+    const key = await unknownCharge(stack.ledger, 'manual-charge');
     const list = await app.inject({
       method: 'GET',
       url: `/admin/operations?state=unknown&tenant=acme&keyPrefix=${encodeURIComponent(key)}&limit=10`,
@@ -140,7 +119,7 @@ describe('admin routes', () => {
   });
 
   it('resolve requires a reason, then settles and audits with source api and the credential as actor', async () => {
-    const key = await unknownCharge();
+    const key = await unknownCharge(stack.ledger, 'manual-charge');
     const body = { tenant: 'acme', type: 'payment.charge', key, outcome: 'failed', actor: 'carol' };
     const missing = await app.inject({
       method: 'POST',
@@ -203,7 +182,7 @@ describe('admin routes', () => {
   });
 
   it('reconcile asks the provider and audits; redrive refuses orders that are not parked', async () => {
-    const key = await unknownCharge();
+    const key = await unknownCharge(stack.ledger, 'manual-charge');
     const rec = await app.inject({
       method: 'POST',
       url: '/admin/operations/reconcile',

@@ -15,7 +15,7 @@ import { buildApiServer } from '../../src/api/server.ts';
 import { loadConfig } from '../../src/config.ts';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { temporalAddress, testDatabaseUrl, uniq } from '../support/env.ts';
-import { json, runOps } from './support.ts';
+import { json, runOps, unknownCharge } from './support.ts';
 
 const ADMIN = randomBytes(32).toString('hex');
 const FAILURE_MAX = 10;
@@ -94,24 +94,6 @@ async function addOperator(name: string): Promise<string> {
   return added.token;
 }
 
-/** An unknown charge record made directly through the ledger. */
-async function unknownCharge(): Promise<string> {
-  const key = uniq('operator-charge');
-  await expect(
-    stack.ledger.runExternal(
-      { tenantId: 'acme', operationType: 'payment.charge', key },
-      { schemaVersion: 1, value: { amount: 100 } },
-      {
-        perform: async () => {
-          throw new Error('connection reset');
-        },
-        reconcile: async () => ({ state: 'not_found' }),
-      },
-    ),
-  ).rejects.toMatchObject({ code: 'outcome_unknown' });
-  return key;
-}
-
 async function auditRows(key: string) {
   const { rows } = await stack.pool.query<{
     action: string;
@@ -153,7 +135,7 @@ describe('named operators', () => {
   it("the admin API records the operator's name as the actor, whatever the body claims", async () => {
     const name = uniq('bob').replace(/[^A-Za-z0-9._@-]/g, '-');
     const token = await addOperator(name);
-    const key = await unknownCharge();
+    const key = await unknownCharge(stack.ledger, 'operator-charge');
     const rec = await call('POST', '/admin/operations/reconcile', {
       token,
       body: { tenant: 'acme', type: 'payment.charge', key, actor: 'mallory' },
@@ -181,7 +163,7 @@ describe('named operators', () => {
   });
 
   it("the shared admin token records the fixed actor 'admin-token', never a claimed one", async () => {
-    const key = await unknownCharge();
+    const key = await unknownCharge(stack.ledger, 'operator-charge');
     const rec = await call('POST', '/admin/operations/reconcile', {
       token: ADMIN,
       body: { tenant: 'acme', type: 'payment.charge', key, actor: 'carol' },
@@ -200,7 +182,7 @@ describe('named operators', () => {
   });
 
   it('the CLI records its --actor as self-declared', async () => {
-    const key = await unknownCharge();
+    const key = await unknownCharge(stack.ledger, 'operator-charge');
     const r = await runOps(
       ['reconcile', 'acme', 'payment.charge', key, '--actor', 'dave', '--json'],
       sandbox(),

@@ -11,11 +11,11 @@ import { Ledger } from '../../src/ledger/index.ts';
 import { Operator, isOpsError } from '../../src/ops/index.ts';
 import { insertAcceptedOrder } from '../../src/orders/sql.ts';
 import { orderWorkflowId } from '../../src/orders/model.ts';
-import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { startBlackhole, type Blackhole } from '../support/blackhole.ts';
 import { temporalClient, testPool, uniq } from '../support/env.ts';
 import { until } from '../support/wait.ts';
+import { testOperator } from './support.ts';
 
 const DEADLINE_MS = 2_000;
 let pool: Pool;
@@ -29,14 +29,11 @@ beforeAll(async () => {
   // Lazy: connecting would itself hang on the blackhole; the first call connects.
   connection = Connection.lazy({ address: blackhole.address });
   // Nothing listens on port 9: a provider call would fail fast (none is made here).
-  const providers = { baseUrl: 'http://127.0.0.1:9', timeoutMs: 500 };
-  operator = new Operator({
+  operator = testOperator({
     pool,
     ledger: new Ledger(pool),
     temporal: new Client({ connection, namespace: 'default' }),
-    payments: createSandboxPaymentProvider(providers),
-    email: createSandboxEmailProvider(providers),
-    temporalUi: { url: 'http://ui.test/', namespace: 'default' },
+    providerTimeoutMs: 500,
     temporalTimeoutMs: DEADLINE_MS,
   });
 });
@@ -131,14 +128,7 @@ describe('Operator.redrive refused by Temporal', () => {
   it('leaves the intent and a redrive_refused row (nothing ran), and no redrive row', async () => {
     const { client, close } = await temporalClient();
     try {
-      const live = new Operator({
-        pool,
-        ledger: new Ledger(pool),
-        temporal: client,
-        payments: createSandboxPaymentProvider({ baseUrl: 'http://127.0.0.1:9', timeoutMs: 500 }),
-        email: createSandboxEmailProvider({ baseUrl: 'http://127.0.0.1:9', timeoutMs: 500 }),
-        temporalUi: { url: 'http://ui.test/', namespace: 'default' },
-      });
+      const live = testOperator({ pool, ledger: new Ledger(pool), temporal: client, providerTimeoutMs: 500 });
       const orderId = uniq('ord');
       const workflowId = await insertOrder(orderId);
       // No workflow was ever started for it: Temporal answers "not found", a definite refusal.

@@ -7,22 +7,22 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { uniq } from '../support/env.ts';
 import { Operator, isOpsError } from '../../src/ops/index.ts';
+import { createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { downstreamKey, type Scope } from '../../src/ledger/index.ts';
-import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
+import { testOperator } from './support.ts';
 
 let stack: OrderStack;
 let operator: Operator;
 
 beforeAll(async () => {
   stack = await startOrderStack({ startWorker: false });
-  const providers = { baseUrl: stack.sandbox.url, timeoutMs: 2_000 };
-  operator = new Operator({
+  operator = testOperator({
     pool: stack.pool,
     ledger: stack.ledger,
     temporal: stack.client,
-    payments: createSandboxPaymentProvider(providers),
-    email: createSandboxEmailProvider(providers),
-    temporalUi: { url: 'http://ui.test', namespace: 'default' },
+    providerUrl: stack.sandbox.url,
+    providerTimeoutMs: 2_000,
+    temporalUiUrl: 'http://ui.test',
   });
 });
 afterAll(async () => {

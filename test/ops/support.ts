@@ -1,7 +1,13 @@
 /** Runs the operator CLI as a child process against this run's services. */
 import { execFile } from 'node:child_process';
 import path from 'node:path';
-import { testDatabaseUrl, temporalAddress } from '../support/env.ts';
+import type { Client } from '@temporalio/client';
+import { expect } from 'vitest';
+import type { Pool } from '../../src/db/index.ts';
+import type { Ledger } from '../../src/ledger/index.ts';
+import { Operator } from '../../src/ops/index.ts';
+import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
+import { testDatabaseUrl, temporalAddress, uniq } from '../support/env.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
 
@@ -42,4 +48,50 @@ export function runOps(args: string[], env: { sandboxUrl: string }): Promise<Cli
 export function json<T>(result: CliResult): T {
   if (result.code !== 0) throw new Error(`ops exited ${result.code}: ${result.stderr}`);
   return JSON.parse(result.stdout) as T;
+}
+
+/**
+ * An Operator on the sandbox providers at `providerUrl` (default: port 9,
+ * where nothing listens, for tests that make no provider call).
+ */
+export function testOperator(deps: {
+  pool: Pool;
+  ledger: Ledger;
+  temporal: Client;
+  providerUrl?: string;
+  providerTimeoutMs?: number;
+  temporalUiUrl?: string;
+  temporalTimeoutMs?: number;
+}): Operator {
+  const providers = {
+    baseUrl: deps.providerUrl ?? 'http://127.0.0.1:9',
+    timeoutMs: deps.providerTimeoutMs ?? 1_500,
+  };
+  return new Operator({
+    pool: deps.pool,
+    ledger: deps.ledger,
+    temporal: deps.temporal,
+    payments: createSandboxPaymentProvider(providers),
+    email: createSandboxEmailProvider(providers),
+    temporalUi: { url: deps.temporalUiUrl ?? 'http://ui.test/', namespace: 'default' },
+    ...(deps.temporalTimeoutMs !== undefined ? { temporalTimeoutMs: deps.temporalTimeoutMs } : {}),
+  });
+}
+
+/** An `unknown` charge record made directly through the ledger (its key is not an order step key). */
+export async function unknownCharge(ledger: Ledger, prefix: string): Promise<string> {
+  const key = uniq(prefix);
+  await expect(
+    ledger.runExternal(
+      { tenantId: 'acme', operationType: 'payment.charge', key },
+      { schemaVersion: 1, value: { amount: 100 } },
+      {
+        perform: async () => {
+          throw new Error('connection reset');
+        },
+        reconcile: async () => ({ state: 'not_found' }),
+      },
+    ),
+  ).rejects.toMatchObject({ code: 'outcome_unknown' });
+  return key;
 }

@@ -13,21 +13,20 @@ import { createMetrics } from '../../src/metrics/index.ts';
 import { countUnrecordedParked } from '../../src/orders/sql.ts';
 import { Operator, type AttentionItem } from '../../src/ops/operator.ts';
 import { isOpsError } from '../../src/ops/errors.ts';
-import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
+import { testOperator } from '../ops/support.ts';
 
 let stack: OrderStack;
 let operator: Operator;
 
 beforeAll(async () => {
   stack = await startOrderStack();
-  const providers = { baseUrl: stack.sandbox.url, timeoutMs: TEST_PROVIDER_TIMEOUT_MS };
-  operator = new Operator({
+  operator = testOperator({
     pool: stack.pool,
     ledger: stack.ledger,
     temporal: stack.client,
-    payments: createSandboxPaymentProvider(providers),
-    email: createSandboxEmailProvider(providers),
-    temporalUi: { url: 'http://temporal-ui.test', namespace: 'default' },
+    providerUrl: stack.sandbox.url,
+    providerTimeoutMs: TEST_PROVIDER_TIMEOUT_MS,
+    temporalUiUrl: 'http://temporal-ui.test',
   });
 });
 afterAll(async () => {

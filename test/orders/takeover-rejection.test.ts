@@ -13,11 +13,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startOrderStack, TEST_TIMING, type OrderStack } from '../support/stack.ts';
 import { until, untilWorkflow } from '../support/wait.ts';
-import { Operator } from '../../src/ops/index.ts';
 import { OPERATION_TYPES, orderWorkflowId, stepKeys } from '../../src/orders/model.ts';
-import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import type { Scope } from '../../src/ledger/index.ts';
 import { uniq } from '../support/env.ts';
+import { testOperator } from '../ops/support.ts';
 
 let stack: OrderStack;
 beforeAll(async () => {
@@ -76,14 +75,12 @@ describe('a definite rejection after a takeover', () => {
     expect(await stack.charges(input.orderId)).toHaveLength(0);
 
     // The way out: an operator decides, and the order settles as rejected.
-    const providers = { baseUrl: stack.sandbox.url, timeoutMs: 1_500 };
-    const operator = new Operator({
+    const operator = testOperator({
       pool: stack.pool,
       ledger: stack.ledger,
       temporal: stack.client,
-      payments: createSandboxPaymentProvider(providers),
-      email: createSandboxEmailProvider(providers),
-      temporalUi: { url: 'http://ui.test/', namespace: 'default' },
+      providerUrl: stack.sandbox.url,
+      providerTimeoutMs: 1_500,
     });
     const resolved = await operator.resolveUnknown(scope, 'failed', {
       actor: 'ann',

@@ -16,7 +16,8 @@
  *   stored as the operation's result; no row means there is nothing to do
  *   (nothing is stored, and the CTEs must have written nothing);
  * - every CTE that can wait on a lock (a write, or a `for update|share`
- *   read) must reference `ledger_wait` (LOCAL_STATEMENT.wait), for example
+ *   read) must reference `ledger_wait` (LOCAL_STATEMENT.wait), or a CTE
+ *   that does, where it is evaluated before the wait, for example
  *   `where exists (select from ledger_wait) and ...`: that is what puts the
  *   wait bound in force before it waits;
  * - parameters `$1..$n`, all of them used, with `values` of length n: the
@@ -115,35 +116,49 @@ function check(body: LocalStatementBody): Checked {
   const text = code(ctes);
   if (/^\s*with\b/i.test(text)) throw invalid(name, 'ctes start without `with`: the ledger writes it');
 
-  let result: string | null = null;
-  for (const m of text.matchAll(CTE_DEFINITION)) {
-    const defined = m[1]!.toLowerCase();
-    if (!defined.startsWith('ledger_')) continue;
-    if (defined !== LOCAL_STATEMENT.result)
-      throw invalid(name, `${defined} is the ledger's name; a body defines only ${LOCAL_STATEMENT.result}`);
-    if (result !== null) throw invalid(name, `${LOCAL_STATEMENT.result} is defined twice`);
-    const query = group(text, m.index + m[0].length - 1);
-    if (query === null) throw invalid(name, `${LOCAL_STATEMENT.result}'s parentheses do not close`);
-    const columns = m[2]?.split(',').map((c) => c.trim().toLowerCase());
-    if (!/^\s*select\b/i.test(query))
-      throw invalid(name, `${LOCAL_STATEMENT.result} must be a select (the body's writes go in other CTEs)`);
-    const namesResult = columns
-      ? columns.length === 1 && columns[0] === LOCAL_STATEMENT.resultColumn
-      : new RegExp(`\\bas\\s+${LOCAL_STATEMENT.resultColumn}\\b`, 'i').test(query);
-    if (!namesResult)
+  // The CTEs in order, each with its query (nested definitions stay inside their parent's).
+  const defined: { cte: string; columns: string[] | null; query: string }[] = [];
+  const definition = new RegExp(CTE_DEFINITION.source, 'gi');
+  for (let m = definition.exec(text); m; m = definition.exec(text)) {
+    const open = m.index + m[0].length - 1;
+    const query = group(text, open);
+    if (query === null) throw invalid(name, `the parentheses of ${m[1]} do not close`);
+    const columns = m[2]?.split(',').map((c) => c.trim().toLowerCase()) ?? null;
+    defined.push({ cte: m[1]!.toLowerCase(), columns, query });
+    definition.lastIndex = open + query.length + 2;
+  }
+
+  const results = defined.filter((d) => d.cte.startsWith('ledger_'));
+  for (const { cte } of results) {
+    if (cte !== LOCAL_STATEMENT.result)
+      throw invalid(name, `${cte} is the ledger's name; a body defines only ${LOCAL_STATEMENT.result}`);
+  }
+  if (results.length === 0) throw invalid(name, `ctes must define ${LOCAL_STATEMENT.result}`);
+  if (results.length > 1) throw invalid(name, `${LOCAL_STATEMENT.result} is defined twice`);
+  const result = results[0]!;
+  if (!/^\s*select\b/i.test(result.query))
+    throw invalid(name, `${LOCAL_STATEMENT.result} must be a select (the body's writes go in other CTEs)`);
+  const namesResult = result.columns
+    ? result.columns.length === 1 && result.columns[0] === LOCAL_STATEMENT.resultColumn
+    : new RegExp(`\\bas\\s+${LOCAL_STATEMENT.resultColumn}\\b`, 'i').test(result.query);
+  if (!namesResult)
+    throw invalid(name, `${LOCAL_STATEMENT.result} must name its one column ${LOCAL_STATEMENT.resultColumn}`);
+
+  // A CTE counts as bounded when it references ledger_wait or a bounded CTE (as
+  // `updated` reads `target` in orders/sql.ts): evaluating the reference
+  // evaluates ledger_wait first. That the reference is evaluated before the
+  // CTE's first lock wait (in its WHERE, not its RETURNING) is the author's
+  // part: the check reads names, it does not plan the query.
+  const bounded = new Set<string>([LOCAL_STATEMENT.wait]);
+  for (const { cte, query } of defined) {
+    if ([...bounded].some((b) => new RegExp(`\\b${b}\\b`, 'i').test(query))) bounded.add(cte);
+    else if (LOCKING.test(query))
       throw invalid(
         name,
-        `${LOCAL_STATEMENT.result} must name its one column ${LOCAL_STATEMENT.resultColumn}`,
+        `${cte} writes or locks rows but references neither ${LOCAL_STATEMENT.wait} nor a CTE that does: ` +
+          'its lock waits would be unbounded',
       );
-    result = query;
   }
-  if (result === null) throw invalid(name, `ctes must define ${LOCAL_STATEMENT.result}`);
-
-  if (LOCKING.test(text) && !new RegExp(`\\b${LOCAL_STATEMENT.wait}\\b`, 'i').test(text))
-    throw invalid(
-      name,
-      `it writes or locks rows but never references ${LOCAL_STATEMENT.wait}: its lock waits would be unbounded`,
-    );
 
   const used = new Set([...text.matchAll(/\$(\d+)/g)].map((m) => Number(m[1])));
   for (const n of used) {

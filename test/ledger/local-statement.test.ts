@@ -309,7 +309,7 @@ describe('LocalStatement: the body’s contract is checked when it is built', ()
                ledger_result as (select json_build_object('id', id) as result from biz)`,
         values: ['o1'],
       },
-      /never references ledger_wait/,
+      /biz writes or locks rows but references neither ledger_wait/,
     ],
     [
       'values that are not an array',

@@ -65,8 +65,6 @@ export const DEFAULT_LOCAL_WAIT_MS = 5_000;
 /** `list` returns at most this many records, whatever limit is asked for. */
 export const MAX_LIST_LIMIT = 1000;
 
-/** Claim/read races (a row vanishing or a lease expiring between two statements) are retried this often. */
-const CLAIM_RACE_RETRIES = 3;
 /** retry-after hint for a local duplicate that outwaited localWaitMs. */
 const LOCAL_RETRY_AFTER_MS = 1_000;
 
@@ -149,6 +147,13 @@ const LOCAL_RETRY: RetryPolicy = {
   retries: TRANSACTION_RETRIES,
   retryable: (err) => err instanceof RaceRetry || isTransientConflict(err),
 };
+
+/**
+ * The external claim runs again when the record it conflicted with changed
+ * before it could be read (a row vanishing or a lease expiring between two
+ * statements): 3 tries in all, then in_progress.
+ */
+const CLAIM_RACE_RETRY: RetryPolicy = { retries: 2, retryable: (err) => err instanceof RaceRetry };
 
 /** What one local-mode attempt did (#local). */
 type LocalAttempt =
@@ -514,37 +519,42 @@ export class Ledger {
 
   async #claim(scope: Scope, schemaVersion: number, fp: string, leaseMs: number): Promise<ClaimResult> {
     const dk = downstreamKey(scope);
-    return withClient(this.#pool, async (client) => {
-      for (let i = 0; i < CLAIM_RACE_RETRIES; i++) {
-        const ownerToken = randomUUID();
-        const row = await sql.upsertExternalClaim(client, scope, {
-          fingerprint: fp,
-          schemaVersion,
-          ownerToken,
-          leaseMs,
-          downstreamKey: dk,
-        });
-        if (row) {
-          const { inserted, ...rest } = row;
-          this.#emit(inserted ? 'claim' : 'takeover', scope, inserted ? 'external' : rest.state);
-          return { kind: 'claimed', ownerToken, takeover: !inserted, record: sql.toRecord(rest) };
-        }
-        const existing = await sql.selectProbe(client, scope);
-        if (!existing) continue; // released or reaped between the two statements
-        if (existing.fingerprint !== fp) throw this.#conflict(scope);
-        if (isFinal(existing.state)) {
-          const record = await sql.selectOperation(client, scope);
-          if (!record) continue;
-          this.#emit('replay', scope, existing.state);
-          return { kind: 'replay', record: sql.toRecord(record) };
-        }
-        if (existing.lease_ms_left !== null && existing.lease_ms_left > 0) {
-          throw this.#inProgress(scope, retryAfter(existing.lease_ms_left, leaseMs));
-        }
-        // The lease expired between the two statements: try the takeover again.
-      }
-      throw this.#inProgress(scope, 100);
-    });
+    try {
+      return await withRetry(CLAIM_RACE_RETRY, () =>
+        withClient(this.#pool, async (client): Promise<ClaimResult> => {
+          const ownerToken = randomUUID();
+          const row = await sql.upsertExternalClaim(client, scope, {
+            fingerprint: fp,
+            schemaVersion,
+            ownerToken,
+            leaseMs,
+            downstreamKey: dk,
+          });
+          if (row) {
+            const { inserted, ...rest } = row;
+            this.#emit(inserted ? 'claim' : 'takeover', scope, inserted ? 'external' : rest.state);
+            return { kind: 'claimed', ownerToken, takeover: !inserted, record: sql.toRecord(rest) };
+          }
+          const existing = await sql.selectProbe(client, scope);
+          if (!existing) throw new RaceRetry(); // released or reaped between the two statements
+          if (existing.fingerprint !== fp) throw this.#conflict(scope);
+          if (isFinal(existing.state)) {
+            const record = await sql.selectOperation(client, scope);
+            if (!record) throw new RaceRetry();
+            this.#emit('replay', scope, existing.state);
+            return { kind: 'replay', record: sql.toRecord(record) };
+          }
+          if (existing.lease_ms_left !== null && existing.lease_ms_left > 0) {
+            throw this.#inProgress(scope, retryAfter(existing.lease_ms_left, leaseMs));
+          }
+          // The lease expired between the two statements: try the takeover again.
+          throw new RaceRetry();
+        }),
+      );
+    } catch (err) {
+      if (err instanceof RaceRetry) throw this.#inProgress(scope, 100);
+      throw err;
+    }
   }
 
   /** Fenced completion. A caller that lost its claim gets LedgerError('ownership_lost'). */

@@ -446,9 +446,10 @@ export class Ledger {
    * one-transaction physical limit: 1.74x (4242/s) where runLocal runs at
    * 0.96x (2329/s), at half the CPU per step (109 + 198 us client + Postgres
    * against 231 + 425), 8 connections, bench/results/ledger.json. Measured
-   * again after the fold (a loaded 2-core machine): 1.74x, 1.86x and 1.79x
-   * runLocal's rate at 1, 8 and 32 connections. Every order status step runs
-   * this way.
+   * again after the fold, three runs on a loaded 2-core machine: 1.27-1.86x
+   * runLocal's rate at 8 connections, 1.64-1.79x at 32 (at 1 connection every
+   * variant there waited on one commit flush per step, and the runs ranged
+   * 0.90-1.74x). Every order status step runs this way.
    */
   #statementAttempt(
     scope: Scope,

@@ -25,7 +25,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { loadConfig } from '../src/config.ts';
 import { createPool, type Pool } from '../src/db/index.ts';
 import { createThrowawayDatabase } from '../src/db/migrate.ts';
-import { Ledger } from '../src/ledger/index.ts';
+import { Ledger, LocalStatement } from '../src/ledger/index.ts';
 import { InvalidArgumentError } from 'commander';
 import { createCommand, parseCli } from '../scripts/lib/cli.ts';
 import { cpuSeconds, visibleInProc } from './lib/proc-cpu.ts';
@@ -254,11 +254,15 @@ async function main(): Promise<void> {
         // As the order's status steps run now: the body, the claim and the record in one
         // autocommitted statement (runLocalStatement); here the body writes nothing, like the others'.
         ledgerStatement: (_w, i) =>
-          ledger.runLocalStatement(scope('bench.fresh', `f${n}-${seq++}`), input(i), {
-            name: 'bench_ok',
-            ctes: `ledger_result as (select json_build_object('ok', true) as result)`,
-            values: [],
-          }),
+          ledger.runLocalStatement(
+            scope('bench.fresh', `f${n}-${seq++}`),
+            input(i),
+            new LocalStatement({
+              name: 'bench_ok',
+              ctes: `ledger_result as (select json_build_object('ok', true) as result)`,
+              values: [],
+            }),
+          ),
       });
       const pick = (w: number, i: number) => (w * 7919 + i) % REPLAY_KEYS;
       const replayLocal = (k: number, replayProbe: boolean | 'auto') =>

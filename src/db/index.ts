@@ -5,6 +5,7 @@
  */
 import pg from 'pg';
 import { errorFields, log } from '../log.ts';
+import { withRetry } from './retry.ts';
 
 export type Pool = pg.Pool;
 export type PoolClient = pg.PoolClient;
@@ -126,20 +127,30 @@ export function isSqlState(err: unknown, code: string): boolean {
   return sqlState(err) === code;
 }
 
+/** Serialization failures and deadlocks mean "run the transaction again", not "wrong". */
+export function isTransientConflict(err: unknown): boolean {
+  const state = sqlState(err);
+  return state === SQLSTATE.serializationFailure || state === SQLSTATE.deadlockDetected;
+}
+
+/** How often a transaction that lost to a transient conflict is run again (withTransaction's default). */
+export const TRANSACTION_RETRIES = 3;
+
 /**
- * BEGIN/COMMIT/ROLLBACK on one checked-out client. Serialization failures and
- * deadlocks are retried (bounded, with jitter): they mean "try again", not "wrong".
+ * BEGIN/COMMIT/ROLLBACK on one checked-out client. Transient conflicts
+ * (isTransientConflict) are retried: `retries` times (default
+ * TRANSACTION_RETRIES), with the shared backoff of withRetry.
  */
 export async function withTransaction<T>(
   pool: pg.Pool,
   cb: (client: pg.PoolClient) => Promise<T>,
-  { retries = 3 }: { retries?: number } = {},
+  { retries = TRANSACTION_RETRIES }: { retries?: number } = {},
 ): Promise<T> {
-  for (let attempt = 0; ; attempt++) {
+  return withRetry({ retries, retryable: isTransientConflict }, async () => {
     const co = await checkout(pool);
     const client = co.client;
     let cause: unknown;
-    // The client goes back (or is discarded) before the backoff, not after it.
+    // The client goes back (or is discarded) here, before withRetry's backoff, not after it.
     try {
       await client.query('BEGIN');
       const result = await cb(client);
@@ -150,14 +161,11 @@ export async function withTransaction<T>(
       // A failed ROLLBACK means a dead connection; release() then discards it.
       // It must not mask the real error.
       await client.query('ROLLBACK').catch(() => undefined);
-      const state = sqlState(err);
-      const retryable = state === SQLSTATE.serializationFailure || state === SQLSTATE.deadlockDetected;
-      if (!retryable || attempt >= retries) throw err;
+      throw err;
     } finally {
       co.release(cause);
     }
-    await new Promise((r) => setTimeout(r, 10 * 2 ** attempt + Math.random() * 20));
-  }
+  });
 }
 
 /**

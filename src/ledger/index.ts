@@ -1,5 +1,6 @@
 /** The operation ledger's public surface. Vocabulary: see the Terminology block in types.ts. */
 export * from './types.ts';
+export { LocalStatement, LOCAL_STATEMENT, type LocalStatementBody } from './local-statement.ts';
 export { LedgerError, FinalFailure, isLedgerError, isDefiniteFailure } from './errors.ts';
 export {
   canonicalJson,

@@ -11,15 +11,7 @@
  */
 import type pg from 'pg';
 import { inOneWrite, type Queryable } from '../db/index.ts';
-import type {
-  FinalState,
-  Json,
-  ListFilter,
-  LocalStatement,
-  OperationRecord,
-  OperationState,
-  Scope,
-} from './types.ts';
+import type { FinalState, Json, ListFilter, OperationRecord, OperationState, Scope } from './types.ts';
 
 const COLUMNS = `tenant_id, operation_type, key, fingerprint, schema_version, state, owner_token,
   lease_expires_at, attempts, downstream_key, provider_ref, result, error, created_at, updated_at, completed_at`;
@@ -235,7 +227,8 @@ export async function beginLocalClaim(
 
 /**
  * Local mode as one autocommitted statement (Ledger.runLocalStatement): the
- * body's CTEs, then the final record inserted from `ledger_result`. The
+ * body's CTEs between the ledger's two (the contract is in
+ * local-statement.ts, which calls this once per statement name). The
  * statement is its own transaction, so the business write and the record
  * commit together or not at all:
  * - a committed record under the key makes the INSERT fail with a unique
@@ -246,21 +239,13 @@ export async function beginLocalClaim(
  *   lock_timeout for this statement's implicit transaction only), then fail
  *   the same way if it committed, or insert if it rolled back;
  * - no `ledger_result` row: nothing inserted, no row returned.
- * `attempts` keeps its default (1), as a local claim's record does.
+ * `attempts` keeps its default (1), as a local claim's record does. The
+ * body's parameters are `$1..$n`; the ledger's follow them.
  */
-export async function insertLocalStatement(
-  db: Queryable,
-  scope: Scope,
-  args: { fingerprint: string; schemaVersion: number; lockTimeoutMs: number },
-  body: LocalStatement,
-): Promise<{ result: Json } | null> {
-  const n = body.values.length;
+export function localStatementText(ctes: string, n: number): string {
   const p = (i: number) => `$${n + i}`;
-  return first<{ result: Json }>(
-    await db.query<{ result: Json }>({
-      name: `ledger_stmt_${body.name}`,
-      text: `with ledger_wait as materialized (select set_config('lock_timeout', ${p(1)}::int::text, true) as v),
-             ${body.ctes},
+  return `with ledger_wait as materialized (select set_config('lock_timeout', ${p(1)}::int::text, true) as v),
+             ${ctes},
              ledger_record as (
                insert into operations (tenant_id, operation_type, key, fingerprint, schema_version, state,
                  result, completed_at)
@@ -268,8 +253,21 @@ export async function insertLocalStatement(
                       r.result, now()
                  from ledger_result r, ledger_wait
                returning result)
-             select result from ledger_record`,
-      values: [...body.values, args.lockTimeoutMs, ...pk(scope), args.fingerprint, args.schemaVersion],
+             select result from ledger_record`;
+}
+
+/** Runs a checked local statement (a LocalStatement: its text is localStatementText's). */
+export async function insertLocalStatement(
+  db: Queryable,
+  scope: Scope,
+  args: { fingerprint: string; schemaVersion: number; lockTimeoutMs: number },
+  statement: { readonly name: string; readonly text: string; readonly values: readonly unknown[] },
+): Promise<{ result: Json } | null> {
+  return first<{ result: Json }>(
+    await db.query<{ result: Json }>({
+      name: `ledger_stmt_${statement.name}`,
+      text: statement.text,
+      values: [...statement.values, args.lockTimeoutMs, ...pk(scope), args.fingerprint, args.schemaVersion],
     }),
   );
 }

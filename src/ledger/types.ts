@@ -180,28 +180,6 @@ export interface LocalRunOptions {
   replayProbe?: boolean | 'auto';
 }
 
-/**
- * The body of Ledger.runLocalStatement: a local operation whose whole business
- * write is data-modifying CTEs of one statement, with the result it stores
- * computed in SQL from what they did.
- */
-export interface LocalStatement {
-  /** The name the statement is prepared under (1-50 of [a-z0-9_]); one name per distinct text. */
-  name: string;
-  /**
-   * CTEs, without the leading `with`, using parameters $1..$n (`values`).
-   * They must define `ledger_result`, a query of one `result` column (json):
-   * its one row is stored as the operation's result; no row means there is
-   * nothing to do (nothing is stored, and the CTEs must have written
-   * nothing). The ledger defines `ledger_wait` before them: every statement
-   * among them that can wait on a lock must reference it (for example
-   * `where exists (select from ledger_wait) and ...`), so that the wait bound
-   * is in force before it waits.
-   */
-  ctes: string;
-  values: readonly unknown[];
-}
-
 /** Per-call options of runExternal. */
 export interface ExternalRunOptions {
   /** This attempt's lease; default the ledger's `leaseMs`. */

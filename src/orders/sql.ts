@@ -12,7 +12,7 @@
  */
 import type pg from 'pg';
 import type { Queryable } from '../db/index.ts';
-import type { LocalStatement } from '../ledger/types.ts';
+import { LocalStatement } from '../ledger/index.ts';
 import { TRANSITIONS, type OrderItem, type OrderStatus } from './model.ts';
 
 /** One row of `orders`, as every select here returns it. */
@@ -105,12 +105,8 @@ export interface OrderTransition {
 }
 
 /**
- * Moves an order forward, as the body of a status step's ledger operation
- * (Ledger.runLocalStatement): the transition and the step's record are one
- * statement. The WHERE clause is the state machine: the row is updated only
- * if its current status may lead to `to`, so a late or duplicate call can
- * never move an order backwards, even under concurrency (the row lock
- * serialises competing transitions).
+ * The CTEs of a status step's ledger operation (a LocalStatement body: the
+ * contract it follows is in src/ledger/local-statement.ts).
  * - `target` locks the row first (after `ledger_wait` has bounded the wait)
  *   and, under READ COMMITTED, reads its latest committed status even if a
  *   competing transition committed while we waited;
@@ -119,10 +115,7 @@ export interface OrderTransition {
  *   `status` is the new status, or the one the order already had (a duplicate
  *   or a late call: nothing changed). No order: no row, nothing stored.
  */
-export function orderTransitionStatement(t: OrderTransition): LocalStatement {
-  return {
-    name: 'orders_transition',
-    ctes: `target as materialized (
+const ORDER_TRANSITION_CTES = `target as materialized (
              select status from orders
               where tenant_id = $1 and id = $2 and exists (select from ledger_wait)
               for update),
@@ -142,7 +135,20 @@ export function orderTransitionStatement(t: OrderTransition): LocalStatement {
            ledger_result as (
              select json_build_object('applied', exists (select from updated),
                                       'status', coalesce((select status from updated), t.status)) as result
-               from target t)`,
+               from target t)`;
+
+/**
+ * Moves an order forward, as the body of a status step's ledger operation
+ * (Ledger.runLocalStatement): the transition and the step's record are one
+ * statement. The WHERE clause is the state machine: the row is updated only
+ * if its current status may lead to `to`, so a late or duplicate call can
+ * never move an order backwards, even under concurrency (the row lock
+ * serialises competing transitions).
+ */
+export function orderTransitionStatement(t: OrderTransition): LocalStatement {
+  return new LocalStatement({
+    name: 'orders_transition',
+    ctes: ORDER_TRANSITION_CTES,
     values: [
       t.tenantId,
       t.orderId,
@@ -153,7 +159,7 @@ export function orderTransitionStatement(t: OrderTransition): LocalStatement {
       sourcesOf(t.to),
       t.reason ?? null,
     ],
-  };
+  });
 }
 
 // --- one order --------------------------------------------------------------

@@ -5,7 +5,14 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Pool } from '../../src/db/index.ts';
-import { Ledger, LedgerError, type LocalStatement, type Scope } from '../../src/ledger/index.ts';
+import {
+  LOCAL_STATEMENT,
+  Ledger,
+  LedgerError,
+  LocalStatement,
+  type LocalStatementBody,
+  type Scope,
+} from '../../src/ledger/index.ts';
 import { businessTable, eventLog, lockWaiters, namedPool, scopeFor } from './support.ts';
 import { deferred, until } from '../support/wait.ts';
 
@@ -28,7 +35,7 @@ const businessRows = (scope: Scope) => table.rows(pool, scope);
 
 /** Inserts a business row labelled `label` and stores `{ label }`; `skip` writes and stores nothing. */
 function insertBusiness(scope: Scope, label: string, opts: { skip?: boolean } = {}): LocalStatement {
-  return {
+  return new LocalStatement({
     name: `test_${business.replace(/\W/g, '').toLowerCase()}`,
     ctes: `biz as (
              insert into ${business} (tenant_id, key, label)
@@ -36,7 +43,7 @@ function insertBusiness(scope: Scope, label: string, opts: { skip?: boolean } = 
              returning label),
            ledger_result as (select json_build_object('label', label) as result from biz)`,
     values: [scope.tenantId, scope.key, label, opts.skip ?? false],
-  };
+  });
 }
 
 const input = (value: unknown) => ({ schemaVersion: 1, value });
@@ -184,27 +191,15 @@ describe('runLocalStatement', () => {
   it('a failing body stores nothing and throws its error', async () => {
     const ledger = new Ledger(pool);
     const scope = scopeFor('stmt-error');
-    const failing: LocalStatement = {
+    const failing = new LocalStatement({
       name: 'test_failing_body',
       ctes: `ledger_result as (select json_build_object('n', 1 / $1::int) as result from ledger_wait)`,
       values: [0],
-    };
+    });
     await expect(ledger.runLocalStatement(scope, input({}), failing)).rejects.toMatchObject({
       code: '22012',
     });
     expect(await ledger.get(scope)).toBeNull();
-  });
-
-  it('refuses a statement name Postgres would truncate or that is not a plain identifier', async () => {
-    const ledger = new Ledger(pool);
-    const scope = scopeFor('stmt-name');
-    for (const name of ['x'.repeat(51), 'Bad-Name', '']) {
-      const err = await ledger
-        .runLocalStatement(scope, input({}), { ...insertBusiness(scope, 'x'), name })
-        .catch((e: unknown) => e);
-      expect((err as LedgerError).code).toBe('invalid_input');
-    }
-    expect(await businessRows(scope)).toEqual([]);
   });
 
   it('leaves the connection’s lock_timeout as it was', async () => {
@@ -218,5 +213,147 @@ describe('runLocalStatement', () => {
     } finally {
       await single.end();
     }
+  });
+  it('runs only a body built (and so checked) by LocalStatement', async () => {
+    const ledger = new Ledger(pool);
+    const scope = scopeFor('stmt-handmade');
+    const built = insertBusiness(scope, 'x');
+    // The same fields by hand: the type refuses it, and so does the ledger at run time.
+    const handmade = {
+      name: built.name,
+      text: built.text,
+      values: built.values,
+    } as unknown as LocalStatement;
+    const err = await ledger.runLocalStatement(scope, input({}), handmade).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(LedgerError);
+    expect((err as LedgerError).code).toBe('invalid_input');
+    expect((err as LedgerError).message).toMatch(/new LocalStatement/);
+    expect(await ledger.get(scope)).toBeNull();
+    expect(await businessRows(scope)).toEqual([]);
+  });
+});
+
+describe('LocalStatement: the body’s contract is checked when it is built', () => {
+  const result = `ledger_result as (select json_build_object('n', $1::int) as result from ledger_wait)`;
+  const wrong: [string, LocalStatementBody, RegExp][] = [
+    ['a name Postgres would truncate', { name: 'x'.repeat(51), ctes: result, values: [1] }, /name is 1-50/],
+    [
+      'a name that is not a plain identifier',
+      { name: 'Bad-Name', ctes: result, values: [1] },
+      /name is 1-50/,
+    ],
+    ['an empty name', { name: '', ctes: result, values: [1] }, /name is 1-50/],
+    [
+      'no ledger_result',
+      { name: 't_no_result', ctes: `other as (select 1 as result)`, values: [] },
+      /must define ledger_result/,
+    ],
+    [
+      'ledger_result mentioned only in a comment and a string',
+      {
+        name: 't_result_in_comment',
+        ctes: `other as (select 'ledger_result as (' as result) -- ledger_result as (select 1 as result)`,
+        values: [],
+      },
+      /must define ledger_result/,
+    ],
+    [
+      'ledger_result defined twice',
+      { name: 't_twice', ctes: `${result}, ledger_result as (select 1 as result)`, values: [1] },
+      /defined twice/,
+    ],
+    [
+      'no result column',
+      {
+        name: 't_no_column',
+        ctes: `ledger_result as (select json_build_object('a', 1) as outcome)`,
+        values: [],
+      },
+      /name its one column result/,
+    ],
+    [
+      'a column list that is not (result)',
+      { name: 't_column_list', ctes: `ledger_result (outcome) as (select '{}'::json)`, values: [] },
+      /name its one column result/,
+    ],
+    [
+      'ledger_result that writes',
+      {
+        name: 't_result_writes',
+        ctes: `ledger_result as (insert into t (x) select 1 from ledger_wait returning '{}'::json as result)`,
+        values: [],
+      },
+      /must be a select/,
+    ],
+    [
+      "the ledger's own CTE name",
+      { name: 't_reserved', ctes: `ledger_wait as (select 1), ${result}`, values: [1] },
+      /ledger_wait is the ledger's name/,
+    ],
+    ['a leading with', { name: 't_with', ctes: `with ${result}`, values: [1] }, /without `with`/],
+    [
+      'a parameter past its values (it would read the ledger’s own)',
+      { name: 't_past', ctes: result.replace('$1::int', '$2::int'), values: [1] },
+      /\$2 has no value \(1 given\)/,
+    ],
+    [
+      'a value no parameter uses',
+      { name: 't_unused', ctes: result, values: [1, 2] },
+      /\$2 is given a value but never used/,
+    ],
+    [
+      'a write that never references ledger_wait',
+      {
+        name: 't_unbounded',
+        ctes: `biz as (update orders set status = status where id = $1 returning id),
+               ledger_result as (select json_build_object('id', id) as result from biz)`,
+        values: ['o1'],
+      },
+      /biz writes or locks rows but references neither ledger_wait/,
+    ],
+    [
+      'values that are not an array',
+      { name: 't_values', ctes: result, values: 1 as never },
+      /values must be an array/,
+    ],
+  ];
+  for (const [what, body, message] of wrong) {
+    it(`refuses ${what}`, () => {
+      let err: unknown;
+      try {
+        new LocalStatement(body);
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toBeInstanceOf(LedgerError);
+      expect((err as LedgerError).code).toBe('invalid_input');
+      expect((err as LedgerError).message).toMatch(message);
+    });
+  }
+
+  it('accepts a body that keeps the contract (a `$2` inside a string literal is no parameter), and it runs', async () => {
+    const statement = new LocalStatement({
+      name: 't_ok_literal',
+      ctes: `ledger_result (result) as (select json_build_object('price', 'US$2', 'n', $1::int) from ledger_wait)`,
+      values: [7],
+    });
+    // The ledger's parameters follow the body's.
+    expect(statement.text).toContain(`set_config('lock_timeout', $2::int::text, true)`);
+    expect(statement.text).toContain(`from ${LOCAL_STATEMENT.result} r, ${LOCAL_STATEMENT.wait}`);
+    const scope = scopeFor('stmt-literal');
+    expect(await new Ledger(pool).runLocalStatement(scope, input({}), statement)).toEqual({
+      result: { price: 'US$2', n: 7 },
+      replayed: false,
+    });
+  });
+
+  it('keeps one text per name, and the same number of values for it', () => {
+    const body = { name: 't_one_text', ctes: result, values: [1] };
+    expect(new LocalStatement(body).values).toEqual([1]);
+    expect(new LocalStatement({ ...body, values: [2] }).values).toEqual([2]);
+    expect(() => new LocalStatement({ ...body, ctes: `${result} ` })).toThrow(
+      /already used for another text/,
+    );
+    expect(() => new LocalStatement({ ...body, values: [1, 2] })).toThrow(/takes 1 values, got 2/);
   });
 });

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Pool, PoolClient } from '../../src/db/index.ts';
 import { FinalFailure, Ledger, LedgerError, type Json, type Scope } from '../../src/ledger/index.ts';
 import { LOCAL_CLAIM_VANISHED } from '../../src/ledger/sql.ts';
-import { businessTable, eventLog, lockWaiters, namedPool, scopeFor } from './support.ts';
+import { businessTable, eventLog, lockWaiters, namedPool, scopeFor, tableName } from './support.ts';
 import { deferred, until } from '../support/wait.ts';
 
 let pool: Pool;
@@ -333,6 +333,54 @@ describe('runLocal', () => {
     expect(await ledger.runLocal(scope, input({ x: 1 }), body)).toEqual({ result: 'ok', replayed: true });
     expect(calls).toBe(1);
     expect(await businessRows(scope)).toEqual(['retry']);
+  });
+
+  it('a body that loses a deadlock is run again as a whole; its first attempt leaves nothing', async () => {
+    // Deadlocks and serialization failures mean "run it again" (the shared retry policy):
+    // the first attempt rolls back, the second runs and commits, and the caller sees one run.
+    const locks = tableName('ledger_deadlock');
+    await pool.query(`create table ${locks} (id int primary key)`);
+    await pool.query(`insert into ${locks} values (1), (2)`);
+    const log = eventLog();
+    const ledger = new Ledger(pool, { hooks: log });
+    const scope = scopeFor('deadlock');
+    const holder = await pool.connect();
+    try {
+      await holder.query('begin');
+      // The body's backend, with the shorter deadlock_timeout, is the one that detects the cycle.
+      await holder.query(`set local deadlock_timeout = '60s'`);
+      await holder.query(`update ${locks} set id = id where id = 2`);
+      let calls = 0;
+      const lockedOne = deferred();
+      const closeCycle = deferred();
+      const run = ledger.runLocal(scope, input({}), async (tx) => {
+        const call = ++calls;
+        await tx.query(`set local deadlock_timeout = '20ms'`);
+        await insertBusiness(tx, scope, `attempt-${call}`);
+        await tx.query(`update ${locks} set id = id where id = 1`);
+        if (call === 1) {
+          lockedOne.resolve();
+          await closeCycle.promise;
+        }
+        await tx.query(`update ${locks} set id = id where id = 2`);
+        return { call };
+      });
+      await lockedOne.promise;
+      const holderWaits = holder.query(`update ${locks} set id = id where id = 1`);
+      await until('the holder to wait on the body’s row', async () => (await lockWaiters(pool, appName)) > 0);
+      closeCycle.resolve();
+      await holderWaits; // granted once Postgres has aborted the body's first attempt
+      await holder.query('commit');
+      expect(await run).toEqual({ result: { call: 2 }, replayed: false });
+      expect(calls).toBe(2);
+      expect(await businessRows(scope)).toEqual(['attempt-2']);
+      expect(log.count('fail')).toBe(1);
+      expect(log.count('complete')).toBe(1);
+    } finally {
+      await holder.query('rollback').catch(() => undefined);
+      holder.release();
+      await pool.query(`drop table if exists ${locks}`);
+    }
   });
 
   it('a completion that matches no claim rolls everything back, though COMMIT is sent with it', async () => {

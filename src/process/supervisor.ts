@@ -78,7 +78,7 @@ export interface SupervisorEvents {
   'gave-up': [exit: ExitInfo, restarts: number];
 }
 
-export type SupervisorLog = (
+type SupervisorLog = (
   message: string,
   fields: Record<string, unknown>,
   level: 'info' | 'warn' | 'error',

@@ -207,7 +207,8 @@ function cleanup(): Promise<void> {
   return cleaning;
 }
 
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+// SIGHUP too (a closed terminal): the children have process groups of their own and never see it.
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
   process.once(signal, () => {
     say(`${signal}: stopping everything`);
     void cleanup().then(() => process.exit(130));

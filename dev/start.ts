@@ -123,6 +123,8 @@ async function shutdown(code: number): Promise<never> {
 
 process.on('SIGINT', () => void shutdown(0));
 process.on('SIGTERM', () => void shutdown(0));
+// A closed terminal: the children are in process groups of their own and never see its SIGHUP.
+process.on('SIGHUP', () => void shutdown(0));
 
 async function main(): Promise<void> {
   // 0. Off loopback, the published local credentials are refused: say so before starting anything.

@@ -158,7 +158,10 @@ export async function ensureWorkflowBundle(
     opts.interceptorModules ?? defaultInterceptorModules(entry, opts.traced ?? false);
   const hash = workflowBundleHash(entry, interceptorModules);
   // The two variants live side by side (a traced and an untraced worker may share the directory).
-  const variant = `workflows-${opts.smoke && !opts.workflowsPath ? 'smoke-' : ''}${interceptorModules.length ? 'traced-' : ''}`;
+  // Bundles of the compiled workflows (dist/app) are named apart from those of the sources: a
+  // build of one never removes the other's as an older bundle of its variant.
+  const compiled = !opts.workflowsPath && CODE_EXT === '.js' ? 'compiled-' : '';
+  const variant = `workflows-${compiled}${opts.smoke && !opts.workflowsPath ? 'smoke-' : ''}${interceptorModules.length ? 'traced-' : ''}`;
   const file = path.join(dir, `${variant}${hash}.js`);
   if (fs.existsSync(file)) return { path: file, hash, built: false };
 

@@ -169,9 +169,14 @@ it('kills a child that ignores SIGTERM after the grace period, and its whole pro
   await g.sup.start();
   const line = await until('the grandchild pid', () => g.lines.find((l) => l.startsWith('grandchild ')));
   const grandchild = Number(line.split(' ')[1]);
-  expect(isRunning(grandchild)).toBe(true);
-  await g.sup.stop();
-  await until('the grandchild to be gone', () => !isRunning(grandchild));
+  try {
+    expect(isRunning(grandchild)).toBe(true);
+    await g.sup.stop();
+    await until('the grandchild to be gone', () => !isRunning(grandchild));
+  } finally {
+    // Not left behind when the check fails.
+    if (isRunning(grandchild)) process.kill(grandchild, 'SIGKILL');
+  }
 });
 
 it('restarts after an outside kill -9, but not after its own kill9() until start()', async () => {

@@ -1,32 +1,58 @@
 # One image for every onceflow process; docker-compose.yml picks the command.
-# It holds only what ships: src/, workflows/, activities/, migrations/ and the
-# operator scripts. The harness (dev/), tests and benchmarks stay out; the
-# `sandbox` stage below adds the sandbox provider for compose's stand-in.
-FROM node:20-bookworm-slim AS product
+# The `product` stage (the default) holds only what ships: the production
+# dependencies, the compiled JavaScript (npm run build:app -> dist/app), the
+# prebuilt workflow bundle and the SQL migrations. No TypeScript runs in it and
+# no harness (dev/), tests or benchmarks are in it. Its entry points are the
+# files test/ops-assets/compiled-entrypoints.test.ts builds and starts:
+#   node dist/app/src/worker/main.js     the worker (default command)
+#   node dist/app/src/api/main.js        the API (dist/app/src/api/cluster.js: several on one port)
+#   node dist/app/scripts/migrate.js     the migrations (also ops.js and api-key.js, for operators)
+# The `sandbox` stage is the sandbox provider, a dev tool compose runs as a
+# stand-in for real providers. Never deploy it.
+#
+# The image uses the current Node LTS; the repo's own floor is package.json's engines.
+
+# --- build: compile with the dev dependencies (TypeScript), then bundle the workflows.
+FROM node:22-bookworm-slim AS build
 WORKDIR /app
-ENV NODE_ENV=production
 COPY package.json package-lock.json ./
-# tsx runs the TypeScript sources directly (compiled JavaScript is a later
-# step); dev tools are not needed at run time.
-RUN npm ci --omit=dev --no-audit --no-fund
-COPY tsconfig.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json tsconfig.app.json ./
 COPY src ./src
 COPY workflows ./workflows
 COPY activities ./activities
-COPY migrations ./migrations
-# Operator tools run in the image (`docker compose run --rm api ...`); the dev scripts don't ship.
 COPY scripts/migrate.ts scripts/build-workflow-bundle.ts scripts/ops.ts scripts/api-key.ts ./scripts/
 COPY scripts/lib ./scripts/lib
-# The workflow bundle, built once here: workers find it by the hash of the
-# workflow code and start polling in seconds instead of bundling (~12 s).
-RUN node --import tsx scripts/build-workflow-bundle.ts
-USER node
-CMD ["node", "--import", "tsx", "src/worker/main.ts"]
+RUN npm run build:app
+# The workflow bundle, built once here from the compiled workflows (the files a worker in
+# this image hashes at start): workers find it by that hash and poll in seconds instead of
+# bundling (~12 s).
+RUN node dist/app/scripts/build-workflow-bundle.js
 
-# The sandbox payment and email provider: a dev tool that compose runs as a
-# stand-in for real providers (`build: { target: sandbox }`). Never deploy it.
-FROM product AS sandbox
+# --- deps: the production dependencies alone.
+FROM node:22-bookworm-slim AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund
+
+# --- product: what ships, run as the unprivileged `node` user (files owned by root: read-only to it).
+FROM node:22-bookworm-slim AS product
+WORKDIR /app
+ENV NODE_ENV=production
+COPY --from=deps /app/node_modules ./node_modules
+# package.json: "type": "module" for dist/app, and the version the API reports.
+COPY package.json ./
+COPY migrations ./migrations
+COPY --from=build /app/dist/app ./dist/app
+COPY --from=build /app/dist/workflow-bundle ./dist/workflow-bundle
+USER node
+CMD ["node", "dist/app/src/worker/main.js"]
+
+# --- sandbox: the build stage (sources, tsx) plus the sandbox provider, run from TypeScript.
+# A dev tool (`build: { target: sandbox }` in compose), never the product.
+FROM build AS sandbox
 COPY dev/sandbox ./dev/sandbox
+USER node
 CMD ["node", "--import", "tsx", "dev/sandbox/main.ts"]
 
 # The default target (a plain `docker build .`) is the product image.

@@ -35,11 +35,9 @@
  * come from a few fetched histories. Writes bench/results/e2e.json.
  * Every process it starts is stopped by PID, also on Ctrl-C.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import readline from 'node:readline';
 import { randomBytes } from 'node:crypto';
 import { Client, Connection } from '@temporalio/client';
 import { loadConfig } from '../src/config.ts';
@@ -48,6 +46,7 @@ import { createPool } from '../src/db/index.ts';
 import { DEMO_TENANTS } from '../src/api/demo-keys.ts';
 import { seedDemoData } from '../dev/seed.ts';
 import { freePort } from '../src/process/ports.ts';
+import { Supervisor } from '../src/process/supervisor.ts';
 import {
   ensureTemporalCli,
   startDevServerOnFreePorts,
@@ -157,50 +156,48 @@ const say = (line: string) => console.log(`[e2e] ${line}`);
 
 // ------------------------------------------------------------------ processes
 
-interface Child {
-  name: string;
-  child: ChildProcess;
-  exited: Promise<void>;
-}
-const children: Child[] = [];
+/**
+ * The stack's processes, under the one supervisor (src/process/supervisor.ts) with restarts
+ * off: a benchmark measures the stack as it is, so a process that dies ends the run's
+ * figures' validity; the exit is reported, with where its log is.
+ */
+const children: Supervisor[] = [];
 let devServer: DevServer | undefined;
 let dropDatabase: (() => Promise<void>) | undefined;
 let dropTemporalDbs: (() => Promise<void>) | undefined;
 let cleaning: Promise<void> | undefined;
 
-function startChild(name: string, argv: string[], env: NodeJS.ProcessEnv, logDir: string): Child {
+function startChild(
+  name: string,
+  argv: string[],
+  env: NodeJS.ProcessEnv,
+  logDir: string,
+  onLine?: (line: string) => void,
+): Supervisor {
   // One directory per process: each of its threads (main, loader, workflow threads) writes a profile.
   const profile = CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${path.join(CPU_PROF_DIR, name)}`] : [];
-  const child = spawn(process.execPath, [...profile, '--import', 'tsx', ...argv], {
+  const logFile = path.join(logDir, `${name}.log`);
+  const child = new Supervisor({
+    name,
+    args: [...profile, '--import', 'tsx', ...argv],
     cwd: root,
     env,
-    stdio: ['ignore', 'pipe', 'pipe'],
+    logFile,
+    ...(onLine ? { onLine } : {}),
+    restart: false,
+    stopGraceMs: 15_000,
   });
-  const log = fs.createWriteStream(path.join(logDir, `${name}.log`));
-  child.stdout!.pipe(log);
-  child.stderr!.pipe(log);
-  const exited = new Promise<void>((resolve) =>
-    child.once('exit', (code, signal) => {
-      if (!cleaning) say(`${name} exited unexpectedly (${signal ?? code}); see ${logDir}/${name}.log`);
-      resolve();
-    }),
-  );
-  const entry = { name, child, exited };
-  children.push(entry);
-  return entry;
-}
-
-async function stopChild(c: Child): Promise<void> {
-  if (c.child.exitCode !== null || c.child.signalCode !== null) return;
-  c.child.kill('SIGTERM');
-  const timer = setTimeout(() => c.child.kill('SIGKILL'), 15_000);
-  await c.exited;
-  clearTimeout(timer);
+  child.on('exit', (exit) => {
+    if (!cleaning && !exit.expected) say(`${name} exited unexpectedly (${exit.how}); see ${logFile}`);
+  });
+  void child.start();
+  children.push(child);
+  return child;
 }
 
 function cleanup(): Promise<void> {
   cleaning ??= (async () => {
-    for (const c of [...children].reverse()) await stopChild(c).catch(() => undefined);
+    for (const c of [...children].reverse()) await c.stop().catch(() => undefined);
     await devServer?.stop().catch(() => undefined);
     await dropTemporalDbs?.().catch((err: unknown) =>
       say(`could not drop the Temporal databases: ${String(err)}`),
@@ -210,7 +207,8 @@ function cleanup(): Promise<void> {
   return cleaning;
 }
 
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+// SIGHUP too (a closed terminal): the children have process groups of their own and never see it.
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
   process.once(signal, () => {
     say(`${signal}: stopping everything`);
     void cleanup().then(() => process.exit(130));
@@ -485,21 +483,24 @@ async function main(): Promise<void> {
       ? startChild('api', ['src/api/cluster.ts'], { ...env, API_PROCESSES: String(API_PROCESSES) }, runDir)
       : startChild('api', ['src/api/main.ts'], env, runDir);
   await waitForHttp(`${api}/healthz`, 60_000);
+  let baselineReady!: () => void;
+  const baselineStarted = new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('baseline worker did not start')), 120_000);
+    baselineReady = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+  });
   const baselineWorker = startChild(
     'baseline-worker',
     ['bench/baseline/worker.ts', address, baselineQueue, ...(args['sdk-defaults'] ? ['sdk-defaults'] : [])],
     env,
     runDir,
+    (line) => {
+      if (line.trim() === 'ready') baselineReady();
+    },
   );
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('baseline worker did not start')), 120_000);
-    readline.createInterface({ input: baselineWorker.child.stdout! }).on('line', (line) => {
-      if (line.trim() === 'ready') {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-  });
+  await baselineStarted;
 
   const pool = createPool(database.url, { max: 2 });
   try {
@@ -511,12 +512,9 @@ async function main(): Promise<void> {
     // child's CPU is not in its parent's /proc stat until it is reaped).
     const stackPids = () => ({
       temporal: [devServer?.process.pid],
-      api: [
-        apiProc.child.pid,
-        ...(API_PROCESSES > 1 && apiProc.child.pid ? childPids(apiProc.child.pid) : []),
-      ],
-      worker: workers.map((w) => w.child.pid),
-      sandbox: [sandbox.child.pid],
+      api: [apiProc.pid, ...(API_PROCESSES > 1 && apiProc.pid ? childPids(apiProc.pid) : [])],
+      worker: workers.map((w) => w.pid),
+      sandbox: [sandbox.pid],
     });
     const pgBackends = async () =>
       (
@@ -527,7 +525,7 @@ async function main(): Promise<void> {
       ).rows.map((r) => r.pid);
     const orderCpu = cpuMeter(stackPids, pgBackends);
     const baselineCpu = cpuMeter(
-      () => ({ temporal: [devServer?.process.pid], worker: [baselineWorker.child.pid] }),
+      () => ({ temporal: [devServer?.process.pid], worker: [baselineWorker.pid] }),
       async () => [],
     );
 

@@ -10,10 +10,8 @@
  * (capped exponential backoff). SIGINT/SIGTERM stop the children in reverse
  * order and then the Temporal server; nothing is left running.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import fs from 'node:fs';
-import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { loadConfig, requireCredentials } from '../src/config.ts';
 import { createPool } from '../src/db/index.ts';
@@ -27,6 +25,7 @@ import {
   type DevServer,
 } from './devserver/temporal.ts';
 import { assertPortFree, PortInUseError } from '../src/process/ports.ts';
+import { Supervisor } from '../src/process/supervisor.ts';
 import {
   derivedServerPorts,
   describeServerPorts,
@@ -59,33 +58,15 @@ const counts = program.opts<{ workers: number; apiProcesses: number }>();
 const say = (line: string) => process.stdout.write(`[onceflow] ${line}\n`);
 
 /**
- * Supervision: once the stack is up, a child that exits on its own (a crash,
- * an unhandled error, kill -9) is started again after a capped exponential
- * backoff, with a log line naming it and its exit code. During startup a
- * child's exit is fatal instead: a broken setup (a port taken, a bad
- * DATABASE_URL) must fail fast, not loop.
+ * Supervision (src/process/supervisor.ts): once the stack is up, a child that
+ * exits on its own (a crash, an unhandled error, kill -9) is started again
+ * after a capped exponential backoff, with a log line naming it and its exit
+ * code. During startup a child's exit is fatal instead: a broken setup (a port
+ * taken, a bad DATABASE_URL) must fail fast, not loop. Each child has a
+ * process group of its own, so Ctrl-C reaches only this process, which stops
+ * the children in reverse order.
  */
-const RESTART_INITIAL_MS = 1_000;
-const RESTART_MAX_MS = 30_000;
-/** A child that ran this long before exiting starts again from the initial backoff. */
-const RESTART_RESET_AFTER_MS = 60_000;
-
-interface Service {
-  name: string;
-  entry: string;
-  env: NodeJS.ProcessEnv;
-  child: ChildProcess;
-  /** Resolves when the current child has exited. */
-  exited: Promise<void>;
-  startedAt: number;
-  /** Consecutive quick exits, for the backoff. */
-  crashes: number;
-  restartTimer: NodeJS.Timeout | undefined;
-  /** Messages the child sends on an IPC channel; set, the child gets one. */
-  onMessage?: (message: unknown) => void;
-}
-
-const services: Service[] = [];
+const services: Supervisor[] = [];
 
 /** Worker i (from 0): its name and its two metrics ports, 2i above the configured ones. */
 const workerSlots = Array.from({ length: counts.workers }, (_, index) => ({
@@ -98,72 +79,40 @@ let devServer: DevServer | undefined;
 let stopping = false;
 let supervising = false;
 
-function spawnChild(service: Service): void {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, service.entry)], {
-    cwd: root,
-    env: service.env,
-    stdio: ['ignore', 'pipe', 'pipe', service.onMessage ? 'ipc' : 'ignore'],
-  });
-  if (service.onMessage) child.on('message', service.onMessage);
-  // Both piped (stdio above), so never null.
-  for (const stream of [child.stdout!, child.stderr!]) {
-    readline.createInterface({ input: stream }).on('line', (line) => {
-      process.stdout.write(`[${service.name}] ${line}\n`);
-    });
-  }
-  service.child = child;
-  service.startedAt = Date.now();
-  say(`${service.name} started (pid ${child.pid})`);
-  service.exited = new Promise<void>((resolve) =>
-    child.once('exit', (code, signal) => {
-      resolve();
-      if (stopping) return;
-      const how = signal ? `signal ${signal}` : `exit code ${code}`;
-      if (!supervising) {
-        say(`${service.name} exited unexpectedly (${how}); stopping everything.`);
-        void shutdown(1);
-        return;
-      }
-      service.crashes = Date.now() - service.startedAt >= RESTART_RESET_AFTER_MS ? 1 : service.crashes + 1;
-      const delay = Math.min(RESTART_MAX_MS, RESTART_INITIAL_MS * 2 ** (service.crashes - 1));
-      say(
-        `${service.name} exited unexpectedly (${how}); restarting it in ${delay} ms (restart #${service.crashes}).`,
-      );
-      service.restartTimer = setTimeout(() => {
-        service.restartTimer = undefined;
-        if (!stopping) spawnChild(service);
-      }, delay);
-    }),
-  );
-}
-
+/** Starts `entry` under supervision; its output lines are prefixed with [name]. */
 function startService(
   name: string,
   entry: string,
   env: NodeJS.ProcessEnv,
   onMessage?: (message: unknown) => void,
-): Service {
-  const service = { name, entry, env, crashes: 0, restartTimer: undefined, onMessage } as Service;
-  spawnChild(service);
+): Supervisor {
+  const service = new Supervisor({
+    name,
+    args: ['--import', 'tsx', path.join(root, entry)],
+    cwd: root,
+    env,
+    ...(onMessage ? { onMessage } : {}),
+    onLine: (line) => process.stdout.write(`[${name}] ${line}\n`),
+    log: (message) => say(message),
+    shouldRestart: () => {
+      if (stopping) return false;
+      if (supervising) return true;
+      say(`${name} exited during start-up; stopping everything.`);
+      void shutdown(1);
+      return false;
+    },
+  });
   services.push(service);
+  // No ready hook: main() waits for each service its own way (a health URL, the self-check).
+  void service.start();
   return service;
-}
-
-async function stopService(service: Service): Promise<void> {
-  clearTimeout(service.restartTimer);
-  service.restartTimer = undefined;
-  if (service.child.exitCode !== null || service.child.signalCode !== null) return;
-  service.child.kill('SIGTERM');
-  const timer = setTimeout(() => service.child.kill('SIGKILL'), 20_000);
-  await service.exited;
-  clearTimeout(timer);
 }
 
 async function shutdown(code: number): Promise<never> {
   if (stopping) return new Promise<never>(() => undefined);
   stopping = true;
   say('stopping...');
-  for (const service of [...services].reverse()) await stopService(service);
+  for (const service of [...services].reverse()) await service.stop(20_000);
   if (devServer) {
     say(`stopping the Temporal ${config.temporal.backend === 'postgres' ? 'server' : 'dev server'}...`);
     await devServer.stop();
@@ -174,6 +123,8 @@ async function shutdown(code: number): Promise<never> {
 
 process.on('SIGINT', () => void shutdown(0));
 process.on('SIGTERM', () => void shutdown(0));
+// A closed terminal: the children are in process groups of their own and never see its SIGHUP.
+process.on('SIGHUP', () => void shutdown(0));
 
 async function main(): Promise<void> {
   // 0. Off loopback, the published local credentials are refused: say so before starting anything.

@@ -1,15 +1,16 @@
 /**
- * Child processes of the chaos harness. Each onceflow service runs in its own
- * process group (detached), so `kill -9` reaches the whole process and Ctrl-C
- * on the harness never reaches it by accident: the harness decides.
+ * Child processes of the chaos harness, run by the one supervisor
+ * (src/process/supervisor.ts). Each onceflow service runs in its own process
+ * group, so `kill -9` reaches the whole process and Ctrl-C on the harness
+ * never reaches it by accident: the harness decides.
  *
  * A `Supervised` process behaves like a service under systemd/Kubernetes: if
  * it exits while the harness did not ask for it, the exit is recorded (a
  * violation: onceflow processes must survive the faults) and it is restarted
  * after a short pause, so one defect does not hide the next one.
  */
-import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import fs from 'node:fs';
+import { Supervisor } from '../../src/process/supervisor.ts';
 
 export interface ProcessSpec {
   name: string;
@@ -26,66 +27,34 @@ export interface ProcessSpec {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-export class Supervised {
-  private child: ChildProcess | undefined;
-  private exited: Promise<void> = Promise.resolve();
-  /** True while the harness itself is stopping or killing this process. */
-  private expectingExit = false;
-  private supervising = true;
-  private restartTimer: NodeJS.Timeout | undefined;
+export class Supervised extends Supervisor {
   /** Exits nobody asked for, since the last `takeUnexpectedExits()`. */
   private unexpected: string[] = [];
-  starts = 0;
   /** Byte offset in the log where the current incarnation begins. */
   logOffset = 0;
 
-  constructor(readonly spec: ProcessSpec) {}
-
-  get name(): string {
-    return this.spec.name;
-  }
-
-  get pid(): number | undefined {
-    return this.child?.pid;
-  }
-
-  get alive(): boolean {
-    return !!this.child && this.child.exitCode === null && this.child.signalCode === null;
-  }
-
-  async start(): Promise<void> {
-    if (this.alive) return;
-    clearTimeout(this.restartTimer);
-    this.expectingExit = false;
-    this.logOffset = fs.existsSync(this.spec.logFile) ? fs.statSync(this.spec.logFile).size : 0;
-    const out = fs.openSync(this.spec.logFile, 'a');
-    const options: SpawnOptions = {
-      cwd: this.spec.cwd,
-      env: this.spec.env,
-      detached: true,
-      stdio: ['ignore', out, out],
-      ...(this.spec.uid !== undefined ? { uid: this.spec.uid } : {}),
-      ...(this.spec.gid !== undefined ? { gid: this.spec.gid } : {}),
-    };
-    const child = spawn(this.spec.command, this.spec.args, options);
-    fs.closeSync(out);
-    this.child = child;
-    this.starts++;
-    this.exited = new Promise<void>((resolve) => {
-      child.once('exit', (code, signal) => {
-        if (!this.expectingExit) {
-          const how = signal ? `signal ${signal}` : `exit code ${code}`;
-          this.unexpected.push(`${how}${this.explainExit()}`);
-          if (this.supervising) {
-            // As a supervisor would: bring it back, so later checks still see a whole stack.
-            this.restartTimer = setTimeout(() => void this.start().catch(() => undefined), 2_000);
-          }
-        }
-        resolve();
-      });
+  constructor(readonly spec: ProcessSpec) {
+    super({
+      name: spec.name,
+      command: spec.command,
+      args: spec.args,
+      env: spec.env,
+      cwd: spec.cwd,
+      logFile: spec.logFile,
+      ...(spec.uid !== undefined ? { uid: spec.uid } : {}),
+      ...(spec.gid !== undefined ? { gid: spec.gid } : {}),
+      ready: () => spec.ready(this),
+      // A fixed 2 s pause, no growth and no jitter: a run's scenarios stay comparable with
+      // the committed results, and one crash never keeps a service away for long.
+      restart: { initialMs: 2_000, maxMs: 2_000, jitter: 0 },
+      stopGraceMs: 5_000,
     });
-    child.once('error', () => undefined); // spawn failures surface as an exit
-    await this.spec.ready(this);
+    this.on('starting', () => {
+      this.logOffset = fs.existsSync(spec.logFile) ? fs.statSync(spec.logFile).size : 0;
+    });
+    this.on('exit', (exit) => {
+      if (!exit.expected) this.unexpected.push(`${exit.how}${this.explainExit()}`);
+    });
   }
 
   /** The log text of the current incarnation. */
@@ -132,64 +101,6 @@ export class Supervised {
     const out = this.unexpected;
     this.unexpected = [];
     return out;
-  }
-
-  /** kill -9 of the whole process group. The harness asked for it, so it is not a violation. */
-  async kill9(): Promise<void> {
-    clearTimeout(this.restartTimer);
-    if (!this.alive || !this.child?.pid) return;
-    this.expectingExit = true;
-    signalGroup(this.child.pid, 'SIGKILL');
-    await this.exited;
-  }
-
-  /** Sends a signal to the process itself (not the group), e.g. SIGINT for a Postgres fast shutdown. */
-  async signalAndWait(signal: NodeJS.Signals, graceMs: number): Promise<void> {
-    clearTimeout(this.restartTimer);
-    if (!this.alive || !this.child?.pid) return;
-    this.expectingExit = true;
-    this.child.kill(signal);
-    const timer = setTimeout(() => {
-      if (this.child?.pid) signalGroup(this.child.pid, 'SIGKILL');
-    }, graceMs);
-    await this.exited;
-    clearTimeout(timer);
-  }
-
-  /** Stops supervision and the process (SIGTERM, then SIGKILL after the grace period). */
-  async stop(graceMs = 5_000): Promise<void> {
-    this.supervising = false;
-    clearTimeout(this.restartTimer);
-    if (!this.alive || !this.child?.pid) return;
-    this.expectingExit = true;
-    signalGroup(this.child.pid, 'SIGTERM');
-    const timer = setTimeout(() => {
-      if (this.child?.pid) signalGroup(this.child.pid, 'SIGKILL');
-    }, graceMs);
-    await this.exited;
-    clearTimeout(timer);
-  }
-
-  /** Last-resort cleanup (process exit): no waiting. */
-  killNow(): void {
-    this.supervising = false;
-    clearTimeout(this.restartTimer);
-    if (this.alive && this.child?.pid) {
-      this.expectingExit = true;
-      signalGroup(this.child.pid, 'SIGKILL');
-    }
-  }
-}
-
-function signalGroup(pid: number, signal: NodeJS.Signals): void {
-  try {
-    process.kill(-pid, signal);
-  } catch {
-    try {
-      process.kill(pid, signal);
-    } catch {
-      /* already gone */
-    }
   }
 }
 

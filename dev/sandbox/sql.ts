@@ -1,7 +1,7 @@
 /**
  * The sandbox's SQL: one exported function per statement, client first so it
  * can join a caller's transaction, parameterised, explicit `returning`.
- * Everything is scoped by `account` (see migrations/0003_sandbox.sql).
+ * Everything is scoped by `account` (see dev/sandbox/migrations/).
  */
 import type { Queryable } from '../../src/db/index.ts';
 

@@ -4,6 +4,7 @@
  * it directly.
  */
 import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
@@ -27,6 +28,7 @@ import { webhookRoutes } from './routes/webhooks.ts';
 import { BODY_LIMIT_BYTES } from './schemas.ts';
 import { DOCUMENTED_REQUIRED } from '../http/openapi.ts';
 import { rootLogger, type Logger } from '../log.ts';
+import { PACKAGE_ROOT } from '../paths.ts';
 import { logRequests, requestIdFor } from './request-log.ts';
 import { traceHttpServer } from '../tracing/index.ts';
 
@@ -52,7 +54,7 @@ let formatsRegistered = false;
 
 /** info.version of the OpenAPI document: the package's version, read once. */
 const PACKAGE_VERSION = (
-  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
+  JSON.parse(readFileSync(path.join(PACKAGE_ROOT, 'package.json'), 'utf8')) as { version: string }
 ).version;
 
 /** The tenant API key and the operator's admin token are different credentials: two schemes. */

@@ -13,7 +13,7 @@
  * start is idempotent anyway (deterministic workflow ID, REJECT_DUPLICATE).
  *
  * This primary restarts a worker that exits on its own (capped exponential
- * backoff), and on SIGTERM/SIGINT asks every worker to drain (SIGTERM) and
+ * backoff with jitter, src/process/supervisor.ts), and on SIGTERM/SIGINT asks every worker to drain (SIGTERM) and
  * exits once they all have. If the primary itself dies, Node exits its
  * workers (their IPC channel closes), and `npm start` restarts the primary.
  *
@@ -30,97 +30,67 @@ import { Registry } from 'prom-client';
 import { loadConfig } from '../config.ts';
 import { errorFields, log, setLogLevel } from '../log.ts';
 import { clusterCollector, startMetricsServer, type MetricsServer } from '../metrics/index.ts';
+import { Supervisor } from '../process/supervisor.ts';
 
 const config = loadConfig();
 setLogLevel(config.logLevel);
 const count = config.apiProcesses;
 
-const RESTART_INITIAL_MS = 1_000;
-const RESTART_MAX_MS = 30_000;
-const RESTART_RESET_AFTER_MS = 60_000;
 const STOP_TIMEOUT_MS = 20_000;
-
-interface Slot {
-  index: number;
-  worker: Worker | undefined;
-  startedAt: number;
-  crashes: number;
-  timer: NodeJS.Timeout | undefined;
-}
 
 let stopping = false;
 /** Every process has listened once: from then on an exit is restarted, before it is fatal. */
 let started = false;
 let listening = 0;
 let metricsServer: MetricsServer | undefined;
-const slots: Slot[] = Array.from({ length: count }, (_, i) => ({
-  index: i + 1,
-  worker: undefined,
-  startedAt: 0,
-  crashes: 0,
-  timer: undefined,
-}));
 
+// The API processes run this directory's main, as the same kind of file as this one: main.ts
+// through tsx from the sources, main.js from the compiled build (dist/app, the image's).
+const self = fileURLToPath(import.meta.url);
+const fromSources = self.endsWith('.ts');
 cluster.setupPrimary({
-  exec: path.join(path.dirname(fileURLToPath(import.meta.url)), 'main.ts'),
-  execArgv: ['--import', 'tsx'],
+  exec: path.join(path.dirname(self), fromSources ? 'main.ts' : 'main.js'),
+  execArgv: fromSources ? ['--import', 'tsx'] : [],
 });
 
-function fork(slot: Slot): void {
-  const worker = cluster.fork({ ONCEFLOW_PROCESS: `api-${slot.index}` });
-  slot.worker = worker;
-  slot.startedAt = Date.now();
-  log.info('api process started', { process: `api-${slot.index}`, pid: worker.process.pid });
-  worker.once('exit', (code, signal) => {
-    if (slot.worker === worker) slot.worker = undefined;
-    if (stopping) return;
-    if (!started) {
-      // During start-up a process that cannot listen (port taken, bad config)
-      // fails them all: a restart loop would hide it. `npm start` reports it.
-      log.error('an api process exited during start-up', {
-        process: `api-${slot.index}`,
-        exit: signal ? `signal ${signal}` : `exit code ${code}`,
+/** The live cluster worker of each API process, for the metrics collector. */
+const workers = new Map<string, Worker>();
+
+/**
+ * One supervisor (src/process/supervisor.ts) per API process: it forks the
+ * process again after an exit on its own (capped exponential backoff). During
+ * start-up a process that cannot listen (port taken, bad config) fails them
+ * all instead: a restart loop would hide it. `npm start` reports it.
+ */
+const supervisors = Array.from({ length: count }, (_, i) => {
+  const name = `api-${i + 1}`;
+  const supervisor = new Supervisor({
+    name,
+    launch: () => {
+      const worker = cluster.fork({ ONCEFLOW_PROCESS: name });
+      workers.set(name, worker);
+      worker.once('exit', () => {
+        if (workers.get(name) === worker) workers.delete(name);
       });
+      return worker.process;
+    },
+    log: (message, fields, level) => log[level](message, fields),
+    shouldRestart: () => {
+      if (stopping) return false;
+      if (started) return true;
       void stop('startup-failure', 1);
-      return;
-    }
-    slot.crashes = Date.now() - slot.startedAt >= RESTART_RESET_AFTER_MS ? 1 : slot.crashes + 1;
-    const delay = Math.min(RESTART_MAX_MS, RESTART_INITIAL_MS * 2 ** (slot.crashes - 1));
-    log.warn('api process exited unexpectedly; restarting it', {
-      process: `api-${slot.index}`,
-      exit: signal ? `signal ${signal}` : `exit code ${code}`,
-      restartInMs: delay,
-      restart: slot.crashes,
-    });
-    slot.timer = setTimeout(() => {
-      slot.timer = undefined;
-      if (!stopping) fork(slot);
-    }, delay);
+      return false;
+    },
   });
-}
+  return supervisor;
+});
 
 async function stop(signal: string, exitCode = 0): Promise<void> {
   if (stopping) return;
   stopping = true;
   log.info('api processes stopping', { signal });
-  const exits: Promise<void>[] = [];
-  for (const slot of slots) {
-    clearTimeout(slot.timer);
-    const worker = slot.worker;
-    if (!worker || worker.isDead()) continue;
-    exits.push(
-      new Promise<void>((resolve) => {
-        const kill = setTimeout(() => worker.process.kill('SIGKILL'), STOP_TIMEOUT_MS);
-        worker.once('exit', () => {
-          clearTimeout(kill);
-          resolve();
-        });
-        // SIGTERM, not worker.kill(): the API's own handler drains HTTP, then the relay.
-        worker.process.kill('SIGTERM');
-      }),
-    );
-  }
-  await Promise.all(exits);
+  // SIGTERM, not worker.kill(): the API's own handler drains HTTP, then the relay.
+  await Promise.all(supervisors.map((s) => s.stop(STOP_TIMEOUT_MS)));
   await metricsServer
     ?.close()
     .catch((err: unknown) => log.warn('metrics server close failed', errorFields(err)));
@@ -154,7 +124,7 @@ try {
     what: 'API metrics (API_METRICS_PORT)',
     collect: clusterCollector({
       registry,
-      workers: () => slots.flatMap((s) => (s.worker ? [{ name: `api-${s.index}`, worker: s.worker }] : [])),
+      workers: () => [...workers].map(([name, worker]) => ({ name, worker })),
     }),
   });
   log.info('api metrics listening', { url: metricsServer.url, processes: count });
@@ -163,4 +133,4 @@ try {
   process.exit(1);
 }
 
-for (const slot of slots) fork(slot);
+for (const supervisor of supervisors) void supervisor.start();

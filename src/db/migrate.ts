@@ -5,11 +5,12 @@
  */
 import pg from 'pg';
 import { runner } from 'node-pg-migrate';
-import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { SQLSTATE, isSqlState } from './index.ts';
+import { PACKAGE_ROOT } from '../paths.ts';
 
-export const MIGRATIONS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../migrations');
+/** The package's migrations/ (from the sources and from the compiled build alike). */
+export const MIGRATIONS_DIR = path.join(PACKAGE_ROOT, 'migrations');
 
 /**
  * A short-lived client outside any pool. A connection lost while it is idle

@@ -14,22 +14,22 @@ import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
 import { bundleWorkflowCode } from '@temporalio/worker';
+import { CODE_EXT, CODE_ROOT, PACKAGE_ROOT } from '../paths.ts';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const WORKFLOWS_PATH = path.join(ROOT, 'workflows/index.ts');
+// From the sources, the workflow .ts files; from the compiled build (the image), its .js files.
+const WORKFLOWS_PATH = path.join(CODE_ROOT, `workflows/index${CODE_EXT}`);
 /** The same workflows plus the smoke probe, for workers started with `smoke` (never production). */
-const SMOKE_WORKFLOWS_PATH = path.join(ROOT, 'workflows/with-smoke.ts');
+const SMOKE_WORKFLOWS_PATH = path.join(CODE_ROOT, `workflows/with-smoke${CODE_EXT}`);
 /**
  * Workflow interceptor modules built into the bundle (tracing, see
  * src/tracing). A worker given a pre-built bundle ignores
  * WorkerOptions.interceptors.workflowModules, so they must be bundled here.
  * Their sources (and the imports they reach) are part of the hash.
  */
-const WORKFLOW_INTERCEPTOR_MODULES = [path.join(ROOT, 'workflows/interceptors.ts')];
+const WORKFLOW_INTERCEPTOR_MODULES = [path.join(CODE_ROOT, `workflows/interceptors${CODE_EXT}`)];
 /** Git-ignored; the Dockerfile builds into the same place inside the image. */
-const DEFAULT_BUNDLE_DIR = path.join(ROOT, 'dist/workflow-bundle');
+const DEFAULT_BUNDLE_DIR = path.join(PACKAGE_ROOT, 'dist/workflow-bundle');
 /** Bump when the way bundles are built changes, so older files are not reused. */
 const BUNDLE_FORMAT = 2;
 
@@ -158,11 +158,14 @@ export async function ensureWorkflowBundle(
     opts.interceptorModules ?? defaultInterceptorModules(entry, opts.traced ?? false);
   const hash = workflowBundleHash(entry, interceptorModules);
   // The two variants live side by side (a traced and an untraced worker may share the directory).
-  const variant = `workflows-${opts.smoke && !opts.workflowsPath ? 'smoke-' : ''}${interceptorModules.length ? 'traced-' : ''}`;
+  // Bundles of the compiled workflows (dist/app) are named apart from those of the sources: a
+  // build of one never removes the other's as an older bundle of its variant.
+  const compiled = !opts.workflowsPath && CODE_EXT === '.js' ? 'compiled-' : '';
+  const variant = `workflows-${compiled}${opts.smoke && !opts.workflowsPath ? 'smoke-' : ''}${interceptorModules.length ? 'traced-' : ''}`;
   const file = path.join(dir, `${variant}${hash}.js`);
   if (fs.existsSync(file)) return { path: file, hash, built: false };
 
-  opts.log?.(`workflow code changed or never bundled; building ${path.relative(ROOT, file)}`);
+  opts.log?.(`workflow code changed or never bundled; building ${path.relative(PACKAGE_ROOT, file)}`);
   const { code } = await bundleWorkflowCode({
     workflowsPath: entry,
     workflowInterceptorModules: interceptorModules,

@@ -33,6 +33,7 @@ interface Healthcheck {
 interface Service {
   image?: string;
   build?: unknown;
+  pull_policy?: string;
   command?: string[] | string;
   entrypoint?: string[] | string;
   environment?: Record<string, string | number>;
@@ -249,11 +250,13 @@ describe('docker-compose.yml', () => {
     );
     // The history shard count is fixed for a cluster's life: the same as the built server's config.
     expect(String(service('temporal').environment?.NUM_HISTORY_SHARDS)).toBe(String(TEMPORAL_HISTORY_SHARDS));
+    // Images built here (a service's `build`, tagged by its `image`) are exempt from pinning.
+    const builtHere = new Set(services.flatMap(([, s]) => (s.build && s.image ? [s.image] : [])));
     for (const [name, s] of services) {
       expect(s.image ?? '', name).not.toMatch(/auto-setup/);
-      // Every image pinned to a version, never latest or untagged.
-      if (s.image) expect(s.image, name).toMatch(/:v?\d+(\.\d+)*(-[\w.-]+)?$/);
-      else expect(s.build, `${name} has an image or a build`).toBeDefined();
+      // Every pulled image pinned to a version, never latest or untagged.
+      if (s.image && !builtHere.has(s.image)) expect(s.image, name).toMatch(/:v?\d+(\.\d+)*(-[\w.-]+)?$/);
+      else expect(s.build ?? s.image, `${name} has an image or a build`).toBeDefined();
     }
   });
 
@@ -345,10 +348,32 @@ describe('docker-compose.yml', () => {
     const env = compose['x-onceflow-env'];
     for (const name of ['migrate', 'sandbox', 'worker', 'api']) {
       expect(service(name).environment, name).toEqual(env);
-      // The sandbox is the image's `sandbox` stage: the product image does not carry dev/.
-      expect(service(name).build, name).toEqual(
-        name === 'sandbox' ? { context: '.', target: 'sandbox' } : '.',
-      );
+    }
+    // The sandbox is the image's `sandbox` stage: the product image does not carry dev/.
+    expect(service('sandbox').build).toEqual({ context: '.', target: 'sandbox' });
+    expect(service('sandbox').image).not.toBe(service('migrate').image);
+    // One product image, built once (by `migrate`) and reused by the worker and the API, which
+    // never pull it and run its compiled JavaScript (no tsx in the product image).
+    expect(service('migrate').build).toBe('.');
+    expect(service('migrate').image).toMatch(/^onceflow:/);
+    for (const name of ['migrate', 'worker', 'api']) {
+      if (name !== 'migrate') expect(service(name).build, name).toBeUndefined();
+      expect(service(name).image, name).toBe(service('migrate').image);
+      expect(service(name).pull_policy, name).toBe('never');
+      const command = [service(name).command].flat();
+      expect(command[0], name).toBe('node');
+      expect(command[1], name).toMatch(/^dist\/app\/.*\.js$/);
+      expect(
+        fs.existsSync(
+          path.join(
+            root,
+            String(command[1])
+              .replace(/^dist\/app\//, '')
+              .replace(/\.js$/, '.ts'),
+          ),
+        ),
+        name,
+      ).toBe(true);
     }
     const pg = service('postgres').environment!;
     const db = new URL(env.DATABASE_URL!);
@@ -387,8 +412,14 @@ describe('docker-compose.yml', () => {
 
   it('builds the workflow bundle once, in the image, after the code it bundles', () => {
     const dockerfile = read('Dockerfile').split('\n');
-    const build = dockerfile.findIndex((l) => /^RUN .*scripts\/build-workflow-bundle\.ts/.test(l));
+    // From the compiled workflows: the files the image's workers hash to find it.
+    const build = dockerfile.findIndex((l) =>
+      /^RUN node dist\/app\/scripts\/build-workflow-bundle\.js/.test(l),
+    );
     expect(build, 'Dockerfile builds the bundle').toBeGreaterThan(0);
+    const compile = dockerfile.findIndex((l) => /^RUN npm run build:app/.test(l));
+    expect(compile, 'Dockerfile compiles before bundling').toBeGreaterThan(0);
+    expect(compile).toBeLessThan(build);
     for (const dir of ['src', 'workflows', 'activities']) {
       const copy = dockerfile.findIndex((l) => new RegExp(`^COPY ${dir} `).test(l));
       expect(copy, `COPY ${dir}`).toBeGreaterThan(0);

@@ -1,7 +1,9 @@
 /**
  * The image holds only what ships (Dockerfile): the product stage copies no
- * harness, tests or benchmarks and runs as a non-root user; the sandbox, a
- * dev tool compose uses as a stand-in provider, is a separate stage.
+ * harness, tests, benchmarks or TypeScript sources, runs compiled JavaScript
+ * as a non-root user on a current Node LTS, and is built in stages; the
+ * sandbox, a dev tool compose uses as a stand-in provider, is a separate stage.
+ * (test/ops-assets/compiled-entrypoints.test.ts starts the entry points.)
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -38,6 +40,23 @@ describe('Dockerfile', () => {
       .filter((a) => !a.startsWith('--'));
     expect(sources.length).toBeGreaterThan(0);
     for (const src of sources) expect(src, src).not.toMatch(/^(\.\/)?(dev|test|bench)(\/|$)|^\.$/);
+  });
+
+  it('runs compiled JavaScript, built in an earlier stage, on a current Node LTS', () => {
+    const copies = product.filter((l) => /^COPY\s/i.test(l));
+    // The sources stay in the build stage: the product gets its output.
+    for (const l of copies) expect(l, l).not.toMatch(/\s(\.\/)?(src|workflows|activities|scripts)(\/|\s)/);
+    expect(copies).toContain('COPY --from=build /app/dist/app ./dist/app');
+    expect(copies).toContain('COPY --from=build /app/dist/workflow-bundle ./dist/workflow-bundle');
+    expect(s.get('build')?.join('\n')).toMatch(/RUN npm run build:app/);
+    const cmd = product.filter((l) => /^CMD\s/i.test(l)).at(-1)!;
+    expect(JSON.parse(cmd.replace(/^CMD\s+/i, ''))).toEqual(['node', 'dist/app/src/worker/main.js']);
+    expect(product.join('\n')).not.toMatch(/tsx/);
+    // Every stage on one Node major, an LTS line (even) no older than 22.
+    for (const [name, lines] of s) {
+      const image = /^FROM\s+node:(\d+)-/i.exec(lines[0]!);
+      if (image) expect(Number(image[1]) % 2 === 0 && Number(image[1]) >= 22, name).toBe(true);
+    }
   });
 
   it('runs as a non-root user', () => {

@@ -13,6 +13,7 @@ import { createPool } from '../../src/db/index.ts';
 import { createThrowawayDatabase } from '../../src/db/migrate.ts';
 import { closeTemplate, dropDatabasesWithPrefix } from '../support/database.ts';
 import { seedDemoData } from '../../dev/seed.ts';
+import { applySandboxMigrations } from '../../dev/sandbox/migrate.ts';
 import {
   ensureTemporalCli,
   startDevServerOnFreePorts,
@@ -54,6 +55,8 @@ export default async function setup(project: TestProject) {
   const databaseTemplate = databasePrefix;
   const database = await createThrowawayDatabase(config.databaseUrl, databaseTemplate);
   const databaseUrl = database.url;
+  // The sandbox's tables (its own chain, dev/sandbox/migrations/): tests run the sandbox in-process too.
+  await applySandboxMigrations(databaseUrl);
 
   let server: DevServer | undefined;
   // TEMPORAL_BACKEND=postgres: the server's two databases, per run, dropped in teardown.

@@ -20,7 +20,12 @@ export function spawnEntry(
   env: Record<string, string>,
   args: string[] = [],
 ): Proc {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, entry), ...args], {
+  return spawnNode(name, ['--import', 'tsx', path.join(root, entry), ...args], env);
+}
+
+/** `node <argv>` (e.g. a compiled file of dist/app, no tsx) with only PATH/HOME from this process plus `env`. */
+export function spawnNode(name: string, argv: string[], env: Record<string, string>): Proc {
+  const child = spawn(process.execPath, argv, {
     cwd: root,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

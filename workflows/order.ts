@@ -71,6 +71,12 @@ export interface OrderWorkflowArgs extends OrderWorkflowInput {
   timing?: Partial<OrderTiming>;
 }
 
+/**
+ * One order, start to end. Each line is a step below. Any step that cannot go
+ * on parks the order in needs_attention inside itself, and resumes there when
+ * an operator re-drives it (or, while the charge is unsettled, a payment
+ * event arrives); so the story has no branch for it.
+ */
 export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderState> {
   const run = openOrderRun(input);
   // `accepted` was written by the API with the order row itself.

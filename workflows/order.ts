@@ -14,9 +14,20 @@
  * workflow enters payment_unknown and reconciles on durable timers until the
  * provider's answer, a webhook event or an operator settles it, or the
  * horizon passes and the order goes to needs_attention.
+ *
+ * How the file reads: `orderWorkflow` first, the order's story, one line per
+ * step; then each step as a named function, in the order they run (the
+ * status writes, the charge with its payment_unknown episode, the rejection,
+ * the receipt); then the parking path every step shares (needs_attention and
+ * the wait for a re-drive); last the run's state and its Temporal handlers.
+ *
+ * Orders already running replay this code against their recorded histories
+ * (test/fixtures/histories, test/orders/replay.test.ts): which activities run,
+ * in what order, with what options, and every timer and search-attribute
+ * upsert is a contract with them. A change to that sequence needs a
+ * `patched()` branch (docs/EXTENDING.md).
  */
 import {
-  ActivityFailure,
   ApplicationFailure,
   condition,
   log,
@@ -25,6 +36,8 @@ import {
   setHandler,
   upsertSearchAttributes,
   workflowInfo,
+  type ActivityInterfaceFor,
+  type LocalActivityInterfaceFor,
 } from '@temporalio/workflow';
 import type { OrderActivities, ReconcileResult } from '../activities/order.ts';
 import { ORDER_REASONS, stepKeys, type OrderStatus, type OrderWorkflowInput } from '../src/orders/model.ts';
@@ -51,398 +64,137 @@ import {
   resolveTiming,
   type OrderTiming,
 } from './policies.ts';
+import { failureMessage, failureType, summarized } from './steps.ts';
 
 export interface OrderWorkflowArgs extends OrderWorkflowInput {
   /** Test and operator overrides of the declared timeouts; defaults in workflows/policies.ts. */
   timing?: Partial<OrderTiming>;
 }
 
-function failureMessage(err: unknown): string {
-  if (err instanceof ActivityFailure && err.cause) return `${err.cause.name}: ${err.cause.message}`;
-  return err instanceof Error ? err.message : String(err);
-}
-
-function failureType(err: unknown): string | undefined {
-  return err instanceof ActivityFailure && err.cause instanceof ApplicationFailure
-    ? (err.cause.type ?? undefined)
-    : undefined;
-}
-
+/**
+ * One order, start to end. Each line is a step below. Any step that cannot go
+ * on parks the order in needs_attention inside itself, and resumes there when
+ * an operator re-drives it (or, while the charge is unsettled, a payment
+ * event arrives); so the story has no branch for it.
+ */
 export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderState> {
-  const { workflowId } = workflowInfo();
-  const timing = resolveTiming(input.timing);
-  // Every call passes its own options (attempt budget + a summary naming the step and key).
-  const acts = proxyActivities<OrderActivities>(activityOptions(timing, timing.stepMaxAttempts));
-  const local = proxyLocalActivities<OrderActivities>(localActivityOptions(timing, timing.stepMaxAttempts));
-  const ref = { tenantId: input.tenantId, orderId: input.orderId, workflowId };
-
-  const state: OrderState = {
-    status: 'accepted',
-    chargeId: null,
-    receiptId: null,
-    lastError: null,
-    reason: null,
-    reconcileAttempts: 0,
-    awaitingOperator: false,
-  };
-  /** A provider or operator word on the charge, not yet applied. Consumed when applied. */
-  let paymentEvent: PaymentEvent | undefined;
-  /** Once the charge has a definite outcome, later payment events (duplicates, late webhooks) are ignored. */
-  let chargeSettled = false;
-  let redrives = 0;
-  let redriveRequested = false;
-  // What visibility already has from the start: the outbox relay starts an order with TenantId
-  // and OrderStatus = FIRST_ORDER_STATUS (src/orders/contract.ts), so that first status needs
-  // no upsert of its own. A run started without them (an older relay, a test) tags the tenant
-  // with its first status upsert. Read from the start event, so replay decides the same way.
-  const startAttributes = workflowInfo().typedSearchAttributes;
-  /** TenantId is set once: at start, or with the first status upsert. */
-  let tenantTagged = startAttributes.get(TenantIdKey) !== undefined;
-  /** True until the first status upsert, if the start already indexed the first status. */
-  let firstStatusIndexed = tenantTagged && startAttributes.get(OrderStatusKey) === FIRST_ORDER_STATUS;
-
-  setHandler(statusQuery, () => state);
-  setHandler(paymentEventSignal, (event) => {
-    // The first settling word wins; duplicates and late events change nothing.
-    if (!chargeSettled) paymentEvent ??= event;
-  });
-  const acceptRedrive = ({ actor, reason }: RedriveRequest) => {
-    log.info('re-drive requested', { actor, reason });
-    redriveRequested = true;
-  };
-  setHandler(
-    redriveUpdate,
-    (request) => {
-      acceptRedrive(request);
-      return {
-        status: state.status,
-        reason: state.reason,
-        lastError: state.lastError,
-        redrives: redrives + 1,
-      };
-    },
-    {
-      // Runs before anything is written to the history: a refused re-drive leaves no trace
-      // in the workflow, and the caller (ops CLI, admin API) gets the error.
-      validator: (request) => {
-        if (!request?.actor?.trim() || !request?.reason?.trim()) {
-          throw ApplicationFailure.create({
-            type: FAILURE.redriveRefused,
-            message: 're-drive refused: actor and reason are required',
-            nonRetryable: true,
-          });
-        }
-        if (!state.awaitingOperator || redriveRequested) {
-          throw ApplicationFailure.create({
-            type: FAILURE.redriveRefused,
-            message:
-              `re-drive refused: the order workflow is not parked (status ${state.status}` +
-              `${redriveRequested ? ', a re-drive is already under way' : ''}); ` +
-              'only a workflow waiting for an operator can be re-driven',
-            nonRetryable: true,
-          });
-        }
-      },
-    },
-  );
-  // The older signal form cannot refuse; it is honoured only while parked.
-  setHandler(redriveSignal, (request) => {
-    if (state.awaitingOperator) acceptRedrive(request);
-  });
-
-  const options = (maximumAttempts: number, summary: string) => ({
-    ...activityOptions(timing, maximumAttempts),
-    summary,
-  });
-  const externalOptions = (maximumAttempts: number, summary: string) => ({
-    ...externalActivityOptions(timing, maximumAttempts),
-    summary,
-  });
-
-  function upsertStatus(status: OrderStatus, lastError?: string | null): void {
-    const indexed = firstStatusIndexed && status === FIRST_ORDER_STATUS && !lastError;
-    firstStatusIndexed = false;
-    if (indexed) return;
-    upsertSearchAttributes([
-      ...(tenantTagged ? [] : [{ key: TenantIdKey, value: input.tenantId }]),
-      { key: OrderStatusKey, value: status },
-      ...(lastError ? [{ key: OrderLastErrorKey, value: searchableText(lastError) }] : []),
-    ]);
-    tenantTagged = true;
-  }
-
-  // Not `async`: it hands back the activity's own promise. With the SDK's promise hook (a stack
-  // trace captured for every promise made in workflow code), each extra async layer costs.
-  function writeStatus(
-    status: OrderStatus,
-    key: string,
-    extra: { lastError?: string | null; reason?: string | null },
-    maximumAttempts: number,
-  ): Promise<unknown> {
-    return local.setOrderStatus.executeWithOptions(
-      {
-        ...localActivityOptions(timing, maximumAttempts),
-        summary: `status -> ${status} (key ${key})`,
-      },
-      [
-        {
-          ...ref,
-          key,
-          status,
-          chargeId: state.chargeId,
-          receiptId: state.receiptId,
-          lastError: extra.lastError ?? null,
-          reason: extra.reason ?? null,
-        },
-      ],
-    );
-  }
-
-  /**
-   * Writes a status through the ledger. If even that runs out of retries
-   * (the database is down for long), the order is flagged needs_attention in
-   * the search attributes (which `ops attention` and the needs_attention
-   * gauge read), one attempt is made to record needs_attention on the row,
-   * and the workflow waits for a re-drive; it never silently fails.
-   */
-  async function transition(
-    status: OrderStatus,
-    extra: { lastError?: string; reason?: string } = {},
-  ): Promise<void> {
-    // Already recorded in this re-drive epoch (e.g. payment_unknown again after a perform-again).
-    if (state.status === status && status !== 'needs_attention') return;
-    for (;;) {
-      const key = stepKeys.status(workflowId, status, redrives);
-      try {
-        await writeStatus(status, key, extra, timing.stepMaxAttempts);
-        state.status = status;
-        if (status !== 'rejected' && status !== 'needs_attention') state.reason = null;
-        upsertStatus(status, extra.lastError);
-        return;
-      } catch (err) {
-        state.lastError = `status ${status} could not be recorded: ${failureMessage(err)}`;
-        state.reason = ORDER_REASONS.statusWriteFailed;
-        upsertStatus('needs_attention', state.lastError);
-        try {
-          // One more try, to put the reason on the row; if the database is still
-          // unreachable, the search attributes above keep the order visible.
-          await writeStatus(
-            'needs_attention',
-            stepKeys.status(workflowId, 'needs_attention', redrives),
-            { lastError: state.lastError, reason: state.reason },
-            1,
-          );
-          state.status = 'needs_attention';
-        } catch (recordErr) {
-          log.warn('parked order could not be recorded as needs_attention', {
-            error: failureMessage(recordErr),
-          });
-        }
-        await waitForOperator();
-        // A re-drive of a failed needs_attention write means: move on.
-        if (status === 'needs_attention') return;
-      }
-    }
-  }
-
-  /** Waits for a re-drive, or (while the charge is unsettled) a payment event. */
-  async function waitForOperator(): Promise<void> {
-    state.awaitingOperator = true;
-    await condition(() => redriveRequested || paymentEvent !== undefined);
-    state.awaitingOperator = false;
-    redriveRequested = false;
-    redrives++;
-  }
-
-  /** Parks the order for a human; resumes when an operator re-drives it or a payment event arrives. */
-  async function needsAttention(lastError: string, reason: string): Promise<void> {
-    state.lastError = lastError;
-    state.reason = reason;
-    const before = redrives;
-    await transition('needs_attention', { lastError, reason });
-    // If recording it parked (and was re-driven) already, don't park twice.
-    if (redrives === before) await waitForOperator();
-  }
-
-  /**
-   * Applies a pending payment event to the ledger, consuming it. Returns null
-   * if there is none or it could not be applied (the error is kept for
-   * operators; the caller goes on reconciling).
-   */
-  async function applyPaymentEvent(): Promise<ChargeOutcome | null> {
-    const event = paymentEvent;
-    if (!event) return null;
-    paymentEvent = undefined;
-    const key = stepKeys.charge(workflowId);
-    try {
-      const result = await acts.settleCharge.executeWithOptions(
-        options(
-          timing.stepMaxAttempts,
-          `settle charge from ${event.source} event ${event.eventId} (key ${key})`,
-        ),
-        [{ ...ref, key, outcome: event.outcome, ...(event.chargeId ? { chargeId: event.chargeId } : {}) }],
-      );
-      return result.settled ? result : null;
-    } catch (err) {
-      state.lastError = `${event.source} event ${event.eventId} could not be applied: ${failureMessage(err)}`;
-      return null;
-    }
-  }
-
-  /**
-   * The reconciliation clock of the current payment_unknown episode. It runs
-   * across perform-again rounds (so a provider that keeps losing requests
-   * still reaches the horizon, and lookups keep backing off), and restarts
-   * only after an operator re-drive.
-   */
-  let unknownEpisode: { deadline: number; pause: number } | undefined;
-
-  /**
-   * payment_unknown: reconcile on durable timers with backoff until settled
-   * or the horizon passes (null). 'perform_again' means the provider never
-   * saw the key: performing under the same key is safe (the activity checks
-   * the provider's key window before it does).
-   */
-  async function resolveUnknownCharge(): Promise<ChargeOutcome | 'perform_again' | null> {
-    const key = stepKeys.charge(workflowId);
-    // Workflow time: deterministic.
-    const episode = (unknownEpisode ??= {
-      deadline: Date.now() + timing.unknownHorizonMs,
-      pause: timing.reconcileInitialMs,
-    });
-    for (;;) {
-      const fromEvent = await applyPaymentEvent();
-      if (fromEvent) return fromEvent;
-      state.reconcileAttempts++;
-      try {
-        const result = await acts.reconcileCharge.executeWithOptions(
-          options(timing.stepMaxAttempts, `reconcile charge #${state.reconcileAttempts} (key ${key})`),
-          [{ ...ref, key }],
-        );
-        if (result.settled) return result;
-        if (result.notStarted || result.performAgain) return 'perform_again';
-      } catch (err) {
-        state.lastError = `reconciliation failed: ${failureMessage(err)}`;
-      }
-      const remaining = episode.deadline - Date.now();
-      if (remaining <= 0) return null;
-      // A durable timer, cut short by a settling signal.
-      await condition(() => paymentEvent !== undefined, Math.min(episode.pause, remaining));
-      episode.pause = Math.min(episode.pause * 2, timing.reconcileMaxMs);
-    }
-  }
-
-  /**
-   * Runs the charge step to a definite outcome. Once the outcome is uncertain
-   * the charge is not performed again unless reconciliation shows the
-   * provider never saw the key: it is reconciled, or settled by a provider
-   * event or an operator, because a retry past the provider's key window
-   * could charge twice.
-   */
-  async function charge(): Promise<ChargeOutcome> {
-    const key = stepKeys.charge(workflowId);
-    for (;;) {
-      try {
-        const result = await acts.chargePayment.executeWithOptions(
-          externalOptions(timing.chargeMaxAttempts, `charge ${input.amount} ${input.currency} (key ${key})`),
-          [
-            {
-              ...ref,
-              key,
-              amount: input.amount,
-              currency: input.currency,
-              paymentMethod: input.paymentMethod,
-            },
-          ],
-        );
-        return {
-          settled: true,
-          outcome: result.outcome,
-          chargeId: result.chargeId,
-          failureCode: result.failureCode,
-        };
-      } catch (err) {
-        const type = failureType(err);
-        if (type === FAILURE.paymentRejected) {
-          // The provider refused the request itself: nothing was charged, and retrying can't help.
-          return { settled: true, outcome: 'failed', chargeId: null, refusal: failureMessage(err) };
-        }
-        if (type !== undefined && parksOrder(type)) {
-          await needsAttention(
-            `charge failed: ${failureMessage(err)}`,
-            type === FAILURE.providerRejected
-              ? ORDER_REASONS.providerRejected
-              : ORDER_REASONS.chargeFailed(type),
-          );
-          unknownEpisode = undefined;
-          const fromEvent = await applyPaymentEvent();
-          if (fromEvent) return fromEvent;
-          continue; // re-driven: the ledger reconciles any earlier claim before performing
-        }
-        // Anything else (lost response, timeout, a crash mid-call) may have charged.
-        state.lastError = failureMessage(err);
-      }
-      await transition('payment_unknown');
-      let outcome = await resolveUnknownCharge();
-      while (outcome === null) {
-        await needsAttention(
-          'payment outcome still unknown after the reconciliation horizon',
-          ORDER_REASONS.paymentUnknownHorizon,
-        );
-        unknownEpisode = undefined;
-        outcome = await applyPaymentEvent();
-        if (outcome) break;
-        await transition('payment_unknown'); // re-driven: reconcile again
-        outcome = await resolveUnknownCharge();
-      }
-      if (outcome !== 'perform_again') return outcome;
-      // The provider never saw the key: perform the charge again under the same key.
-    }
-  }
-
-  async function receipt(): Promise<void> {
-    const key = stepKeys.receipt(workflowId);
-    for (;;) {
-      try {
-        const result = await acts.sendReceipt.executeWithOptions(
-          externalOptions(timing.stepMaxAttempts, `send receipt (key ${key})`),
-          [
-            {
-              ...ref,
-              key,
-              to: input.customer.email,
-              amount: input.amount,
-              currency: input.currency,
-              chargeId: state.chargeId ?? '',
-            },
-          ],
-        );
-        state.receiptId = result.messageId;
-        return;
-      } catch (err) {
-        await needsAttention(`receipt failed: ${failureMessage(err)}`, ORDER_REASONS.receiptFailed);
-      }
-    }
-  }
-
+  const run = openOrderRun(input);
   // `accepted` was written by the API with the order row itself.
-  await transition('payment_pending');
-  const charged = await charge();
-  chargeSettled = true;
-  paymentEvent = undefined;
-  state.chargeId = charged.chargeId;
+  await recordStatus(run, 'payment_pending');
+  // To a definite outcome: through payment_unknown (reconciliation, a webhook, an operator)
+  // when the charge's own answer is lost, and through needs_attention when it cannot go on.
+  const charged = await chargeToOutcome(run);
+  closeCharge(run, charged);
   if (charged.outcome !== 'succeeded') {
-    const why = rejection(charged);
-    state.lastError = why.lastError;
-    state.reason = why.reason;
-    await transition('rejected', why);
-    return state;
+    await rejectOrder(run, charged);
+    return run.state;
   }
-  await transition('paid');
-  await receipt();
-  await transition('completed');
-  return state;
+  await recordStatus(run, 'paid');
+  await sendReceipt(run);
+  await recordStatus(run, 'completed');
+  return run.state;
 }
+
+// ----------------------------------------------------------------- status writes
+
+/**
+ * Writes a status through the ledger. If even that runs out of retries
+ * (the database is down for long), the order is flagged needs_attention in
+ * the search attributes (which `ops attention` and the needs_attention
+ * gauge read), one attempt is made to record needs_attention on the row,
+ * and the workflow waits for a re-drive; it never silently fails.
+ */
+async function recordStatus(
+  run: OrderRun,
+  status: OrderStatus,
+  extra: { lastError?: string; reason?: string } = {},
+): Promise<void> {
+  const { state } = run;
+  // Already recorded in this re-drive epoch (e.g. payment_unknown again after a perform-again).
+  if (state.status === status && status !== 'needs_attention') return;
+  for (;;) {
+    const key = stepKeys.status(run.workflowId, status, run.operator.redrives);
+    try {
+      await writeStatus(run, status, key, extra, run.timing.stepMaxAttempts);
+      state.status = status;
+      if (status !== 'rejected' && status !== 'needs_attention') state.reason = null;
+      upsertStatus(run, status, extra.lastError);
+      return;
+    } catch (err) {
+      state.lastError = `status ${status} could not be recorded: ${failureMessage(err)}`;
+      state.reason = ORDER_REASONS.statusWriteFailed;
+      upsertStatus(run, 'needs_attention', state.lastError);
+      try {
+        // One more try, to put the reason on the row; if the database is still
+        // unreachable, the search attributes above keep the order visible.
+        await writeStatus(
+          run,
+          'needs_attention',
+          stepKeys.status(run.workflowId, 'needs_attention', run.operator.redrives),
+          { lastError: state.lastError, reason: state.reason },
+          1,
+        );
+        state.status = 'needs_attention';
+      } catch (recordErr) {
+        log.warn('parked order could not be recorded as needs_attention', {
+          error: failureMessage(recordErr),
+        });
+      }
+      await waitForOperator(run);
+      // A re-drive of a failed needs_attention write means: move on.
+      if (status === 'needs_attention') return;
+    }
+  }
+}
+
+/**
+ * The status write itself: one local activity under the status's key.
+ * Not `async`: it hands back the activity's own promise. With the SDK's
+ * promise hook (a stack trace captured for every promise made in workflow
+ * code), each extra async layer costs.
+ */
+function writeStatus(
+  run: OrderRun,
+  status: OrderStatus,
+  key: string,
+  extra: { lastError?: string | null; reason?: string | null },
+  maximumAttempts: number,
+): Promise<unknown> {
+  return run.local.setOrderStatus.executeWithOptions(
+    summarized(localActivityOptions(run.timing, maximumAttempts), `status -> ${status} (key ${key})`),
+    [
+      {
+        ...run.ref,
+        key,
+        status,
+        chargeId: run.state.chargeId,
+        receiptId: run.state.receiptId,
+        lastError: extra.lastError ?? null,
+        reason: extra.reason ?? null,
+      },
+    ],
+  );
+}
+
+/**
+ * Indexes the status (and the last error) for visibility queries. The start
+ * may have indexed the first status already (see OrderRun.visibility); then
+ * its first upsert is skipped, and the tenant is tagged only once.
+ */
+function upsertStatus(run: OrderRun, status: OrderStatus, lastError?: string | null): void {
+  const { visibility } = run;
+  const indexed = visibility.firstStatusIndexed && status === FIRST_ORDER_STATUS && !lastError;
+  visibility.firstStatusIndexed = false;
+  if (indexed) return;
+  upsertSearchAttributes([
+    ...(visibility.tenantTagged ? [] : [{ key: TenantIdKey, value: run.input.tenantId }]),
+    { key: OrderStatusKey, value: status },
+    ...(lastError ? [{ key: OrderLastErrorKey, value: searchableText(lastError) }] : []),
+  ]);
+  visibility.tenantTagged = true;
+}
+
+// ------------------------------------------------------------------------ charge
 
 /** A settled charge, with what the provider said about a failure. */
 interface ChargeOutcome extends ReconcileResult {
@@ -450,6 +202,213 @@ interface ChargeOutcome extends ReconcileResult {
   failureCode?: string | null;
   /** The provider refused the request outright (nothing charged): its message. */
   refusal?: string;
+}
+
+/** How one run of the charge activity (with its own retries) ended. */
+type ChargeAttempt =
+  | { kind: 'settled'; outcome: ChargeOutcome }
+  /** A failure that proves nothing was charged and that retrying cannot fix: a human decides. */
+  | { kind: 'parks'; lastError: string; reason: string }
+  /** Anything else (a lost response, a timeout, a crash mid-call) may have charged. */
+  | { kind: 'uncertain' };
+
+/**
+ * Runs the charge step to a definite outcome. Once the outcome is uncertain
+ * the charge is not performed again unless reconciliation shows the
+ * provider never saw the key: it is reconciled, or settled by a provider
+ * event or an operator, because a retry past the provider's key window
+ * could charge twice.
+ */
+async function chargeToOutcome(run: OrderRun): Promise<ChargeOutcome> {
+  for (;;) {
+    const attempt = await performCharge(run);
+    if (attempt.kind === 'settled') return attempt.outcome;
+    if (attempt.kind === 'parks') {
+      const fromEvent = await parkAfterChargeFailure(run, attempt.lastError, attempt.reason);
+      if (fromEvent) return fromEvent;
+      continue; // re-driven: the ledger reconciles any earlier claim before performing
+    }
+    const outcome = await settleUnknownCharge(run);
+    if (outcome !== 'perform_again') return outcome;
+    // The provider never saw the key: perform the charge again under the same key.
+  }
+}
+
+/**
+ * Calls the provider through the chargePayment activity under the charge's
+ * key, and says what its answer, or its failure, means.
+ */
+async function performCharge(run: OrderRun): Promise<ChargeAttempt> {
+  const { input } = run;
+  const key = stepKeys.charge(run.workflowId);
+  try {
+    const result = await run.acts.chargePayment.executeWithOptions(
+      summarized(
+        externalActivityOptions(run.timing, run.timing.chargeMaxAttempts),
+        `charge ${input.amount} ${input.currency} (key ${key})`,
+      ),
+      [
+        {
+          ...run.ref,
+          key,
+          amount: input.amount,
+          currency: input.currency,
+          paymentMethod: input.paymentMethod,
+        },
+      ],
+    );
+    const outcome = {
+      settled: true,
+      outcome: result.outcome,
+      chargeId: result.chargeId,
+      failureCode: result.failureCode,
+    };
+    return { kind: 'settled', outcome };
+  } catch (err) {
+    const type = failureType(err);
+    if (type === FAILURE.paymentRejected) {
+      // The provider refused the request itself: nothing was charged, and retrying can't help.
+      const outcome = {
+        settled: true,
+        outcome: 'failed' as const,
+        chargeId: null,
+        refusal: failureMessage(err),
+      };
+      return { kind: 'settled', outcome };
+    }
+    if (type !== undefined && parksOrder(type)) {
+      return {
+        kind: 'parks',
+        lastError: `charge failed: ${failureMessage(err)}`,
+        reason:
+          type === FAILURE.providerRejected
+            ? ORDER_REASONS.providerRejected
+            : ORDER_REASONS.chargeFailed(type),
+      };
+    }
+    run.state.lastError = failureMessage(err);
+    return { kind: 'uncertain' };
+  }
+}
+
+/**
+ * A charge failure that retrying cannot fix parks the order. A payment event
+ * that arrives while it is parked settles the charge (returned); a re-drive
+ * returns null, and the charge is performed again under its key.
+ */
+async function parkAfterChargeFailure(
+  run: OrderRun,
+  lastError: string,
+  reason: string,
+): Promise<ChargeOutcome | null> {
+  await needsAttention(run, lastError, reason);
+  run.payment.unknownEpisode = undefined;
+  return applyPaymentEvent(run);
+}
+
+/**
+ * payment_unknown: records it, then reconciles until the charge is settled
+ * (by the provider's answer to a lookup, a webhook or an operator), or until
+ * reconciliation finds the provider never saw the key ('perform_again').
+ * Past the horizon the order is parked; a re-drive starts a new episode.
+ */
+async function settleUnknownCharge(run: OrderRun): Promise<ChargeOutcome | 'perform_again'> {
+  await recordStatus(run, 'payment_unknown');
+  for (;;) {
+    const outcome = await reconcileCharge(run);
+    if (outcome !== null) return outcome;
+    await needsAttention(
+      run,
+      'payment outcome still unknown after the reconciliation horizon',
+      ORDER_REASONS.paymentUnknownHorizon,
+    );
+    run.payment.unknownEpisode = undefined;
+    const fromEvent = await applyPaymentEvent(run);
+    if (fromEvent) return fromEvent;
+    await recordStatus(run, 'payment_unknown'); // re-driven: reconcile again
+  }
+}
+
+/**
+ * Reconciles on durable timers with backoff until settled or the horizon
+ * passes (null). 'perform_again' means the provider never saw the key:
+ * performing under the same key is safe (the activity checks the provider's
+ * key window before it does). A payment event cuts a pause short and is
+ * applied first.
+ */
+async function reconcileCharge(run: OrderRun): Promise<ChargeOutcome | 'perform_again' | null> {
+  const { state, timing, payment } = run;
+  const key = stepKeys.charge(run.workflowId);
+  // Workflow time: deterministic.
+  const episode = (payment.unknownEpisode ??= {
+    deadline: Date.now() + timing.unknownHorizonMs,
+    pause: timing.reconcileInitialMs,
+  });
+  for (;;) {
+    const fromEvent = await applyPaymentEvent(run);
+    if (fromEvent) return fromEvent;
+    state.reconcileAttempts++;
+    try {
+      const result = await run.acts.reconcileCharge.executeWithOptions(
+        summarized(
+          activityOptions(timing, timing.stepMaxAttempts),
+          `reconcile charge #${state.reconcileAttempts} (key ${key})`,
+        ),
+        [{ ...run.ref, key }],
+      );
+      if (result.settled) return result;
+      if (result.notStarted || result.performAgain) return 'perform_again';
+    } catch (err) {
+      state.lastError = `reconciliation failed: ${failureMessage(err)}`;
+    }
+    const remaining = episode.deadline - Date.now();
+    if (remaining <= 0) return null;
+    // A durable timer, cut short by a settling signal.
+    await condition(() => payment.event !== undefined, Math.min(episode.pause, remaining));
+    episode.pause = Math.min(episode.pause * 2, timing.reconcileMaxMs);
+  }
+}
+
+/**
+ * Applies a pending payment event to the ledger (the settleCharge activity),
+ * consuming it. Returns null if there is none or it could not be applied
+ * (the error is kept for operators; the caller goes on reconciling).
+ */
+async function applyPaymentEvent(run: OrderRun): Promise<ChargeOutcome | null> {
+  const event = run.payment.event;
+  if (!event) return null;
+  run.payment.event = undefined;
+  const key = stepKeys.charge(run.workflowId);
+  try {
+    const result = await run.acts.settleCharge.executeWithOptions(
+      summarized(
+        activityOptions(run.timing, run.timing.stepMaxAttempts),
+        `settle charge from ${event.source} event ${event.eventId} (key ${key})`,
+      ),
+      [{ ...run.ref, key, outcome: event.outcome, ...(event.chargeId ? { chargeId: event.chargeId } : {}) }],
+    );
+    return result.settled ? result : null;
+  } catch (err) {
+    run.state.lastError = `${event.source} event ${event.eventId} could not be applied: ${failureMessage(err)}`;
+    return null;
+  }
+}
+
+/** The charge has its definite outcome: later payment events (duplicates, late webhooks) change nothing. */
+function closeCharge(run: OrderRun, charged: ChargeOutcome): void {
+  run.payment.settled = true;
+  run.payment.event = undefined;
+  run.state.chargeId = charged.chargeId;
+}
+
+// --------------------------------------------------------------------- rejection
+
+/** A charge that settled as failed: the order ends rejected, with the reason a tenant sees. */
+async function rejectOrder(run: OrderRun, charged: ChargeOutcome): Promise<void> {
+  const why = rejection(charged);
+  run.state.lastError = why.lastError;
+  run.state.reason = why.reason;
+  await recordStatus(run, 'rejected', why);
 }
 
 function rejection(charged: ChargeOutcome): { reason: string; lastError: string } {
@@ -464,4 +423,199 @@ function rejection(charged: ChargeOutcome): { reason: string; lastError: string 
     reason: ORDER_REASONS.paymentFailed,
     lastError: 'the charge was settled as failed (by reconciliation, a provider event or an operator)',
   };
+}
+
+// ----------------------------------------------------------------------- receipt
+
+/**
+ * Sends the receipt under its key (the email provider dedupes on it). A
+ * receipt that runs out of retries parks the order; a re-drive sends it
+ * again under the same key.
+ */
+async function sendReceipt(run: OrderRun): Promise<void> {
+  const { input } = run;
+  const key = stepKeys.receipt(run.workflowId);
+  for (;;) {
+    try {
+      const result = await run.acts.sendReceipt.executeWithOptions(
+        summarized(
+          externalActivityOptions(run.timing, run.timing.stepMaxAttempts),
+          `send receipt (key ${key})`,
+        ),
+        [
+          {
+            ...run.ref,
+            key,
+            to: input.customer.email,
+            amount: input.amount,
+            currency: input.currency,
+            chargeId: run.state.chargeId ?? '',
+          },
+        ],
+      );
+      run.state.receiptId = result.messageId;
+      return;
+    } catch (err) {
+      await needsAttention(run, `receipt failed: ${failureMessage(err)}`, ORDER_REASONS.receiptFailed);
+    }
+  }
+}
+
+// ----------------------------------------------------------------------- parking
+
+/** Parks the order for a human; resumes when an operator re-drives it or a payment event arrives. */
+async function needsAttention(run: OrderRun, lastError: string, reason: string): Promise<void> {
+  run.state.lastError = lastError;
+  run.state.reason = reason;
+  const before = run.operator.redrives;
+  await recordStatus(run, 'needs_attention', { lastError, reason });
+  // If recording it parked (and was re-driven) already, don't park twice.
+  if (run.operator.redrives === before) await waitForOperator(run);
+}
+
+/**
+ * Waits for a re-drive, or (while the charge is unsettled) a payment event.
+ * Each re-drive opens a new epoch: status keys written after it carry its
+ * number (stepKeys.status), so the order may pass a status again.
+ */
+async function waitForOperator(run: OrderRun): Promise<void> {
+  const { state, operator } = run;
+  state.awaitingOperator = true;
+  await condition(() => operator.requested || run.payment.event !== undefined);
+  state.awaitingOperator = false;
+  operator.requested = false;
+  operator.redrives++;
+}
+
+// ------------------------------------------------------------------- the run
+
+/** One order's run: what its steps share. */
+interface OrderRun {
+  readonly input: OrderWorkflowArgs;
+  readonly workflowId: string;
+  readonly timing: OrderTiming;
+  /** The order's identity, passed to every activity with the step's key. */
+  readonly ref: { tenantId: string; orderId: string; workflowId: string };
+  /** Every call passes its own options (attempt budget + a summary naming the step and key). */
+  readonly acts: ActivityInterfaceFor<OrderActivities>;
+  /** The status writes: local activities, in this worker. */
+  readonly local: LocalActivityInterfaceFor<OrderActivities>;
+  /** What the status query answers. */
+  readonly state: OrderState;
+  readonly payment: {
+    /** A provider or operator word on the charge, not yet applied. Consumed when applied. */
+    event: PaymentEvent | undefined;
+    /** Once the charge has a definite outcome, later payment events (duplicates, late webhooks) are ignored. */
+    settled: boolean;
+    /**
+     * The reconciliation clock of the current payment_unknown episode. It runs
+     * across perform-again rounds (so a provider that keeps losing requests
+     * still reaches the horizon, and lookups keep backing off), and restarts
+     * only after an operator re-drive.
+     */
+    unknownEpisode: { deadline: number; pause: number } | undefined;
+  };
+  readonly operator: {
+    /** Re-drives so far (0 before the first): the epoch in status keys (stepKeys.status). */
+    redrives: number;
+    /** A re-drive was accepted; the parked step has not resumed yet. */
+    requested: boolean;
+  };
+  /**
+   * What visibility already has from the start: the outbox relay starts an order with TenantId
+   * and OrderStatus = FIRST_ORDER_STATUS (src/orders/contract.ts), so that first status needs
+   * no upsert of its own. A run started without them (an older relay, a test) tags the tenant
+   * with its first status upsert. Read from the start event, so replay decides the same way.
+   */
+  readonly visibility: {
+    /** TenantId is set once: at start, or with the first status upsert. */
+    tenantTagged: boolean;
+    /** True until the first status upsert, if the start already indexed the first status. */
+    firstStatusIndexed: boolean;
+  };
+}
+
+/** The run's state, its activities, and its query, signal and update handlers. */
+function openOrderRun(input: OrderWorkflowArgs): OrderRun {
+  const { workflowId, typedSearchAttributes: startAttributes } = workflowInfo();
+  const timing = resolveTiming(input.timing);
+  const tenantTagged = startAttributes.get(TenantIdKey) !== undefined;
+  const run: OrderRun = {
+    input,
+    workflowId,
+    timing,
+    ref: { tenantId: input.tenantId, orderId: input.orderId, workflowId },
+    acts: proxyActivities<OrderActivities>(activityOptions(timing, timing.stepMaxAttempts)),
+    local: proxyLocalActivities<OrderActivities>(localActivityOptions(timing, timing.stepMaxAttempts)),
+    state: {
+      status: 'accepted',
+      chargeId: null,
+      receiptId: null,
+      lastError: null,
+      reason: null,
+      reconcileAttempts: 0,
+      awaitingOperator: false,
+    },
+    payment: { event: undefined, settled: false, unknownEpisode: undefined },
+    operator: { redrives: 0, requested: false },
+    visibility: {
+      tenantTagged,
+      firstStatusIndexed: tenantTagged && startAttributes.get(OrderStatusKey) === FIRST_ORDER_STATUS,
+    },
+  };
+  handleMessages(run);
+  return run;
+}
+
+/** The status query, the payment-event signal, and the re-drive (an update, and the older signal). */
+function handleMessages(run: OrderRun): void {
+  const { state, payment, operator } = run;
+  setHandler(statusQuery, () => state);
+  setHandler(paymentEventSignal, (event) => {
+    // The first settling word wins; duplicates and late events change nothing.
+    if (!payment.settled) payment.event ??= event;
+  });
+  const acceptRedrive = ({ actor, reason }: RedriveRequest) => {
+    log.info('re-drive requested', { actor, reason });
+    operator.requested = true;
+  };
+  setHandler(
+    redriveUpdate,
+    (request) => {
+      acceptRedrive(request);
+      return {
+        status: state.status,
+        reason: state.reason,
+        lastError: state.lastError,
+        redrives: operator.redrives + 1,
+      };
+    },
+    {
+      // Runs before anything is written to the history: a refused re-drive leaves no trace
+      // in the workflow, and the caller (ops CLI, admin API) gets the error.
+      validator: (request) => {
+        if (!request?.actor?.trim() || !request?.reason?.trim()) {
+          throw ApplicationFailure.create({
+            type: FAILURE.redriveRefused,
+            message: 're-drive refused: actor and reason are required',
+            nonRetryable: true,
+          });
+        }
+        if (!state.awaitingOperator || operator.requested) {
+          throw ApplicationFailure.create({
+            type: FAILURE.redriveRefused,
+            message:
+              `re-drive refused: the order workflow is not parked (status ${state.status}` +
+              `${operator.requested ? ', a re-drive is already under way' : ''}); ` +
+              'only a workflow waiting for an operator can be re-driven',
+            nonRetryable: true,
+          });
+        }
+      },
+    },
+  );
+  // The older signal form cannot refuse; it is honoured only while parked.
+  setHandler(redriveSignal, (request) => {
+    if (state.awaitingOperator) acceptRedrive(request);
+  });
 }

@@ -1,5 +1,9 @@
 /**
- * The Idempotency-Key header, read as the IETF draft and DOMAIN.md require.
+ * The idempotency layer of the API: the Idempotency-Key header, read as the
+ * IETF draft and DOMAIN.md require, and the one transaction an idempotent
+ * request's writes run in (idempotentTransaction).
+ *
+ * The header: read as the IETF draft and DOMAIN.md require.
  * Node joins repeated custom headers with ", " in `request.headers`, so a
  * repeated header is detected on the raw header list instead.
  *
@@ -13,7 +17,9 @@
  * anything after the closing quote) is a 400, never guessed at.
  */
 import type { FastifyRequest } from 'fastify';
+import type { PoolClient } from '../db/index.ts';
 import { ProblemError } from '../http/problems.ts';
+import { isLedgerError, type Json, type Ledger, type Scope } from '../ledger/index.ts';
 
 const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
 const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
@@ -81,4 +87,66 @@ function decodeKey(value: string): string {
     'invalidIdempotencyKey',
     'The quoted Idempotency-Key has no closing quote. Send "abc" (a structured-field string) or abc.',
   );
+}
+
+/** What identifies an idempotent request's content: its fingerprint is taken over all of it. */
+export interface IdempotentRequest {
+  /** Bump when the meaning of a field of the request changes. */
+  schemaVersion: number;
+  method: string;
+  path: string;
+  /** The validated, normalized body. */
+  body: unknown;
+}
+
+/**
+ * Runs `body` once per key, in the ledger's local mode: one transaction holds
+ * the idempotency record (claimed before `body` runs, completed with the
+ * response `body` returns), and every write `body` makes through `tx`. They
+ * commit together or not at all, so a crash leaves neither the record nor
+ * the writes, and a retry runs normally.
+ *
+ * - The same key and request again: the stored response, `replayed: true`,
+ *   `body` not called.
+ * - The same key with another request (body or endpoint): 422 keyReused.
+ * - The first request still in its transaction: 409 inProgress with
+ *   Retry-After (after the ledger's short bounded wait for it).
+ * - `body` throws: rolled back, nothing stored (a server error is never
+ *   stored as final); the error is rethrown.
+ */
+export async function idempotentTransaction<T extends Json>(
+  ledger: Ledger,
+  scope: Scope,
+  request: IdempotentRequest,
+  body: (tx: PoolClient) => Promise<T>,
+): Promise<{ result: T; replayed: boolean }> {
+  const { schemaVersion, method, path, body: value } = request;
+  try {
+    return await ledger.runLocal<T>(scope, { schemaVersion, value: { method, path, body: value } }, body);
+  } catch (err) {
+    throw asProblem(err);
+  }
+}
+
+/** The ledger's answers about the key, as the HTTP contract spells them; anything else unchanged. */
+function asProblem(err: unknown): unknown {
+  if (isLedgerError(err, 'conflict')) {
+    return new ProblemError(
+      'keyReused',
+      'This Idempotency-Key was already used for a different request. Use a new key for new work.',
+    );
+  }
+  if (isLedgerError(err, 'in_progress')) {
+    const seconds = Math.max(1, Math.ceil((err.retryAfterMs ?? 1000) / 1000));
+    return new ProblemError(
+      'inProgress',
+      'A request with this Idempotency-Key is still being processed. Retry with the same key.',
+      {},
+      { 'retry-after': String(seconds) },
+    );
+  }
+  if (isLedgerError(err, 'invalid_key')) {
+    return new ProblemError('invalidIdempotencyKey', 'The Idempotency-Key is not valid.');
+  }
+  return err;
 }

@@ -63,12 +63,8 @@ export async function insertAcceptedOrder(db: Queryable, o: NewOrder): Promise<O
   return (await db.query<OrderRow>(insertAcceptedOrderStatement(o))).rows[0]!;
 }
 
-/**
- * insertAcceptedOrder as a statement, for a caller that sends it in a
- * pipeline (the API sends it with its idempotency claim); the result's one
- * row is the OrderRow.
- */
-export function insertAcceptedOrderStatement(o: NewOrder): pg.QueryConfig {
+/** insertAcceptedOrder's statement; the result's one row is the OrderRow. */
+function insertAcceptedOrderStatement(o: NewOrder): pg.QueryConfig {
   return {
     text: `insert into orders (tenant_id, id, workflow_id, status, amount, currency, customer_id, customer_email,
                                items, payment_method)

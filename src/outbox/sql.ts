@@ -5,7 +5,6 @@
  * (src/api/outbox.ts) claims due rows, starts their workflows and records
  * the outcome. One function per statement, client first.
  */
-import type pg from 'pg';
 import type { Queryable } from '../db/index.ts';
 import type { OrderWorkflowInput } from '../orders/model.ts';
 import type { TraceCarrier } from '../tracing/index.ts';
@@ -31,7 +30,7 @@ export interface NewOutboxRow {
   taskQueue: string;
   input: OrderWorkflowInput;
   traceContext?: TraceCarrier | null;
-  /** Inserted already claimed by the inserting process for this long (see insertOutboxStatement). */
+  /** Inserted already claimed by the inserting process for this long (see insertOutbox). */
   claimedForMs?: number;
 }
 
@@ -40,12 +39,11 @@ export interface NewOutboxRow {
  * claimed by the inserting process for that long (the same lease a claim
  * takes, see claimOutboxRow): the accepting API starts the workflow right
  * after commit without a claim statement of its own, and if it dies first,
- * any relay starts it once the lease runs out. A statement: the API sends it
- * in one network write with the order's insert (Ledger.runLocal's `first`);
- * outboxRowOf is the row it inserts.
+ * any relay starts it once the lease runs out. Returns the row as the relay
+ * reads it. The API calls it in the order's transaction.
  */
-export function insertOutboxStatement(r: NewOutboxRow): pg.QueryConfig {
-  return {
+export async function insertOutbox(db: Queryable, r: NewOutboxRow): Promise<OutboxRow> {
+  await db.query({
     text: `insert into workflow_outbox (workflow_id, tenant_id, order_id, workflow_type, task_queue, input,
                                         trace_context, next_attempt_at)
            values ($1, $2, $3, $4, $5, $6, $7, now() + $8::integer * interval '1 millisecond')`,
@@ -59,11 +57,12 @@ export function insertOutboxStatement(r: NewOutboxRow): pg.QueryConfig {
       r.traceContext ? JSON.stringify(r.traceContext) : null,
       Math.max(0, Math.round(r.claimedForMs ?? 0)),
     ],
-  };
+  });
+  return outboxRowOf(r);
 }
 
-/** The row insertOutboxStatement inserts, as the relay reads it. */
-export function outboxRowOf(r: NewOutboxRow): OutboxRow {
+/** The row insertOutbox inserts, as the relay reads it. */
+function outboxRowOf(r: NewOutboxRow): OutboxRow {
   return {
     workflow_id: r.workflowId,
     tenant_id: r.tenantId,

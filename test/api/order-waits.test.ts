@@ -7,10 +7,11 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OrderWaits, parseStatusNotification } from '../../src/api/order-waits.ts';
-import { call, newTenant, startApi, validOrder, type TestApi } from './support.ts';
+import { call, longPollWaiting, newTenant, startApi, validOrder, type TestApi } from './support.ts';
 import net from 'node:net';
 import type { Pool } from '../../src/db/index.ts';
 import { testPool, uniq } from '../support/env.ts';
+import { until } from '../support/wait.ts';
 
 /** Longer than any wait in these tests: a re-read on this interval never happens within one. */
 const NEVER_MS = 600_000;
@@ -32,7 +33,10 @@ async function createOrder(api: TestApi, key: string): Promise<string> {
   return (res.body as OrderBody).id;
 }
 
-/** Starts a long-poll, waits until it is registered and has had time to read, then completes the order. */
+/**
+ * Starts a long-poll, waits until it has read the order and waits for a change, then completes
+ * the order: the new status can reach the request only through a wake or a re-read.
+ */
 async function completeWhileWaiting(
   api: TestApi,
   waits: OrderWaits,
@@ -40,17 +44,25 @@ async function completeWhileWaiting(
 ): Promise<OrderBody> {
   const id = await createOrder(api, tenant.key);
   const before = waits.waiting;
-  const polled = call(api, 'GET', `/v1/orders/${id}?wait=${WAIT_S}`, { key: tenant.key });
-  await expect.poll(() => waits.waiting, { timeout: 15_000 }).toBe(before + 1);
-  // Give the request time for its first read, so the change lands while it waits (ordering only).
-  await new Promise((r) => setTimeout(r, 300));
-  await api.pool.query(`update orders set status = 'completed' where tenant_id = $1 and id = $2`, [
-    tenant.tenantId,
-    id,
-  ]);
-  const res = await polled;
-  expect(res.status).toBe(200);
-  return res.body as OrderBody;
+  const poll = longPollWaiting(id);
+  try {
+    const polled = call(api, 'GET', `/v1/orders/${id}?wait=${WAIT_S}`, { key: tenant.key });
+    const first = await Promise.race([
+      poll.waiting.then(() => 'waiting' as const),
+      polled.then((res) => ({ answeredWithoutWaiting: res.body })),
+    ]);
+    expect(first).toBe('waiting');
+    expect(waits.waiting).toBe(before + 1);
+    await api.pool.query(`update orders set status = 'completed' where tenant_id = $1 and id = $2`, [
+      tenant.tenantId,
+      id,
+    ]);
+    const res = await polled;
+    expect(res.status).toBe(200);
+    return res.body as OrderBody;
+  } finally {
+    poll.restore();
+  }
 }
 
 describe('GET /v1/orders/{id}?wait=: woken by the status notification', () => {
@@ -70,10 +82,7 @@ describe('GET /v1/orders/{id}?wait=: woken by the status notification', () => {
         })),
     });
     waits.start();
-    for (let i = 0; !waits.listening; i++) {
-      if (i > 300) throw new Error('the order-status listener never started listening');
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await until('the order-status listener to listen', () => waits.listening, { timeoutMs: 15_000 });
     tenant = await newTenant(api.pool, 'waits');
   });
   afterAll(async () => {

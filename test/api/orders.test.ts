@@ -11,6 +11,7 @@ import { deferred } from '../support/wait.ts';
 import {
   PROBLEM,
   call,
+  longPollWaiting,
   newTenant,
   rawRequest,
   startApi,
@@ -371,19 +372,28 @@ describe('POST /v1/orders: the Idempotency-Key contract', () => {
     expect(Date.now() - t0).toBeGreaterThanOrEqual(900);
 
     t0 = Date.now();
-    const waiting = call(api, 'GET', `/v1/orders/${id}?wait=20`, { key: acme.key });
-    // No condition to observe from here: give the request time to be inside its long poll, so
-    // the change below wakes it rather than precedes it. The wake is the status trigger's
-    // NOTIFY on a terminal change (src/api/order-waits.ts); only while LISTEN is down does a
-    // waiter re-read on a timer, backing off from 250 ms to 4 s.
-    await new Promise((r) => setTimeout(r, 500));
-    // What the workflow's status activity does, compressed: the row reaches a terminal status.
-    await api.pool.query(
-      `update orders set status = 'completed', status_seq = status_seq + 1 where tenant_id = $1 and id = $2`,
-      [acme.tenantId, id],
-    );
-    const done = await waiting;
-    expect((done.body as OrderBody).status).toBe('completed');
+    const poll = longPollWaiting(id);
+    try {
+      const waiting = call(api, 'GET', `/v1/orders/${id}?wait=20`, { key: acme.key });
+      // The request is inside its long poll (it has read `accepted` and waits), so the change
+      // below wakes it rather than precedes it. The wake is the status trigger's NOTIFY on a
+      // terminal change (src/api/order-waits.ts); a waiter re-reads on a timer too, every 5 s
+      // while listening, and backing off from 250 ms to 4 s while LISTEN is down.
+      const first = await Promise.race([
+        poll.waiting.then(() => 'waiting' as const),
+        waiting.then((res) => ({ answeredWithoutWaiting: res.body })),
+      ]);
+      expect(first).toBe('waiting');
+      // What the workflow's status activity does, compressed: the row reaches a terminal status.
+      await api.pool.query(
+        `update orders set status = 'completed', status_seq = status_seq + 1 where tenant_id = $1 and id = $2`,
+        [acme.tenantId, id],
+      );
+      const done = await waiting;
+      expect((done.body as OrderBody).status).toBe('completed');
+    } finally {
+      poll.restore();
+    }
     // It answered when the order finished, not when its 20 s window ran out.
     expect(Date.now() - t0).toBeLessThan(20_000);
   });

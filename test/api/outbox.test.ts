@@ -64,9 +64,11 @@ describe('workflow outbox relay', () => {
 
   it('with the relay off the order commits but no workflow exists; a relay then starts it exactly once', async () => {
     const order = await create();
-    // Nothing to wait for: the test is that nothing starts the workflow on its own; half a
-    // second is many relay poll intervals of a running relay.
-    await new Promise((r) => setTimeout(r, 500));
+    // The test is that nothing starts the workflow on its own. The API's relay (off) is the
+    // only thing that could: stop() waits for its loop and for every start it kicked, so
+    // whatever it set in motion has landed before the checks below.
+    expect(api.relay.enabled).toBe(false);
+    await api.relay.stop();
     expect(await outbox(order.workflowId)).toMatchObject({ started_at: null, attempts: 0 });
     await expect(api.client.workflow.getHandle(order.workflowId).describe()).rejects.toBeInstanceOf(
       WorkflowNotFoundError,

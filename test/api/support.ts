@@ -1,16 +1,19 @@
 /** A real API server on a free port, wired to the run's Postgres and Temporal dev server. */
 import net from 'node:net';
 import type { FastifyInstance } from 'fastify';
+import { vi } from 'vitest';
 import type { Client } from '@temporalio/client';
 import { buildApiApp, type ApiDeps } from '../../src/api/app.ts';
 import { hashApiKey } from '../../src/api/auth.ts';
 import { OutboxRelay } from '../../src/api/outbox.ts';
+import { OrderWaits, type OrderWait } from '../../src/api/order-waits.ts';
 import { insertApiKey, insertTenant } from '../../src/tenants/sql.ts';
 import { loadConfig, type Config } from '../../src/config.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { freePort } from '../../src/process/ports.ts';
 import { Ledger } from '../../src/ledger/index.ts';
 import { testDatabaseUrl, temporalAddress, temporalClient, testPool, uniq } from '../support/env.ts';
+import { deferred } from '../support/wait.ts';
 
 export interface TestApi {
   url: string;
@@ -178,3 +181,31 @@ export async function tenantCounts(pool: Pool, tenantId: string) {
 }
 
 export const PROBLEM = 'https://onceflow.dev/problems/';
+
+/**
+ * Resolves `waiting` once a long-poll of `orderId` (GET ?wait=) has read the
+ * order and begun to wait for a change (its first OrderWait.next): from
+ * then on, a change can reach that request only through a wake (or a timed
+ * re-read), not through its first read. Spies on OrderWaits.prototype.watch,
+ * so it sees the app's own waker too; call restore() in a finally.
+ */
+export function longPollWaiting(orderId: string): { waiting: Promise<void>; restore(): void } {
+  const waiting = deferred();
+  const watch = OrderWaits.prototype.watch;
+  const spy = vi.spyOn(OrderWaits.prototype, 'watch').mockImplementation(function (
+    this: OrderWaits,
+    id: string,
+  ): OrderWait {
+    const wait = watch.call(this, id);
+    if (id !== orderId) return wait;
+    return {
+      next(maxMs) {
+        const next = wait.next(maxMs);
+        waiting.resolve();
+        return next;
+      },
+      done: () => wait.done(),
+    };
+  });
+  return { waiting: waiting.promise, restore: () => spy.mockRestore() };
+}

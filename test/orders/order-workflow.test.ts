@@ -8,7 +8,7 @@ import { Worker } from '@temporalio/worker';
 import { WorkflowIdReusePolicy, type WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
 import { startOrderStack, TEST_TIMING, type OrderStack } from '../support/stack.ts';
 import { workflowBundlePath } from '../support/env.ts';
-import { untilStatus, untilWorkflow } from '../support/wait.ts';
+import { until, untilStatus, untilWorkflow } from '../support/wait.ts';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { ApplicationFailure, defaultPayloadConverter } from '@temporalio/common';
 import type { temporal } from '@temporalio/proto';
@@ -384,9 +384,18 @@ describe('order workflow', () => {
         chargeId: charge.id,
       });
       const before = await receiptAttempts();
-      // Nothing to wait for: the test is that nothing happens. 1.5 s spans several receipt
-      // retry intervals (TEST_TIMING.retryMaxMs), so a wrongly woken order would show here.
-      await new Promise((r) => setTimeout(r, 1500));
+      // The workflow task that took the signal decided what it changes: a wrongly woken order
+      // schedules its receipt again in that same task. So wait for that task, then look at
+      // what the history holds from the signal on.
+      const fromSignal = await until('a workflow task completed after the late payment event', async () => {
+        const events = (await handle.fetchHistory()).events ?? [];
+        const signalled = events
+          .map((e) => e.workflowExecutionSignaledEventAttributes?.signalName === paymentEventSignal.name)
+          .lastIndexOf(true);
+        const decided = events.findIndex((e, i) => i > signalled && e.workflowTaskCompletedEventAttributes);
+        return signalled >= 0 && decided >= 0 ? events.slice(signalled) : null;
+      });
+      expect(fromSignal.filter((e) => e.activityTaskScheduledEventAttributes)).toEqual([]);
       expect(await receiptAttempts()).toBe(before);
       expect((await handle.query(statusQuery)).awaitingOperator).toBe(true);
     } finally {

@@ -3,7 +3,9 @@
  * playwright-core): a finished order's history shows the charge and receipt
  * activities and every status write (local activities, shown as markers with
  * their summaries) with its operation key, and filtering by the OrderStatus
- * search attribute finds it. Screenshots are kept in test-results/.
+ * search attribute finds it. Screenshots are kept in test-results/; with
+ * UPDATE_DOCS_IMAGES=1 the history's first screen is also written to
+ * docs/images/temporal-ui-history.png, the picture the README shows.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { inject } from 'vitest';
@@ -15,6 +17,7 @@ import { stepKeys } from '../../src/orders/model.ts';
 import { launchChromium } from '../support/chromium.ts';
 
 const artifacts = path.resolve(import.meta.dirname, '../../test-results');
+const docsImages = path.resolve(import.meta.dirname, '../../docs/images');
 let stack: OrderStack;
 let browser: Browser;
 
@@ -44,6 +47,11 @@ it('shows a finished order with its steps and keys, and finds it by OrderStatus'
     await page.getByText(chargeKey, { exact: false }).first().waitFor({ timeout: 30_000 });
     const text = await page.locator('body').innerText();
     await page.screenshot({ path: path.join(artifacts, 'temporal-ui-history.png'), fullPage: true });
+    if (process.env.UPDATE_DOCS_IMAGES === '1') {
+      // The README's picture: what a reader sees first on this page, at a laptop's size.
+      await page.setViewportSize({ width: 1400, height: 900 });
+      await page.screenshot({ path: path.join(docsImages, 'temporal-ui-history.png') });
+    }
     for (const expected of [
       'chargePayment',
       'sendReceipt',

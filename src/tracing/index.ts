@@ -1,6 +1,6 @@
 /**
  * OpenTelemetry tracing: one connected trace per order, from the POST that
- * accepts it to the webhook that settles it (docs: README "Following one
+ * accepts it to the webhook that settles it (docs/OPERATIONS.md "Following one
  * order").
  *
  * Terminology

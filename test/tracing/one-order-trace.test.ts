@@ -1,5 +1,5 @@
 /**
- * One order is one trace (src/tracing, README "Following one order"): the
+ * One order is one trace (src/tracing, docs/OPERATIONS.md "Following one order"): the
  * POST that accepts it, the outbox start, the workflow, each activity, each
  * provider HTTP call (client and sandbox server spans) and the webhook that
  * settles it, linked by parent/child spans. Everything is real (API, outbox

@@ -10,6 +10,7 @@ import { runProcess, untilAborted } from '../../src/process/run.ts';
 import { openPool } from '../../src/process/wiring.ts';
 import { startSandbox } from './server.ts';
 import { startTracing } from '../../src/tracing/index.ts';
+import { sandboxTuning } from './tuning.ts';
 
 await runProcess('sandbox', async ({ resources, stopping, started }) => {
   const config = loadConfig();
@@ -30,6 +31,7 @@ await runProcess('sandbox', async ({ resources, stopping, started }) => {
       port: config.ports.sandbox,
       host: config.bindHost,
       webhook: { url: config.webhookUrl, secret: config.webhookSecret },
+      ...sandboxTuning(process.env),
     }),
     (s) => s.close(),
   );

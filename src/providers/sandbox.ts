@@ -70,7 +70,7 @@ const NOT_SENT: Record<string, { syscall: string; code: string }> = {
   EAI_AGAIN: { syscall: 'getaddrinfo', code: 'dns' },
 };
 
-function notSentCode(err: unknown): string | null {
+export function notSentCode(err: unknown): string | null {
   const parts = err instanceof AggregateError ? err.errors : [err];
   let code: string | null = null;
   for (const part of parts) {

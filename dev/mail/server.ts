@@ -42,6 +42,7 @@ export interface RunningMailServer {
   httpUrl: string;
   messages(): StoredMail[];
   clear(): void;
+  clearFaults(): void;
   fault(f: { kind: FaultKind; count?: number; delayMs?: number }): void;
   close(): Promise<void>;
 }
@@ -169,6 +170,9 @@ export async function startMailServer(
     messages: () => [...mailbox],
     clear: () => {
       mailbox.length = 0;
+    },
+    clearFaults: () => {
+      faults = [];
     },
     fault: addFault,
     async close() {

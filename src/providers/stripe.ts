@@ -13,10 +13,13 @@
  *   (src/steps/settle.ts).
  * - Who retries: nobody in here. `maxNetworkRetries: 0`, so Temporal and the
  *   ledger are the only retry loops (bounded, visible in the history, and
- *   each one reconciles first). The client's own retries would be safe (same
- *   key) but invisible, and would stretch one call past the activity's
- *   timeout. stripe-node still retries a connection closed before any
- *   response once (ECONNRESET/EPIPE), under the same key: safe.
+ *   each one reconciles first). The client's own retries would be safe only
+ *   inside the key window (same key) and are invisible, and they would
+ *   stretch one call past the activity's timeout. stripe-node retries a
+ *   connection closed before any response once even with retries off
+ *   (ECONNRESET/EPIPE); `noHiddenRetry` turns that into an ordinary
+ *   connection error, so a lost answer always reaches the ledger as
+ *   `uncertain`.
  *
  * Errors map onto ProviderError kinds with the same meanings as the sandbox
  * client's (src/providers/sandbox.ts):
@@ -46,9 +49,37 @@ export interface StripeProviderOptions {
 /** The metadata field that carries the downstream key, for search. */
 export const KEY_METADATA = 'idempotency_key';
 
+/** What stripe-node's retry check looks for; renamed so it never retries on its own. */
+const CLOSED_CONNECTION_CODES = new Set(['ECONNRESET', 'EPIPE']);
+
+/**
+ * stripe-node's Node HTTP client, except that a connection closed before the
+ * response reports code `ECONNCLOSED` (the original as its cause), which
+ * stripe-node does not retry. See "Who retries" above.
+ */
+function noHiddenRetry(): Stripe.HttpClient {
+  const inner = Stripe.createNodeHttpClient();
+  const client = Object.create(inner) as Stripe.HttpClient;
+  client.makeRequest = async (...args: Parameters<Stripe.HttpClient['makeRequest']>) => {
+    try {
+      return await inner.makeRequest(...args);
+    } catch (err) {
+      const code = (err as { code?: unknown } | null)?.code;
+      if (typeof code === 'string' && CLOSED_CONNECTION_CODES.has(code)) {
+        throw Object.assign(new Error(`connection closed before a response (${code})`, { cause: err }), {
+          code: 'ECONNCLOSED',
+        });
+      }
+      throw err;
+    }
+  };
+  return client;
+}
+
 export function createStripeClient(opts: Pick<StripeProviderOptions, 'secretKey' | 'apiBase' | 'timeoutMs'>) {
   const config: Stripe.StripeConfig = {
     maxNetworkRetries: 0,
+    httpClient: noHiddenRetry(),
     timeout: opts.timeoutMs,
     telemetry: false,
     appInfo: { name: 'onceflow' },

@@ -154,11 +154,9 @@ describe('the Stripe adapter against the sandbox', () => {
 
   it('5xx, a dropped connection and a timeout are uncertain; the same key then settles it once', async () => {
     const stripe = stripeAt(sb.url, { timeoutMs: 700 });
-    // drop_after twice: stripe-node retries a connection closed before any response once,
-    // even with maxNetworkRetries 0 (under the same key, so safe; see the next test).
     for (const [kind, count] of [
       ['fail_after', 1],
-      ['drop_after', 2],
+      ['drop_after', 1],
     ] as const) {
       const req = request();
       const key = uniq('dk');
@@ -177,11 +175,20 @@ describe('the Stripe adapter against the sandbox', () => {
     });
   });
 
-  it("stripe-node's one retry of a closed connection goes under the same key: one charge", async () => {
-    const req = request();
-    await fault(sb, { endpoint: 'charges.create', kind: 'drop_after' });
-    expect((await stripeAt(sb.url).createCharge(req, uniq('dk'))).status).toBe('succeeded');
-    expect(await chargesAt(sb, req.metadata.order_id!)).toHaveLength(1);
+  it('no hidden retry: stripe-node does not resend after a closed connection (only Temporal and the ledger retry)', async () => {
+    // A sandbox that forgets keys at once: a resend, even under the same key, would charge again.
+    const forgetful = await startTestSandbox({ dispatch: false, keyRetentionMs: 1 });
+    try {
+      const req = request();
+      await fault(forgetful, { endpoint: 'charges.create', kind: 'drop_after' });
+      expect(await caught(stripeAt(forgetful.url).createCharge(req, uniq('dk')))).toMatchObject({
+        kind: 'uncertain',
+        code: 'network',
+      });
+      expect(await chargesAt(forgetful, req.metadata.order_id!)).toHaveLength(1);
+    } finally {
+      await forgetful.stop();
+    }
   });
 
   it('fail_before is uncertain too (a 500 proves nothing), and nothing was charged', async () => {
@@ -284,7 +291,7 @@ describe('the charge step with the Stripe adapter (replay, then search with lag)
     const ledger = new Ledger(pool, { leaseMs: 5_000 });
     const payments = stripeAt(sb.url);
     const args = chargeArgs();
-    await fault(sb, { endpoint: 'charges.create', kind: 'drop_after', count: 2 });
+    await fault(sb, { endpoint: 'charges.create', kind: 'drop_after' });
     const first = await runCharge({ ledger, payments }, args).then(
       () => null,
       (e: unknown) => e,
@@ -301,7 +308,7 @@ describe('the charge step with the Stripe adapter (replay, then search with lag)
     const ledger = new Ledger(pool, { leaseMs: 5_000 });
     const payments = stripeAt(slowIndex.url, { searchLagMs: H });
     const args = chargeArgs();
-    await fault(slowIndex, { endpoint: 'charges.create', kind: 'drop_after', count: 2 });
+    await fault(slowIndex, { endpoint: 'charges.create', kind: 'drop_after' });
     await runCharge({ ledger, payments }, args).catch(() => undefined);
     // The index lags an hour: the charge can't be found.
     const r = await reconcileCharge({ ledger, payments }, args);
@@ -318,7 +325,7 @@ describe('the charge step with the Stripe adapter (replay, then search with lag)
     const payments = stripeAt(lagging.url, { keyWindowMs, searchLagMs: H });
     const deps = { ledger, payments };
     const args = chargeArgs();
-    await fault(lagging, { endpoint: 'charges.create', kind: 'drop_after', count: 2 });
+    await fault(lagging, { endpoint: 'charges.create', kind: 'drop_after' });
     await runCharge(deps, args).catch(() => undefined);
     const scope = chargeScope(args);
     const record = (await ledger.get(scope))!;

@@ -447,7 +447,7 @@ function definePreviousWebhookSecret(target: object, env: NodeJS.ProcessEnv, exp
   }
 }
 
-export interface ProvidersConfig {
+interface ProvidersConfig {
   /** PAYMENT_PROVIDER: `sandbox` (default) or `stripe`. */
   payment: 'sandbox' | 'stripe';
   /** EMAIL_PROVIDER: `sandbox` (default) or `smtp`. */

@@ -48,7 +48,7 @@ export interface RunningMailServer {
 }
 
 /** Unfolds and splits a raw message's header block (RFC 5322), keeping the last of repeated names. */
-export function parseMail(raw: string, envelopeTo: string[], envelopeFrom: string | null): StoredMail {
+function parseMail(raw: string, envelopeTo: string[], envelopeFrom: string | null): StoredMail {
   const split = raw.search(/\r?\n\r?\n/);
   const head = split === -1 ? raw : raw.slice(0, split);
   const body = split === -1 ? '' : raw.slice(split).replace(/^\r?\n\r?\n/, '');

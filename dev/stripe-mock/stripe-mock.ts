@@ -12,7 +12,7 @@ import { freePort } from '../../src/process/ports.ts';
 import { goInstallWithProgress, isExecutable, which } from '../devserver/temporal.ts';
 
 const STRIPE_MOCK_MODULE = 'github.com/stripe/stripe-mock';
-export const STRIPE_MOCK_VERSION = 'v0.203.0';
+const STRIPE_MOCK_VERSION = 'v0.203.0';
 
 export async function ensureStripeMock(opts: {
   toolsDir: string;

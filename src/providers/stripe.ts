@@ -126,7 +126,7 @@ function stringMap(v: Stripe.Metadata | null | undefined): Record<string, string
 }
 
 /** A PaymentIntent as a Charge, when its outcome is final; otherwise uncertain (still processing, 3-D Secure). */
-export function chargeFromPaymentIntent(what: string, pi: Stripe.PaymentIntent, key?: string): Charge {
+function chargeFromPaymentIntent(what: string, pi: Stripe.PaymentIntent, key?: string): Charge {
   const metadata = stringMap(pi.metadata);
   const base = {
     id: pi.id,
@@ -150,7 +150,7 @@ export function chargeFromPaymentIntent(what: string, pi: Stripe.PaymentIntent, 
 }
 
 /** A stripe-node error as a ProviderError with the sandbox client's meanings. */
-export function providerErrorFromStripe(what: string, err: unknown): ProviderError {
+function providerErrorFromStripe(what: string, err: unknown): ProviderError {
   if (!(err instanceof Stripe.errors.StripeError)) {
     return new ProviderError('uncertain', `${what}: ${String(err)}`, { code: 'network', cause: err });
   }

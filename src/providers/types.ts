@@ -56,8 +56,8 @@ export interface Charge {
  * - `none`: the provider can't be asked at all (SMTP). A declared delivery
  *   policy decides (EmailProvider.uncertainPolicy).
  */
-export type SettleMethod = 'lookup' | 'replay' | 'none';
-export type AfterWindowMethod = { kind: 'lookup' } | { kind: 'search'; lagMs: number } | { kind: 'none' };
+type SettleMethod = 'lookup' | 'replay' | 'none';
+type AfterWindowMethod = { kind: 'lookup' } | { kind: 'search'; lagMs: number } | { kind: 'none' };
 
 export interface ProviderCapabilities {
   /**

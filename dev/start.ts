@@ -10,6 +10,7 @@
  * (capped exponential backoff). SIGINT/SIGTERM stop the children in reverse
  * order and then the Temporal server; nothing is left running.
  */
+import { localMail } from './mail/local.ts';
 import path from 'node:path';
 import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -238,6 +239,9 @@ async function main(): Promise<void> {
   };
   startService('sandbox', 'dev/sandbox/main.ts', env);
   await waitForHttp(`${config.sandboxUrl}/healthz`, 60_000);
+  const mail = localMail(config, process.env); // EMAIL_PROVIDER=smtp without SMTP_URL
+  if (mail) startService('mail', 'dev/mail/main.ts', env);
+  if (mail) await waitForHttp(`${mail.mailboxUrl}/healthz`, 30_000);
   for (const w of workerSlots) {
     startService(w.name, 'src/worker/main.ts', {
       ...env,
@@ -294,6 +298,7 @@ async function main(): Promise<void> {
   say(`  Temporal UI         ${uiUrl}/namespaces/${config.temporal.namespace}/workflows`);
   say(`  Temporal frontend   ${temporalAddress}`);
   say(`  Sandbox providers   ${config.sandboxUrl}  (audit: ${config.sandboxUrl}/_sandbox/charges)`);
+  if (mail) say(`  Receipts (SMTP)     ${mail.mailboxUrl}/messages`);
   for (const w of workerSlots) {
     const label = counts.workers > 1 ? `Worker metrics (${w.index + 1})` : 'Worker metrics';
     say(`  ${label.padEnd(20)}http://${metricsHost}:${w.metricsPort}/metrics`);

@@ -16,6 +16,13 @@
  *                        outside the key window (liveness: finding F3)
  *   -DAS_SPECIFIED       PROTOCOL.md exactly, without fix F1 (double charge)
  *   -DNO_P5              turns P5 off, to show a mutant's effect on P1
+ *   -DCAP_STRIPE         the provider declares Stripe's capabilities instead of
+ *                        lookup by key: inside the key window an uncertain
+ *                        outcome is settled by replaying the request under the
+ *                        same key; after it (or without the request) by a
+ *                        search whose index lags behind writes (P6)
+ *   -DMUT_LAG_AS_PROOF   with CAP_STRIPE: a search's "not found" is taken as
+ *                        proof before the declared lag has passed
  * Other knobs: MAX_FAULTS, CHARGE_MAX, RECON_MAX, MAX_REDRIVES; -DLIVENESS
  * adds the LTL property (pan -a -f).
  */
@@ -132,6 +139,14 @@ bool inflight[NW];        /* ghost: passed the window guard / extend, request no
 
 bool resolved = false;
 
+#ifdef CAP_STRIPE
+/* ---- Stripe-like provider: no lookup by key; replay inside the window, search after it ---- */
+byte obj_res[NKEYS];      /* ghost: the charge object's outcome; unlike pres it survives the key being forgotten */
+bool indexed[NKEYS];      /* the search index shows the key's charge (it lags behind the effect) */
+bool lag_ok = true;       /* the code's clock: the declared lag has passed since the last request reached the provider */
+bool proved_none = false; /* ghost: a search's "not found" was taken as proof that nothing was charged */
+#endif
+
 #define fault_ok (faults < MAX_FAULTS)
 /* end of a worker step: an attempt with a result reports it to Temporal */
 #define BAIL ans = 0; ok = false; if :: r != 0 -> goto report :: else -> skip fi
@@ -160,6 +175,41 @@ inline lookup(k, ans) {
   :: ps[k] == P_DONE && pres[k] == RS_FAIL -> ans = LK_FAIL
   fi
 }
+
+#ifdef CAP_STRIPE
+/* Replay under the same key (the same POST /v1/payment_intents, Idempotency-Key K): the
+   stored outcome, 409 while processing, or, if the provider never saw K, it performs now.
+   Its answer is then modelled as lost (the next reconcile reads it): conservative. */
+inline replay(k, ans, w) {
+  lag_ok = false;
+  if
+  :: ps[k] == P_NONE -> ps[k] = P_PROC; proc_by[k] = w; ans = LK_PEND
+  :: ps[k] == P_PROC -> ans = LK_PEND
+  :: ps[k] == P_DONE && pres[k] == RS_SUCC -> ans = LK_SUCC
+  :: ps[k] == P_DONE && pres[k] == RS_FAIL -> ans = LK_FAIL
+  fi
+}
+
+/* Search by the reference stored with the charge (metadata): sees a charge only once indexed.
+   "Not found" is proof (LK_NF) only past the whole window (created_at + W, by A1 no request
+   is on its way then) plus the declared lag; before that it is pending (settle.ts:
+   notFoundIsProof = now >= created_at + W + lag). */
+inline search(k, ans) {
+  if
+  :: effects[k] > 0 && indexed[k] && obj_res[k] == RS_SUCC -> ans = LK_SUCC
+  :: effects[k] > 0 && indexed[k] && obj_res[k] == RS_FAIL -> ans = LK_FAIL
+  :: else ->
+#ifdef MUT_LAG_AS_PROOF
+       ans = LK_NF
+#else
+       if :: win == W_OUT && lag_ok -> ans = LK_NF :: else -> ans = LK_PEND fi
+#endif
+  fi
+}
+
+/* P6: a "nothing was charged" proof is never contradicted by a charge (checked here and at every effect) */
+#define PROVE_NONE(k) proved_none = true; assert(!proved_none || effects[k] == 0)
+#endif
 
 /* P5: performing again (after a takeover or a reconcile) rests on the provider never having seen the key */
 #ifdef NO_P5
@@ -215,14 +265,25 @@ T_CLAIM: atomic {
 #ifndef MUT_NO_RECONCILE
 T_RECONCILE_OWNED:
            atomic {
+#ifdef CAP_STRIPE
+             /* runExternal holds the request: replay inside the window, search after it */
+             if :: win == W_IN -> replay(rkey, ans, w) :: else -> search(rkey, ans) fi;
+#else
              lookup(rkey, ans);
+#endif
              if
              :: ans == LK_SUCC || ans == LK_FAIL ->
                   complete(tok, (ans == LK_SUCC -> R_SUCC : R_FAIL), ok);
                   r = (ok -> (ans == LK_SUCC -> A_SUCC : A_FAIL) : A_RETRY)
              :: ans == LK_PEND -> mark_unknown(tok); r = A_RETRY
              :: ans == LK_NF && win == W_IN -> PERFORM_AGAIN_OK(rkey)        /* perform under the SAME key */
+#ifdef CAP_STRIPE
+             /* past the window, a proven "not found": the charge never happened (NOT_CHARGED_CODE) */
+             :: ans == LK_NF && win != W_IN -> PROVE_NONE(rkey);
+                  complete(tok, R_FAIL, ok); r = (ok -> A_FAIL : A_RETRY)
+#else
              :: ans == LK_NF && win != W_IN -> mark_unknown(tok); r = A_RETRY /* needs a human */
+#endif
              fi;
              BAIL
            }
@@ -256,12 +317,22 @@ T_PERFORM:
 #else
                 :: owner == tok && (rs == R_INPROG || rs == R_UNKNOWN) ->
 #endif
-                     FENCE_OK(tok); rs = R_ABSENT; owner = 0; lease = L_NULL   /* release */
+                     FENCE_OK(tok); rs = R_ABSENT; owner = 0; lease = L_NULL;  /* release */
+#ifdef CAP_STRIPE
+                     /* nothing was ever sent under the key (first claim only), and the next
+                        claim creates a new record: the window's clock starts again with it */
+                     win = W_IN; created = false
+#else
+                     skip
+#endif
                 :: else -> skip
                 fi;
                 r = A_RETRY
            :: true ->                             /* the request reaches the provider */
                 resp[w] = RS_NONE; waiting[w] = true;
+#ifdef CAP_STRIPE
+                lag_ok = false;
+#endif
                 assert(k == K0);                      /* P4: only ever the charge's own key */
                 if
                 :: ps[rkey] == P_NONE -> ps[rkey] = P_PROC; proc_by[rkey] = w
@@ -305,7 +376,15 @@ T_RECON_GET:
          atomic {
            if
            :: rs == R_ABSENT ->
+#ifdef CAP_STRIPE
+                /* no claim: search, and "not found" means never started (settle.ts 'no_claim') */
+                if
+                :: effects[k] > 0 && indexed[k] -> ans = (obj_res[k] == RS_SUCC -> LK_SUCC : LK_FAIL)
+                :: else -> ans = LK_NF
+                fi;
+#else
                 lookup(k, ans);
+#endif
                 if
                 :: ans == LK_SUCC -> r = A_SUCC
                 :: ans == LK_FAIL -> r = A_FAIL
@@ -321,12 +400,23 @@ T_RECON_GET:
          };
 T_RECON_LOOKUP:
          atomic {
+#ifdef CAP_STRIPE
+           search(rkey, ans);                 /* reconcileCharge has no request to replay */
+#else
            lookup(rkey, ans);
+#endif
            if
            :: ans == LK_SUCC || ans == LK_FAIL ->
                 complete(tok, (ans == LK_SUCC -> R_SUCC : R_FAIL), ok);
                 r = (ok -> (ans == LK_SUCC -> A_SUCC : A_FAIL) : A_UNK); ok = false
            :: ans == LK_PEND -> mark_unknown(tok); r = A_UNK
+#ifdef CAP_STRIPE
+           /* inside the window, what follows is chargePayment's replay under the same key: safe
+              even if the charge exists but isn't indexed yet, so P5 doesn't apply (P1 does) */
+           :: ans == LK_NF && win == W_IN -> mark_unknown(tok); r = A_AGAIN
+           :: ans == LK_NF && win != W_IN -> PROVE_NONE(rkey);
+                complete(tok, R_FAIL, ok); r = (ok -> A_FAIL : A_UNK); ok = false
+#else
            :: ans == LK_NF ->
                 mark_unknown(tok);
 #ifdef RECON_UNGATED
@@ -336,6 +426,7 @@ T_RECON_LOOKUP:
                 :: win == W_IN -> PERFORM_AGAIN_OK(rkey); r = A_AGAIN
                 :: else -> r = A_UNK
                 fi
+#endif
 #endif
            fi
          }
@@ -381,6 +472,10 @@ end_p:
        :: true ->                                      /* T_PROVIDER_EFFECT */
             effects[k]++; assert(effects[k] <= 1);     /* P1 */
             if :: pres[k] = RS_SUCC :: pres[k] = RS_FAIL fi;
+#ifdef CAP_STRIPE
+            assert(!proved_none || k != K0);           /* P6 */
+            obj_res[k] = pres[k]; indexed[k] = false;
+#endif
             ps[k] = P_DONE;
             if
             :: deliverable(proc_by[k]) -> resp[proc_by[k]] = pres[k]
@@ -415,6 +510,17 @@ end_c:
      provider, and the provider finishes processing it, before the provider
      forgets the key (margin >= that delay). */
   :: atomic { win == W_MARGIN && parked && quiet -> win = W_OUT }   /* T_WINDOW_ENDS */
+#ifdef CAP_STRIPE
+  /* Safety only: the window may close at any time, not just while parked (a stronger check
+     than A2: a worker outage longer than the window). */
+  :: atomic { win == W_IN && created && !parked -> win = W_MARGIN }
+  :: atomic { win == W_MARGIN && !parked && quiet -> win = W_OUT }
+  :: atomic { effects[0] > 0 && !indexed[0] -> indexed[0] = true }  /* T_INDEX_CATCHES_UP */
+  :: atomic { effects[1] > 0 && !indexed[1] -> indexed[1] = true }
+  /* Assumption A4: the declared lag bounds the index's real lag, so the lag has passed
+     only once every charge is searchable and no request is on its way (T_LAG_PASSES). */
+  :: atomic { !lag_ok && quiet && (effects[0] == 0 || indexed[0]) && (effects[1] == 0 || indexed[1]) -> lag_ok = true }
+#endif
   od
 }
 
@@ -427,7 +533,11 @@ end_o:
   :: atomic {                                          /* T_OP_RESOLVE: Operator.resolveUnknown */
        !resolved && (rs == R_UNKNOWN || (rs == R_INPROG && lease != L_LIVE)) ->
        resolved = true;
+#ifdef CAP_STRIPE
+       search(rkey, ans);                              /* #refuseContradiction (findCharge) */
+#else
        lookup(rkey, ans);                              /* #refuseContradiction */
+#endif
        if
        :: ans == LK_SUCC -> out = R_SUCC
        :: ans == LK_FAIL -> out = R_FAIL

@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../src/config.ts';
 import { parseChaosArgs, USAGE, UsageError, type ChaosOptions } from '../dev/chaos/options.ts';
+import { applyChaosProviders, stopChaosProviders } from '../dev/chaos/providers.ts';
 import { ChaosStack } from '../dev/chaos/stack.ts';
 import { runScenario, type ScenarioResult } from '../dev/chaos/run.ts';
 import { formatTable } from '../dev/chaos/report.ts';
@@ -51,6 +52,7 @@ function cleanup(keepLogs: boolean): Promise<void> {
   cleaning ??= (async () => {
     abort.abort();
     await stack.stop(options.keep);
+    await stopChaosProviders();
     // The bulky state (Postgres data, Temporal's SQLite) always goes; logs stay for a failed run.
     if (options.keep || keepLogs) {
       for (const f of [
@@ -86,6 +88,7 @@ const results: ScenarioResult[] = [];
 let exitCode = 0;
 try {
   log(`run folder ${runDir}`);
+  await applyChaosProviders(options.providers); // --providers: before the processes start
   await stack.start();
   for (const name of options.scenarios) {
     if (abort.signal.aborted) break;

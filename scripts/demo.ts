@@ -17,6 +17,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { loadConfig } from '../src/config.ts';
+import { localMail } from '../dev/mail/local.ts';
 import { DEMO_TENANTS } from '../src/api/demo-keys.ts';
 import {
   ProblemError,
@@ -44,6 +45,8 @@ const args = program.opts<{ orders: number; concurrency: number; timeoutSeconds:
 const config = loadConfig();
 const API = config.demo.apiUrl;
 const SANDBOX = config.sandboxUrl;
+/** EMAIL_PROVIDER=smtp with the local SMTP server: receipts are counted in its mailbox. */
+const MAIL = localMail(config, process.env);
 // Defaults: the published local demo keys (src/api/demo-keys.ts), seeded by `npm start` on loopback.
 const TENANTS = [
   { id: 'acme', key: config.demo.acmeKey ?? DEMO_TENANTS[0].key },
@@ -186,6 +189,25 @@ async function sandbox(path: string, init?: RequestInit): Promise<unknown> {
   return res.json();
 }
 
+/**
+ * Receipts in the local SMTP server's mailbox, one per Message-ID: under the
+ * at-least-once policy a resend of one receipt carries the same Message-ID
+ * and is the same receipt, not a second one.
+ */
+async function mailboxReceipts(mailboxUrl: string): Promise<{ order_id?: string }[]> {
+  const res = await fetch(`${mailboxUrl}/messages`);
+  if (!res.ok) throw new Error(`mailbox: HTTP ${res.status}`);
+  const { data } = (await res.json()) as {
+    data: { messageId: string | null; headers: Record<string, string> }[];
+  };
+  const byId = new Map<string, { order_id?: string }>();
+  for (const m of data) {
+    const order = m.headers['x-onceflow-order'];
+    if (m.messageId) byId.set(m.messageId, order ? { order_id: order } : {});
+  }
+  return [...byId.values()];
+}
+
 async function setFaults(): Promise<void> {
   await sandbox('/_sandbox/faults', { method: 'DELETE' });
   // Longer than the worker's provider timeout, so the call times out and is reconciled.
@@ -202,6 +224,15 @@ async function setFaults(): Promise<void> {
     ['messages.create', 'delay', 2, slow],
   ] as const;
   for (const [endpoint, kind, count, delayMs] of faults) {
+    if (MAIL && endpoint.startsWith('messages.')) {
+      // The same plan on the SMTP server: refused before the data, or delivered with the answer lost.
+      const fault =
+        kind === 'fail_before'
+          ? { kind: 'reject_temporary', count }
+          : { kind: 'delay_after_data', count, delayMs: slow };
+      await fetch(`${MAIL.mailboxUrl}/faults`, { method: 'POST', body: JSON.stringify(fault) });
+      continue;
+    }
     await sandbox('/_sandbox/faults', {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -328,11 +359,13 @@ async function report(
       data: { status: string; order_id?: string; metadata?: { order_id?: string } }[];
     }
   ).data;
-  const messages = (
-    (await sandbox('/_sandbox/messages')) as {
-      data: { order_id?: string; metadata?: { order_id?: string } }[];
-    }
-  ).data;
+  const messages = MAIL
+    ? await mailboxReceipts(MAIL.mailboxUrl)
+    : (
+        (await sandbox('/_sandbox/messages')) as {
+          data: { order_id?: string; metadata?: { order_id?: string } }[];
+        }
+      ).data;
   const orderOf = (e: { order_id?: string; metadata?: { order_id?: string } }) =>
     e.order_id ?? e.metadata?.order_id ?? '';
   const ours = <T extends { order_id?: string; metadata?: { order_id?: string } }>(list: T[]) =>

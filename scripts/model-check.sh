@@ -127,6 +127,11 @@ launch mutant-no-fence 'tok==ntok' safety -O0 -DMUT_NO_FENCE
 launch mutant-no-reconcile 'effects[k]<=1' safety -O0 -DMUT_NO_RECONCILE -DNO_P5
 launch mutant-pending-as-not-found 'ps[rkey]==0' safety -O0 -DMUT_PENDING_AS_NF
 launch mutant-new-key 'k==0' safety -O0 -DMUT_NEW_KEY
+# The provider with Stripe's capabilities (replay under the same key inside the window,
+# search with a lagging index after it; the window may close at any time): P1-P6 hold.
+launch stripe-safety pass safety -O2 -DCAP_STRIPE
+# Treating a lagging search's "not found" as proof that nothing was charged is caught (P6).
+launch mutant-lag-as-proof 'proved_none' safety -O0 -DCAP_STRIPE -DMUT_LAG_AS_PROOF
 # The liveness check can fail too: performAgain outside the key window loops forever.
 launch mutant-recon-ungated 'acceptance cycle' liveness -O0 -DRECON_UNGATED -DMAX_FAULTS=0
 wait

@@ -27,7 +27,7 @@ import {
 import { configureLogging } from '../src/log.ts';
 import { runProcess } from '../src/process/run.ts';
 import type { Resources } from '../src/process/resources.ts';
-import { createLedger, openPool, openTemporalClient, sandboxProviders } from '../src/process/wiring.ts';
+import { createLedger, openPool, openTemporalClient, configuredProviders } from '../src/process/wiring.ts';
 import { createCommand, errorJson, parseCli } from './lib/cli.ts';
 
 const STATES = ['in_progress', 'unknown', 'succeeded', 'failed'] as const;
@@ -261,7 +261,7 @@ async function main(
     ledger: createLedger(pool, config),
     // Lazy: read-only commands never need Temporal, and only resolve/redrive signal.
     temporal: openTemporalClient(resources, config),
-    ...sandboxProviders(config),
+    ...configuredProviders(config),
     temporalUi: { url: config.temporal.uiUrl, namespace: config.temporal.namespace },
     source: 'cli',
   });

@@ -50,6 +50,8 @@ export async function readOutbox(db: pg.Client, workflowIds: readonly string[]):
   return new Set(await selectOutboxWorkflowIds(db, workflowIds));
 }
 
+import { mailboxReceipts } from './providers.ts';
+
 /** The sandbox's own tables: every charge and message that really happened. */
 export async function readMoney(db: pg.Client): Promise<{ charges: MoneyEffect[]; messages: MoneyEffect[] }> {
   const charges = await selectAllChargeEffects(db);
@@ -60,11 +62,14 @@ export async function readMoney(db: pg.Client): Promise<{ charges: MoneyEffect[]
       orderId: r.order_id,
       status: r.status,
     })),
-    messages: messages.map((r) => ({
-      idempotencyKey: r.idempotency_key,
-      orderId: r.order_id,
-      status: 'sent',
-    })),
+    // --providers smtp: the SMTP mailbox is the ground truth for receipts (./providers.ts).
+    messages:
+      mailboxReceipts() ??
+      messages.map((r) => ({
+        idempotencyKey: r.idempotency_key,
+        orderId: r.order_id,
+        status: 'sent',
+      })),
   };
 }
 

@@ -1,4 +1,5 @@
 /** Command-line flags of `npm run chaos`, parsed without side effects (tested on their own). */
+import { PROVIDER_CHOICES } from './providers.ts';
 import { parseArgs } from 'node:util';
 
 export const SCENARIOS = [
@@ -24,6 +25,8 @@ export interface ChaosOptions {
   /** The bound: after the fault clears, every order must be settled within this. */
   settleSeconds: number;
   scenarios: ScenarioName[];
+  /** --providers: which real adapters replace the sandbox clients (./providers.ts). */
+  providers: string[];
   json: boolean;
   /** Keep the run's folder (logs, Temporal's SQLite, the stopped private cluster's data); a shared-server database is still dropped. */
   keep: boolean;
@@ -33,14 +36,15 @@ export interface ChaosOptions {
   help: boolean;
 }
 
-const DEFAULTS: Omit<ChaosOptions, 'scenarios' | 'json' | 'keep' | 'sharedPostgres' | 'help'> = {
-  orders: 30,
-  concurrency: 6,
-  outageSeconds: 120,
-  faultSeconds: 40,
-  settleSeconds: 120,
-  seed: 1,
-};
+const DEFAULTS: Omit<ChaosOptions, 'scenarios' | 'providers' | 'json' | 'keep' | 'sharedPostgres' | 'help'> =
+  {
+    orders: 30,
+    concurrency: 6,
+    outageSeconds: 120,
+    faultSeconds: 40,
+    settleSeconds: 120,
+    seed: 1,
+  };
 
 export const USAGE = `usage: npm run chaos -- [options]
 
@@ -60,6 +64,7 @@ options:
   --settle-seconds S    bound for every order to settle after the fault clears (default ${DEFAULTS.settleSeconds})
   --scenarios A,B       subset, in this order (default: all):
                         ${SCENARIOS.join(', ')}
+  --providers A,B       real adapters: stripe (the sandbox's Stripe surface), smtp (a local SMTP server)
   --seed N              seed for the fault schedule and order mix (default ${DEFAULTS.seed})
   --json                print the result as JSON instead of a table
   --keep                keep the run folder (logs, Temporal's SQLite, the stopped
@@ -82,6 +87,17 @@ function positive(name: string, raw: string | undefined, fallback: number, min =
   return n;
 }
 
+function chaosProviderList(raw: string | undefined): string[] {
+  const names = (raw ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  const unknown = names.filter((n) => !(PROVIDER_CHOICES as readonly string[]).includes(n));
+  if (unknown.length)
+    throw new UsageError(`unknown provider(s): ${unknown.join(', ')} (choose from stripe, smtp)`);
+  return names;
+}
+
 export function parseChaosArgs(argv: readonly string[]): ChaosOptions {
   let parsed;
   try {
@@ -97,6 +113,7 @@ export function parseChaosArgs(argv: readonly string[]): ChaosOptions {
         'settle-seconds': { type: 'string' },
         scenarios: { type: 'string' },
         seed: { type: 'string' },
+        providers: { type: 'string' },
         json: { type: 'boolean', default: false },
         keep: { type: 'boolean', default: false },
         'shared-postgres': { type: 'boolean', default: false },
@@ -127,6 +144,7 @@ export function parseChaosArgs(argv: readonly string[]): ChaosOptions {
     settleSeconds: positive('settle-seconds', v['settle-seconds'], DEFAULTS.settleSeconds),
     seed: positive('seed', v.seed, DEFAULTS.seed, 0),
     scenarios,
+    providers: chaosProviderList(v.providers),
     json: v.json,
     keep: v.keep,
     sharedPostgres: v['shared-postgres'],

@@ -30,6 +30,7 @@ import {
   unixSeconds,
 } from './objects.ts';
 import { traceHttpServer } from '../../src/tracing/index.ts';
+import { registerStripeSurface } from './stripe.ts';
 import {
   AuditQuery,
   CreateChargeBody,
@@ -64,7 +65,10 @@ import {
 const KEY_RETENTION_MS = PROVIDER_KEY_WINDOW_MS;
 
 /** Test payment methods, named like Stripe's test tokens. A Map, so '__proto__' or 'toString' aren't "known". */
-const TEST_PAYMENT_METHODS = new Map<string, { declineCode?: string }>([
+const TEST_PAYMENT_METHODS: ReadonlyMap<string, { declineCode?: string }> = new Map<
+  string,
+  { declineCode?: string }
+>([
   ['pm_card_visa', {}],
   ['pm_card_mastercard', {}],
   ['pm_card_amex', {}],
@@ -84,6 +88,8 @@ export interface SandboxDeps {
   keyRetentionMs?: number;
   /** Default 60 s. */
   claimLeaseMs?: number;
+  /** How far the Stripe surface's search index lags behind writes (dev/sandbox/stripe.ts). Default 0. */
+  stripeSearchLagMs?: number;
 }
 
 export type SandboxApp = FastifyInstance<
@@ -222,6 +228,14 @@ export function buildSandboxApp(deps: SandboxDeps): SandboxApp {
           };
     }),
   );
+
+  // The same charges, in Stripe's PaymentIntents wire format (dev/sandbox/stripe.ts).
+  registerStripeSurface(app, ctx, {
+    pool: deps.pool,
+    account,
+    searchLagMs: deps.stripeSearchLagMs ?? 0,
+    testPaymentMethods: TEST_PAYMENT_METHODS,
+  });
 
   // ---------------------------------------------------------------- email
 

@@ -92,13 +92,16 @@ export function createWebhookDispatcher(deps: {
 
   async function send(url: string, event: WebhookEventRow): Promise<DeliveryResult> {
     const body = eventBody(event);
+    const signature = signWebhook(deps.webhook.secret, body, unixSeconds(deps.now()));
     try {
       const res = await request(url, {
         method: 'POST',
         headers: {
           'content-type': 'application/json',
           'user-agent': 'onceflow-sandbox/1',
-          [SIGNATURE_HEADER]: signWebhook(deps.webhook.secret, body, unixSeconds(deps.now())),
+          [SIGNATURE_HEADER]: signature,
+          // The same scheme under Stripe's name, for a receiver running the Stripe adapter.
+          'Stripe-Signature': signature,
         },
         body,
         signal: AbortSignal.timeout(o.timeoutMs),

@@ -10,6 +10,7 @@ import { openPool } from '../../src/process/wiring.ts';
 import { applySandboxMigrations } from './migrate.ts';
 import { startSandbox } from './server.ts';
 import { startTracing } from '../../src/tracing/index.ts';
+import { sandboxTuning } from './tuning.ts';
 
 await runProcess('sandbox', async ({ resources, stopping, started }) => {
   const config = loadConfig();
@@ -28,6 +29,7 @@ await runProcess('sandbox', async ({ resources, stopping, started }) => {
       port: config.ports.sandbox,
       host: config.bindHost,
       webhook: { url: config.webhookUrl, secret: config.webhookSecret },
+      ...sandboxTuning(process.env),
     }),
     (s) => s.close(),
   );

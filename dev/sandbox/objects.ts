@@ -5,7 +5,7 @@ import type { ChargeRow, MessageRow, WebhookEventRow } from './sql.ts';
 export const unixSeconds = (d: Date): number => Math.floor(d.getTime() / 1000);
 
 /** Stripe-looking ids: a type prefix plus 24 random base62-ish characters. */
-export function newId(prefix: 'ch' | 'msg' | 'evt'): string {
+export function newId(prefix: 'ch' | 'pi' | 'msg' | 'evt'): string {
   return `${prefix}_${randomBytes(18).toString('base64url').replace(/[-_]/g, 'x')}`;
 }
 

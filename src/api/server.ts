@@ -12,7 +12,7 @@ import type { Pool } from '../db/index.ts';
 import type { Ledger } from '../ledger/index.ts';
 import { metricsPlugin, type Metrics } from '../metrics/index.ts';
 import { Operator, opsRoutes } from '../ops/index.ts';
-import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../providers/sandbox.ts';
+import { configuredProviders } from '../process/wiring.ts';
 import { buildApiApp } from './app.ts';
 import type { OutboxRelay } from './outbox.ts';
 
@@ -29,13 +29,11 @@ export interface ApiServerDeps {
 
 export async function buildApiServer(deps: ApiServerDeps): Promise<FastifyInstance> {
   const { pool, ledger, temporal, config } = deps;
-  const providerOptions = { baseUrl: config.sandboxUrl, timeoutMs: config.providerTimeoutMs };
   const operator = new Operator({
     pool,
     ledger,
     temporal,
-    payments: createSandboxPaymentProvider(providerOptions),
-    email: createSandboxEmailProvider(providerOptions),
+    ...configuredProviders(config),
     temporalUi: { url: config.temporal.uiUrl, namespace: config.temporal.namespace },
     source: 'api',
   });

@@ -35,8 +35,8 @@ import {
 import { ORDER_REASONS, OPERATION_TYPES, orderWorkflowId, type OrderStatus } from '../orders/model.ts';
 import { listParkedWorkflows, type ParkedWorkflow } from '../orders/attention.ts';
 import type { Charge, EmailProvider, Message, PaymentProvider } from '../providers/types.ts';
-import { chargeReconciler, settledCharge } from '../steps/payment.ts';
-import { receiptReconciler, settledReceipt } from '../steps/receipt.ts';
+import { chargeReconciler, findCharge, settledCharge } from '../steps/payment.ts';
+import { findMessage, receiptKeyWindowMs, receiptReconciler, settledReceipt } from '../steps/receipt.ts';
 import { FAILURE, paymentEventSignal, redriveUpdate, type RedriveAccepted } from '../orders/contract.ts';
 import {
   insertAudit,
@@ -705,8 +705,13 @@ export class Operator {
 
   /** The lookup that reconciles an operation type, by the downstream key (the steps' own). */
   #reconciler(operationType: string): (ctx: { downstreamKey: string }) => Promise<ReconcileOutcome<Json>> {
-    if (operationType === OPERATION_TYPES.charge) return chargeReconciler(this.#deps.payments);
-    if (operationType === OPERATION_TYPES.receipt) return receiptReconciler(this.#deps.email);
+    const keyWindowMs = this.#deps.providerKeyWindowMs;
+    if (operationType === OPERATION_TYPES.charge)
+      return chargeReconciler(this.#deps.payments, { keyWindowMs });
+    if (operationType === OPERATION_TYPES.receipt)
+      return receiptReconciler(this.#deps.email, {
+        keyWindowMs: receiptKeyWindowMs(this.#deps.email, keyWindowMs),
+      });
     throw new OpsError(
       'invalid_input',
       `operation type ${operationType} has no provider to reconcile with (only ${[...EXTERNAL_TYPES].join(', ')})`,
@@ -747,8 +752,8 @@ export class Operator {
     try {
       const object =
         provider === 'payments'
-          ? await this.#deps.payments.findChargeByIdempotencyKey(dk)
-          : await this.#deps.email.findMessageByIdempotencyKey(dk);
+          ? await findCharge(this.#deps.payments, dk)
+          : await findMessage(this.#deps.email, dk);
       return { provider, lookedUpBy: dk, found: object !== null, object };
     } catch (err) {
       return { provider, lookedUpBy: dk, found: false, object: null, error: message(err) };

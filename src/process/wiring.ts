@@ -1,6 +1,6 @@
 /**
  * The dependencies more than one process builds, written once: the Postgres
- * pool, the ledger on it, a Temporal client and the sandbox providers. Each
+ * pool, the ledger on it, a Temporal client and the provider adapters. Each
  * function that opens something registers its close on the caller's
  * `Resources`, so the order of the calls in a `main()` is the order of the
  * closes, reversed.
@@ -10,6 +10,8 @@ import type { Config } from '../config.ts';
 import { createPool, type Pool } from '../db/index.ts';
 import { Ledger, type LedgerHooks } from '../ledger/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../providers/sandbox.ts';
+import { createSmtpEmailProvider } from '../providers/smtp.ts';
+import { createStripePaymentProvider } from '../providers/stripe.ts';
 import type { EmailProvider, PaymentProvider } from '../providers/types.ts';
 import { connectionSettings } from '../temporal/connection.ts';
 import type { Resources } from './resources.ts';
@@ -56,10 +58,33 @@ export function openTemporalClient(
   return new Client({ connection, namespace: config.temporal.namespace, interceptors: opts.interceptors });
 }
 
-export function sandboxProviders(config: Config): { payments: PaymentProvider; email: EmailProvider } {
-  const options = { baseUrl: config.sandboxUrl, timeoutMs: config.providerTimeoutMs };
+/**
+ * The payment and email adapters PAYMENT_PROVIDER and EMAIL_PROVIDER name
+ * (docs/PROVIDERS.md). Each declares how its uncertain outcomes are settled;
+ * the steps follow that, so nothing else changes with the choice.
+ */
+export function configuredProviders(config: Config): { payments: PaymentProvider; email: EmailProvider } {
+  const sandbox = { baseUrl: config.sandboxUrl, timeoutMs: config.providerTimeoutMs };
+  const { stripe, smtp } = config.providers;
   return {
-    payments: createSandboxPaymentProvider(options),
-    email: createSandboxEmailProvider(options),
+    payments:
+      config.providers.payment === 'stripe'
+        ? createStripePaymentProvider({
+            secretKey: stripe.secretKey,
+            apiBase: stripe.apiBase,
+            timeoutMs: config.providerTimeoutMs,
+            keyWindowMs: stripe.keyWindowMs,
+            searchLagMs: stripe.searchLagMs,
+          })
+        : createSandboxPaymentProvider(sandbox),
+    email:
+      config.providers.email === 'smtp'
+        ? createSmtpEmailProvider({
+            url: smtp.url,
+            from: smtp.from,
+            timeoutMs: config.providerTimeoutMs,
+            uncertainPolicy: smtp.uncertainPolicy,
+          })
+        : createSandboxEmailProvider(sandbox),
   };
 }

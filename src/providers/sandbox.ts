@@ -22,7 +22,9 @@ import {
   type Message,
   type MessageRequest,
   type PaymentProvider,
+  type ProviderCapabilities,
 } from './types.ts';
+import { PROVIDER_KEY_WINDOW_MS } from './contract.ts';
 import { Agent, request as httpRequest } from 'undici';
 import { httpClientSpan } from '../tracing/index.ts';
 
@@ -68,7 +70,7 @@ const NOT_SENT: Record<string, { syscall: string; code: string }> = {
   EAI_AGAIN: { syscall: 'getaddrinfo', code: 'dns' },
 };
 
-function notSentCode(err: unknown): string | null {
+export function notSentCode(err: unknown): string | null {
   const parts = err instanceof AggregateError ? err.errors : [err];
   let code: string | null = null;
   for (const part of parts) {
@@ -222,8 +224,26 @@ function parseMessage(what: string, v: unknown, status: number): Message {
   };
 }
 
-export function createSandboxPaymentProvider(opts: SandboxClientOptions): PaymentProvider {
+/**
+ * The sandbox answers "what did you do under key K" exactly, for charges and
+ * messages, inside and after its key window (after it, the most recent
+ * effect under the key).
+ */
+export const SANDBOX_CAPABILITIES: ProviderCapabilities = Object.freeze({
+  keyWindowMs: PROVIDER_KEY_WINDOW_MS,
+  withinWindow: 'lookup',
+  afterWindow: Object.freeze({ kind: 'lookup' }),
+});
+
+/** The sandbox clients always have their lookups. */
+export type SandboxPaymentProvider = PaymentProvider &
+  Required<Pick<PaymentProvider, 'findChargeByIdempotencyKey'>>;
+export type SandboxEmailProvider = EmailProvider &
+  Required<Pick<EmailProvider, 'findMessageByIdempotencyKey'>>;
+
+export function createSandboxPaymentProvider(opts: SandboxClientOptions): SandboxPaymentProvider {
   return {
+    capabilities: SANDBOX_CAPABILITIES,
     async createCharge(req: ChargeRequest, idempotencyKey: string): Promise<Charge> {
       const what = 'sandbox createCharge';
       const body: Record<string, unknown> = {
@@ -268,8 +288,9 @@ export function createSandboxPaymentProvider(opts: SandboxClientOptions): Paymen
   };
 }
 
-export function createSandboxEmailProvider(opts: SandboxClientOptions): EmailProvider {
+export function createSandboxEmailProvider(opts: SandboxClientOptions): SandboxEmailProvider {
   return {
+    capabilities: SANDBOX_CAPABILITIES,
     async sendMessage(req: MessageRequest, idempotencyKey: string): Promise<Message> {
       const what = 'sandbox sendMessage';
       const body = { to: req.to, subject: req.subject, text: req.text, metadata: req.metadata };

@@ -6,8 +6,9 @@
  *
  * Terminology
  * - idempotency key: the downstream key sent with every create request. It is
- *   derived from the operation key, stable across retries, and the only way to
- *   find an effect again after a lost response (`find...ByIdempotencyKey`).
+ *   derived from the operation key and stable across retries. How an effect
+ *   is found again after a lost response depends on the provider: each
+ *   adapter declares it in `capabilities` (see ProviderCapabilities).
  * - definite: the caller knows for sure whether the effect happened. A decline
  *   is definite (a `Charge` with status 'failed'); a timeout is not.
  * - uncertain: the effect MAY have happened. Never presume it failed: look it
@@ -40,15 +41,58 @@ export interface Charge {
   created: string;
 }
 
+/**
+ * How a provider can settle an uncertain outcome (a lost response), declared
+ * by each adapter and read by src/steps/settle.ts. Real providers differ:
+ * - `lookup`: the provider answers "what did you do under key K" exactly
+ *   (the sandbox's GET ?idempotency_key=). "Not found" is proof.
+ * - `replay`: no lookup, but inside the key window the SAME request under the
+ *   SAME key returns the stored outcome, or performs it if it never happened
+ *   (Stripe). Safe because the provider dedupes by the key; needs the request.
+ * - `search`: a query by a reference we stored with the effect (Stripe's
+ *   metadata search). The index lags behind writes by up to `lagMs`, so "not
+ *   found" is proof only once `lagMs` has passed since the last request that
+ *   could have made the effect.
+ * - `none`: the provider can't be asked at all (SMTP). A declared delivery
+ *   policy decides (EmailProvider.uncertainPolicy).
+ */
+type SettleMethod = 'lookup' | 'replay' | 'none';
+type AfterWindowMethod = { kind: 'lookup' } | { kind: 'search'; lagMs: number } | { kind: 'none' };
+
+export interface ProviderCapabilities {
+  /**
+   * How long the provider remembers an idempotency key, or null when it has
+   * no keys at all (SMTP). The ledger never performs again under a key past
+   * this window (minus a margin), so it bounds the automatic retry horizon.
+   */
+  keyWindowMs: number | null;
+  /** How an uncertain outcome is settled while the record is inside the key window. */
+  withinWindow: SettleMethod;
+  /**
+   * How it is settled after the window, and whenever `withinWindow` can't be
+   * used (a replay needs the original request, which an operator's reconcile
+   * doesn't have).
+   */
+  afterWindow: AfterWindowMethod;
+}
+
 export interface PaymentProvider {
+  readonly capabilities: ProviderCapabilities;
   /**
    * Creates (or replays) the charge for this key. A decline resolves to a
    * `Charge` with status 'failed' (a definite business outcome), not an error.
    * Throws `ProviderError` otherwise.
    */
   createCharge(req: ChargeRequest, idempotencyKey: string): Promise<Charge>;
-  /** Reconciliation: the charge made under this key, or null if there is none. */
-  findChargeByIdempotencyKey(idempotencyKey: string): Promise<Charge | null>;
+  /** `lookup` providers: the charge made under this key, or null if there is none (proof). */
+  findChargeByIdempotencyKey?(idempotencyKey: string): Promise<Charge | null>;
+  /**
+   * `search` providers: the charge whose stored reference is this key, or
+   * null, which may only mean the index has not caught up yet
+   * (capabilities.afterWindow.lagMs). Throws `ProviderError` `uncertain`
+   * when the provider holds an effect under the key that is not final yet.
+   */
+  searchChargeByIdempotencyKey?(idempotencyKey: string): Promise<Charge | null>;
 }
 
 export interface MessageRequest {
@@ -67,9 +111,23 @@ export interface Message {
   created: string;
 }
 
+/**
+ * What to do with a receipt whose send outcome is uncertain, for a provider
+ * that can't be asked (capabilities `none`):
+ * - `at_least_once`: send again under the same identity (the same Message-ID,
+ *   derived from the operation key), accepting that the customer may get a
+ *   duplicate that mail clients can thread or collapse by Message-ID;
+ * - `at_most_once`: never send again; the order goes to an operator.
+ */
+export type UncertainSendPolicy = 'at_least_once' | 'at_most_once';
+
 export interface EmailProvider {
+  readonly capabilities: ProviderCapabilities;
+  /** Only read when the capabilities say the provider can't be asked (`none`). */
+  readonly uncertainPolicy?: UncertainSendPolicy;
   sendMessage(req: MessageRequest, idempotencyKey: string): Promise<Message>;
-  findMessageByIdempotencyKey(idempotencyKey: string): Promise<Message | null>;
+  /** `lookup` providers: the message sent under this key, or null (proof). */
+  findMessageByIdempotencyKey?(idempotencyKey: string): Promise<Message | null>;
 }
 
 /**

@@ -16,6 +16,9 @@
  *   it settled); ask it by the same downstream key.
  * - `unknown` and the provider never saw the key: perform again under the
  *   SAME key, but only inside the provider's key window.
+ * - How the provider is asked follows what it declares (src/steps/settle.ts):
+ *   lookup by key, replay under the same key inside the window, or search
+ *   with a lag, where a young "not found" proves nothing.
  */
 import {
   downstreamKey,
@@ -26,8 +29,9 @@ import {
   type ReconcileOutcome,
   type Scope,
 } from '../ledger/index.ts';
-import type { Charge, ChargeRequest, PaymentProvider } from '../providers/types.ts';
+import { ProviderError, type Charge, type ChargeRequest, type PaymentProvider } from '../providers/types.ts';
 import { OPERATION_TYPES } from '../orders/model.ts';
+import { planSettle, stepKeyWindowMs, type SettlePlan } from './settle.ts';
 
 /** What the ledger stores for a charge. chargeId is null only when an operator settled it without naming it. */
 export type ChargeJson = {
@@ -39,8 +43,8 @@ export type ChargeJson = {
 export interface ChargeStepDeps {
   ledger: Ledger;
   payments: PaymentProvider;
-  /** The payment provider's idempotency-key window; default the ledger's (24 h). */
-  keyWindowMs?: number;
+  /** The payment provider's idempotency-key window; default what the provider declares. */
+  keyWindowMs?: number | undefined;
 }
 
 export interface ChargeInput {
@@ -92,13 +96,79 @@ function chargeOutcome(charge: Charge) {
   return { state: charge.status, result, providerRef: charge.id } as const;
 }
 
-/** Reconcile: the charge made under the downstream key, or not_found. */
+/**
+ * What a search-only provider proves once its lag has passed past the key
+ * window: it has no charge under the key, and nothing will ever be sent
+ * under it again, so the charge definitely did not happen (the order is
+ * rejected, not left waiting on an operator).
+ */
+export const NOT_CHARGED_CODE = 'provider_has_no_charge';
+
+/** The charge made under this key, by whatever the provider can answer (the operator's view). */
+export async function findCharge(payments: PaymentProvider, dk: string): Promise<Charge | null> {
+  if (payments.findChargeByIdempotencyKey) return payments.findChargeByIdempotencyKey(dk);
+  if (payments.searchChargeByIdempotencyKey) return payments.searchChargeByIdempotencyKey(dk);
+  return null;
+}
+
+function missing(what: string): never {
+  throw new ProviderError('rejected', `the payment provider declares ${what} but does not implement it`, {
+    code: 'provider_misconfigured',
+  });
+}
+
+/** One reconciliation's answer, following the plan. */
+async function askPayments(
+  payments: PaymentProvider,
+  plan: SettlePlan,
+  dk: string,
+  request: ChargeRequest | undefined,
+): Promise<ReconcileOutcome<ChargeJson>> {
+  switch (plan.kind) {
+    case 'lookup': {
+      const find = payments.findChargeByIdempotencyKey ?? missing('lookup');
+      const charge = await find.call(payments, dk);
+      return charge ? chargeOutcome(charge) : { state: 'not_found' };
+    }
+    case 'replay':
+      // The same request under the same key: the stored outcome, or the charge made now.
+      if (!request) missing('replay without a request');
+      return chargeOutcome(await payments.createCharge(request, dk));
+    case 'search': {
+      const search = payments.searchChargeByIdempotencyKey ?? missing('search');
+      const charge = await search.call(payments, dk);
+      if (charge) return chargeOutcome(charge);
+      // Inside the window, what follows not_found is a perform under the same key: a replay.
+      if (plan.notFoundMayPerform) return { state: 'not_found' };
+      if (!plan.notFoundIsProof) return { state: 'pending' };
+      return {
+        state: 'failed',
+        result: { chargeId: null, status: 'failed', failureCode: NOT_CHARGED_CODE },
+      };
+    }
+    case 'none':
+      return { state: 'pending' };
+  }
+}
+
+/**
+ * Reconcile: the charge made under the downstream key, asked the way the
+ * provider allows (src/steps/settle.ts). With `request`, a replay provider
+ * is asked by replaying it inside the key window.
+ */
 export function chargeReconciler(
   payments: PaymentProvider,
-): (ctx: { downstreamKey: string }) => Promise<ReconcileOutcome<ChargeJson>> {
-  return async ({ downstreamKey: dk }) => {
-    const charge = await payments.findChargeByIdempotencyKey(dk);
-    return charge ? chargeOutcome(charge) : { state: 'not_found' };
+  opts: { request?: ChargeRequest; keyWindowMs?: number | undefined } = {},
+): (ctx: {
+  downstreamKey: string;
+  record?: Pick<OperationRecord, 'createdAt'>;
+}) => Promise<ReconcileOutcome<ChargeJson>> {
+  return async ({ downstreamKey: dk, record }) => {
+    const plan = planSettle(payments.capabilities, record, {
+      keyWindowMs: opts.keyWindowMs,
+      canReplay: opts.request !== undefined,
+    });
+    return askPayments(payments, plan, dk, opts.request);
   };
 }
 
@@ -131,6 +201,7 @@ export async function runCharge(
   input: ChargeInput,
   opts: Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> = {},
 ): Promise<ChargeResult> {
+  const keyWindowMs = stepKeyWindowMs(deps.payments.capabilities, deps.keyWindowMs);
   const run = await deps.ledger.runExternal<ChargeJson>(
     chargeScope(input),
     {
@@ -145,9 +216,9 @@ export async function runCharge(
     {
       perform: async ({ downstreamKey: dk }) =>
         chargeOutcome(await deps.payments.createCharge(chargeRequest(input), dk)),
-      reconcile: chargeReconciler(deps.payments),
+      reconcile: chargeReconciler(deps.payments, { request: chargeRequest(input), keyWindowMs }),
     },
-    { ...opts, ...(deps.keyWindowMs !== undefined ? { keyWindowMs: deps.keyWindowMs } : {}) },
+    { ...opts, ...(keyWindowMs !== undefined ? { keyWindowMs } : {}) },
   );
   return {
     outcome: run.state,
@@ -180,16 +251,23 @@ export async function reconcileCharge(
   ref: { tenantId: string; key: string },
 ): Promise<ReconcileResult> {
   const scope = chargeScope(ref);
+  const keyWindowMs = stepKeyWindowMs(deps.payments.capabilities, deps.keyWindowMs);
   if (!(await deps.ledger.get(scope))) {
     // No claim: never claimed, released after a definite refusal, or reaped long
     // after it settled. Only the provider can tell which; ask it by the same key.
-    const charge = await deps.payments.findChargeByIdempotencyKey(downstreamKey(scope));
-    if (charge) return { settled: true, outcome: charge.status, chargeId: charge.id };
+    const plan = planSettle(deps.payments.capabilities, 'no_claim', { keyWindowMs, canReplay: false });
+    const answer = await askPayments(deps.payments, plan, downstreamKey(scope), undefined);
+    if (answer.state === 'succeeded' || answer.state === 'failed') {
+      return { settled: true, outcome: answer.state, chargeId: answer.providerRef ?? null };
+    }
+    if (answer.state === 'pending') return { settled: false, outcome: null, chargeId: null };
     return { settled: false, outcome: null, chargeId: null, notStarted: true };
   }
-  const r = await deps.ledger.reconcileUnresolved<ChargeJson>(scope, chargeReconciler(deps.payments), {
-    keyWindowMs: deps.keyWindowMs,
-  });
+  const r = await deps.ledger.reconcileUnresolved<ChargeJson>(
+    scope,
+    chargeReconciler(deps.payments, { keyWindowMs }),
+    { keyWindowMs },
+  );
   const state = chargeState(r.record);
   if (r.answer !== 'not_found') return state;
   return r.performable ? { ...state, performAgain: true } : { ...state, error: KEY_WINDOW_PASSED };

@@ -7,18 +7,31 @@
  * whose lookup finds nothing sends again under the SAME key inside the
  * provider's key window. A receipt has no business failure: it is sent, or
  * still to be sent.
+ *
+ * A provider that can't be asked (SMTP: capabilities `none`) settles an
+ * uncertain send by its declared policy: `at_least_once` sends again under
+ * the same Message-ID (derived from the operation key), `at_most_once`
+ * leaves the receipt unknown, so the order goes to an operator.
  */
-import type { ExternalRunOptions, Ledger, ReconcileOutcome, Scope } from '../ledger/index.ts';
+import {
+  MAX_TIMER_MS,
+  type ExternalRunOptions,
+  type Ledger,
+  type OperationRecord,
+  type ReconcileOutcome,
+  type Scope,
+} from '../ledger/index.ts';
 import type { EmailProvider, Message } from '../providers/types.ts';
 import { OPERATION_TYPES } from '../orders/model.ts';
+import { planSettle, stepKeyWindowMs } from './settle.ts';
 
 export type MessageJson = { messageId: string };
 
 export interface ReceiptStepDeps {
   ledger: Ledger;
   email: EmailProvider;
-  /** The email provider's idempotency-key window; default the ledger's (24 h). */
-  keyWindowMs?: number;
+  /** The email provider's idempotency-key window; default what the provider declares. */
+  keyWindowMs?: number | undefined;
 }
 
 export interface ReceiptInput {
@@ -46,13 +59,41 @@ function messageOutcome(message: Message) {
   return { state: 'succeeded', result, providerRef: message.id } as const;
 }
 
-/** Reconcile: the message sent under the downstream key, or not_found. */
+/**
+ * The key window the ledger applies to a receipt. A provider without keys
+ * (SMTP) under `at_least_once` may always send again (a possible duplicate
+ * is the declared price), so its "window" is the ledger's longest; under
+ * `at_most_once` it never sends again, as reconcile never answers not_found.
+ */
+export function receiptKeyWindowMs(email: EmailProvider, override?: number): number | undefined {
+  if (email.capabilities.keyWindowMs === null && override === undefined) {
+    return email.uncertainPolicy === 'at_most_once' ? undefined : MAX_TIMER_MS;
+  }
+  return stepKeyWindowMs(email.capabilities, override);
+}
+
+/** The message sent under this key, if the provider can be asked (the operator's view). */
+export async function findMessage(email: EmailProvider, dk: string): Promise<Message | null> {
+  return email.findMessageByIdempotencyKey ? email.findMessageByIdempotencyKey(dk) : null;
+}
+
+/** Reconcile: the message sent under the downstream key, or not_found, as the provider allows. */
 export function receiptReconciler(
   email: EmailProvider,
-): (ctx: { downstreamKey: string }) => Promise<ReconcileOutcome<MessageJson>> {
-  return async ({ downstreamKey: dk }) => {
-    const message = await email.findMessageByIdempotencyKey(dk);
-    return message ? messageOutcome(message) : { state: 'not_found' };
+  opts: { keyWindowMs?: number | undefined } = {},
+): (ctx: {
+  downstreamKey: string;
+  record?: Pick<OperationRecord, 'createdAt'>;
+}) => Promise<ReconcileOutcome<MessageJson>> {
+  return async ({ downstreamKey: dk, record }) => {
+    const plan = planSettle(email.capabilities, record, { keyWindowMs: opts.keyWindowMs, canReplay: false });
+    if (plan.kind === 'lookup' && email.findMessageByIdempotencyKey) {
+      const message = await email.findMessageByIdempotencyKey(dk);
+      return message ? messageOutcome(message) : { state: 'not_found' };
+    }
+    // Nothing to ask. at_least_once: "not found", so the ledger sends again under the same
+    // Message-ID; at_most_once: still unknown, so the order goes to an operator.
+    return email.uncertainPolicy === 'at_most_once' ? { state: 'pending' } : { state: 'not_found' };
   };
 }
 
@@ -71,6 +112,7 @@ export async function runReceipt(
   input: ReceiptInput,
   opts: Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> = {},
 ): Promise<ReceiptResult> {
+  const keyWindowMs = receiptKeyWindowMs(deps.email, deps.keyWindowMs);
   const run = await deps.ledger.runExternal<MessageJson>(
     receiptScope(input),
     { schemaVersion: 1, value: { orderId: input.orderId, to: input.to, chargeId: input.chargeId } },
@@ -87,9 +129,9 @@ export async function runReceipt(
             dk,
           ),
         ),
-      reconcile: receiptReconciler(deps.email),
+      reconcile: receiptReconciler(deps.email, { keyWindowMs }),
     },
-    { ...opts, ...(deps.keyWindowMs !== undefined ? { keyWindowMs: deps.keyWindowMs } : {}) },
+    { ...opts, ...(keyWindowMs !== undefined ? { keyWindowMs } : {}) },
   );
   return { messageId: run.result.messageId, replayed: run.replayed };
 }

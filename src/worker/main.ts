@@ -14,7 +14,7 @@ import { createMetrics, startMetricsServer } from '../metrics/index.ts';
 import { installWorkerRuntime } from '../metrics/worker-runtime.ts';
 import { runProcess } from '../process/run.ts';
 import { startTracing } from '../tracing/index.ts';
-import { createLedger, openPool, openTemporalClient, sandboxProviders } from '../process/wiring.ts';
+import { createLedger, openPool, openTemporalClient, configuredProviders } from '../process/wiring.ts';
 
 await runProcess('worker', async ({ resources, stopping, started }) => {
   const config = loadConfig();
@@ -57,7 +57,7 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
     connection,
     namespace: config.temporal.namespace,
     taskQueue: config.temporal.taskQueue,
-    deps: { pool, ledger, ...sandboxProviders(config) },
+    deps: { pool, ledger, ...configuredProviders(config) },
     ...(config.workflowBundlePath ? { workflowBundlePath: config.workflowBundlePath } : {}),
     smoke: config.workerSmokeWorkflow,
     overrides: { shutdownGraceTime: '10 seconds' },

@@ -16,6 +16,7 @@ import {
   type EmailProvider,
   type PaymentProvider,
 } from '../../src/providers/types.ts';
+import { SANDBOX_CAPABILITIES } from '../../src/providers/sandbox.ts';
 import { FAILURE } from '../../src/orders/contract.ts';
 import { insertAcceptedOrder } from '../../src/orders/sql.ts';
 import { stepKeys } from '../../src/orders/model.ts';
@@ -38,6 +39,7 @@ function scriptedPayments(script: Array<'ok' | ProviderError | 'charge-then-time
   const charged = new Map<string, Charge>();
   let calls = 0;
   const provider: PaymentProvider = {
+    capabilities: SANDBOX_CAPABILITIES,
     async createCharge(req, key) {
       const step = script[calls++] ?? 'ok';
       if (step instanceof ProviderError) throw step;
@@ -63,6 +65,7 @@ function scriptedPayments(script: Array<'ok' | ProviderError | 'charge-then-time
 }
 
 const noEmail: EmailProvider = {
+  capabilities: SANDBOX_CAPABILITIES,
   sendMessage: () => Promise.reject(new Error('not used')),
   findMessageByIdempotencyKey: () => Promise.resolve(null),
 };

@@ -240,6 +240,7 @@ describe('heartbeats renew the claim while the provider call runs', () => {
     const answer = deferred();
     let creates = 0;
     const gated: PaymentProvider = {
+      capabilities: real.capabilities,
       async createCharge(req, key) {
         creates++;
         return real.createCharge(req, key);

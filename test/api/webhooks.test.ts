@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { defaultPayloadConverter } from '@temporalio/common';
 import { signWebhook } from '../../src/providers/webhook-signature.ts';
 import type { PaymentProvider } from '../../src/providers/types.ts';
+import { SANDBOX_CAPABILITIES } from '../../src/providers/sandbox.ts';
 import { chargeScope, runCharge } from '../../src/steps/payment.ts';
 import { downstreamKey } from '../../src/ledger/index.ts';
 import { uniq } from '../support/env.ts';
@@ -117,6 +118,7 @@ describe('POST /v1/webhooks/payments', () => {
    */
   function chargeThroughLedger(order: Order, answered: Promise<void> = Promise.resolve()) {
     const payments = {
+      capabilities: SANDBOX_CAPABILITIES,
       createCharge: async () => {
         await answered;
         return { id: `ch_${order.id}`, status: 'succeeded' as const };

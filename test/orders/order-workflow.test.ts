@@ -22,6 +22,7 @@ import {
 } from '../../src/orders/contract.ts';
 import { OPERATION_TYPES, stepKeys } from '../../src/orders/model.ts';
 import { downstreamKey } from '../../src/ledger/index.ts';
+import { findCharge } from '../../src/steps/payment.ts';
 import type { orderWorkflow } from '../../workflows/order.ts';
 
 let stack: OrderStack;
@@ -232,7 +233,7 @@ describe('order workflow', () => {
             if (result.settled || result.notStarted || result.performAgain) return result;
             const scope = { tenantId: args.tenantId, operationType: OPERATION_TYPES.charge, key: args.key };
             const record = await deps.ledger.get(scope);
-            const seen = await deps.payments.findChargeByIdempotencyKey(downstreamKey(scope));
+            const seen = await findCharge(deps.payments, downstreamKey(scope));
             return record?.state === 'unknown' && !seen ? { ...result, performAgain: true } : result;
           },
         }),

@@ -11,6 +11,7 @@ import { createActivities, type ActivityDeps } from '../../activities/index.ts';
 import type { OrderActivities } from '../../activities/order.ts';
 import { Ledger, type LedgerHooks } from '../../src/ledger/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
+import { testProviders } from './providers.ts';
 import { startSandbox, type RunningSandbox } from '../../dev/sandbox/server.ts';
 import { insertAcceptedOrder } from '../../src/orders/sql.ts';
 import { orderWorkflowId, type OrderWorkflowInput } from '../../src/orders/model.ts';
@@ -96,6 +97,13 @@ export async function startOrderStack(
     baseUrl: sandbox.url,
     timeoutMs: opts.providerTimeoutMs ?? TEST_PROVIDER_TIMEOUT_MS,
   };
+  // PAYMENT_PROVIDER=stripe / EMAIL_PROVIDER=smtp run the same tests through the real adapters
+  // (the sandbox's Stripe surface, a local SMTP server): test/support/providers.ts.
+  const real = await testProviders({
+    sandboxUrl: sandbox.url,
+    timeoutMs: providerOptions.timeoutMs,
+    keyWindowMs: opts.sandboxKeyRetentionMs,
+  });
   const stack: OrderStack = {
     taskQueue,
     pool,
@@ -139,6 +147,7 @@ export async function startOrderStack(
       return { input, workflowId, handle };
     },
     async fault(endpoint, kind, count, delayMs) {
+      if (real.mail && endpoint.startsWith('messages.')) return real.mailFault(kind, count, delayMs);
       const res = await fetch(`${sandbox.url}/_sandbox/faults`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
@@ -147,6 +156,7 @@ export async function startOrderStack(
       if (!res.ok) throw new Error(`setting fault failed: ${res.status} ${await res.text()}`);
     },
     async clearFaults() {
+      real.mail?.clearFaults();
       const res = await fetch(`${sandbox.url}/_sandbox/faults`, { method: 'DELETE' });
       if (!res.ok) throw new Error(`clearing faults failed: ${res.status}`);
     },
@@ -154,6 +164,7 @@ export async function startOrderStack(
       return audit(`${sandbox.url}/_sandbox/charges`, orderId);
     },
     async messages(orderId) {
+      if (real.mail) return real.receipts(orderId);
       return audit(`${sandbox.url}/_sandbox/messages`, orderId);
     },
     async orderRow(input) {
@@ -169,8 +180,8 @@ export async function startOrderStack(
       const deps: ActivityDeps = {
         pool,
         ledger,
-        payments: createSandboxPaymentProvider(providerOptions),
-        email: createSandboxEmailProvider(providerOptions),
+        payments: real.payments ?? createSandboxPaymentProvider(providerOptions),
+        email: real.email ?? createSandboxEmailProvider(providerOptions),
       };
       const wrap = opts.wrapActivities;
       worker = await createWorker({
@@ -205,6 +216,7 @@ export async function startOrderStack(
       await connection?.close();
       await closeClient();
       await sandbox.close();
+      await real.close();
       await pool.end();
     },
   };

@@ -1,5 +1,8 @@
 /**
- * POST /v1/webhooks/payments: signed events from the payment provider.
+ * POST /v1/webhooks/payments: signed events from the payment provider: the
+ * sandbox's (`Onceflow-Signature`, charge.* events), or with
+ * PAYMENT_PROVIDER=stripe Stripe's (`Stripe-Signature`, verified by the
+ * `stripe` package; payment_intent.succeeded / payment_intent.payment_failed).
  *
  * 1. The signature is checked over the RAW body bytes (this route parses its
  *    own JSON), before anything else: a forged or stale event gets 401 and
@@ -63,6 +66,8 @@ import { withClient } from '../../db/index.ts';
 import { errorFields, log } from '../../log.ts';
 import { TERMINAL_STATUSES } from '../../orders/model.ts';
 import { SIGNATURE_HEADER, WebhookSignatureError, verifyWebhook } from '../../providers/webhook-signature.ts';
+import { STRIPE_SIGNATURE_HEADER, stripeSignatureVerifier } from '../../providers/stripe-webhook.ts';
+import { KEY_METADATA } from '../../providers/stripe.ts';
 import { paymentEventSignal, type PaymentEvent } from '../../orders/contract.ts';
 import { contextFromCarrier, inSpan, requestSpan, tracingActive } from '../../tracing/index.ts';
 import type { ApiContext } from '../context.ts';
@@ -82,7 +87,6 @@ import {
 import { downstreamKey, type OperationRecord } from '../../ledger/index.ts';
 import type { OrderRow } from '../../orders/sql.ts';
 
-const WEBHOOK_PROVIDER = 'sandbox';
 /** The consumer that turns payment events into workflow signals. Another consumer gets its own markers. */
 const ORDER_SIGNAL_CONSUMER = 'order-workflow-signal';
 /**
@@ -133,14 +137,24 @@ function parseEvent(raw: Buffer): ChargeEvent {
     throw new ProblemError('invalidRequest', 'The webhook event needs id, type and data.object.id.');
   }
   const metadata = (obj.metadata ?? {}) as Record<string, unknown>;
+  // A PaymentIntent does not echo its Idempotency-Key; the adapter stores the same downstream
+  // key in metadata. It is compared with the step's downstream key (as the sandbox's echoed
+  // key is), never with order_id/tenant_id alone, which only find the order.
+  const isPaymentIntent = obj.object === 'payment_intent';
+  const lastError = (isPaymentIntent ? obj.last_payment_error : undefined) as
+    Record<string, unknown> | undefined;
   return {
     id,
     type,
     charge: {
       id: chargeId,
       status: str(obj.status),
-      failureCode: str(obj.failure_code) ?? str(obj.failure_message),
-      idempotencyKey: str(obj.idempotency_key),
+      failureCode:
+        str(obj.failure_code) ??
+        str(obj.failure_message) ??
+        str(lastError?.decline_code) ??
+        str(lastError?.code),
+      idempotencyKey: isPaymentIntent ? str(metadata[KEY_METADATA]) : str(obj.idempotency_key),
       amount: typeof obj.amount === 'number' && Number.isSafeInteger(obj.amount) ? obj.amount : undefined,
       currency: str(obj.currency, 3)?.toLowerCase(),
       orderId: str(metadata.order_id, 100),
@@ -212,16 +226,26 @@ const retryLater = (detail: string, seconds = 5) =>
 const OUTCOMES: Record<string, PaymentEvent['outcome']> = {
   'charge.succeeded': 'succeeded',
   'charge.failed': 'failed',
+  'payment_intent.succeeded': 'succeeded',
+  'payment_intent.payment_failed': 'failed',
 };
 
 export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app, { ctx }) => {
   const { pool, temporal, config, ledger } = ctx;
   // Read while wiring: off loopback, a default secret stops the API at start-up, not at its first webhook.
   // During a rotation the previous secret verifies too; the sandbox signs with the current one.
-  const secret: readonly string[] = [
-    config.webhookSecret,
-    ...(config.webhookSecretPrevious ? [config.webhookSecretPrevious] : []),
-  ];
+  const stripe = config.providers.payment === 'stripe';
+  // Events are recorded per provider: the same event id from two providers is two events.
+  const webhookProvider = stripe ? 'stripe' : 'sandbox';
+  // Stripe's endpoint secret; without a real Stripe key the sandbox signs, with WEBHOOK_SECRET.
+  const secret: readonly string[] =
+    stripe && config.providers.stripe.webhookSecret
+      ? [config.providers.stripe.webhookSecret]
+      : [config.webhookSecret, ...(config.webhookSecretPrevious ? [config.webhookSecretPrevious] : [])];
+  const signatureHeader = (stripe ? STRIPE_SIGNATURE_HEADER : SIGNATURE_HEADER).toLowerCase();
+  const verifyStripe = stripe ? stripeSignatureVerifier(secret) : null;
+  const verify = (raw: Buffer | string, header: string | string[] | undefined) =>
+    verifyStripe ? verifyStripe(raw, header) : verifyWebhook(secret, raw, header);
 
   // Keep the exact bytes: the signature covers them, not a re-serialised object.
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
@@ -235,7 +259,7 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
       // checked against the body once it has arrived (within API_REQUEST_TIMEOUT_MS).
       onRequest: async (request) => {
         try {
-          verifyWebhook(secret, '', request.headers[SIGNATURE_HEADER.toLowerCase()]);
+          verify('', request.headers[signatureHeader]);
         } catch (err) {
           if (err instanceof WebhookSignatureError && err.reason === 'malformed') {
             log.warn('webhook rejected', { reason: err.reason });
@@ -266,7 +290,7 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
         throw new ProblemError('invalidRequest', 'The webhook body must be a JSON event.');
       }
       try {
-        verifyWebhook(secret, raw, request.headers[SIGNATURE_HEADER.toLowerCase()]);
+        verify(raw, request.headers[signatureHeader]);
       } catch (err) {
         if (err instanceof WebhookSignatureError) {
           log.warn('webhook rejected', { reason: err.reason });
@@ -328,7 +352,7 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
         },
         async (): Promise<{ duplicate: boolean; outcome: string }> => {
           const base = {
-            provider: WEBHOOK_PROVIDER,
+            provider: webhookProvider,
             eventId: event.id,
             consumer: ORDER_SIGNAL_CONSUMER,
             eventType: event.type,

@@ -60,13 +60,20 @@ describe('readiness against the real Postgres and Temporal', () => {
   it('a flood of 200 concurrent probes makes at most a couple of real checks and takes no pool connection', async () => {
     const temporalChecks = countCalls(api.client.workflowService, 'getSystemInfo');
     const checkouts = countCalls(api.pool, 'connect');
+    const started = performance.now();
     const answers = await Promise.all(Array.from({ length: 200 }, () => readyz(api.url)));
+    const elapsedMs = performance.now() - started;
     for (const a of answers) {
       expect(a.status).toBe(200);
       expect(a.body).toEqual({ status: 'ok', checks: { postgres: 'ok', temporal: 'ok' } });
     }
+    // One check at a time, each result serving every probe for the 1 s TTL: at most one check
+    // per TTL the flood lasted, plus the one in flight at its start. On a quiet machine the flood
+    // fits in one TTL (1-2 checks); on a loaded one it may span a few, never one per probe.
+    const ttls = Math.ceil(elapsedMs / 1_000);
     expect(temporalChecks.count()).toBeGreaterThanOrEqual(1);
-    expect(temporalChecks.count()).toBeLessThanOrEqual(2);
+    expect(temporalChecks.count()).toBeLessThanOrEqual(ttls + 1);
+    expect(temporalChecks.count()).toBeLessThan(20);
     expect(checkouts.count()).toBe(0);
 
     // The answer is cached for a second, not forever: a later probe checks again.

@@ -63,15 +63,18 @@ describe('onceflow as a library', () => {
     if (work) fs.rmSync(work, { recursive: true, force: true });
   });
 
-  it('packs only the built library and the ledger SQL: no dev/, test/, bench/ or examples/', async () => {
+  it('packs only the built library, the ledger SQL and the license: no dev/, test/, bench/ or examples/', async () => {
     const { stdout } = await sh('tar', ['-tzf', tarball], work);
     const files = stdout.trim().split('\n');
     expect(files).toContain('package/dist/lib/src/lib/index.js');
     expect(files).toContain('package/dist/lib/src/lib/index.d.ts');
     expect(files).toContain('package/migrations/0002_ledger.sql');
+    expect(files).toContain('package/LICENSE');
     expect(files.filter((f) => /^package\/(dev|test|bench|examples|scripts)\//.test(f))).toEqual([]);
     expect(
-      files.filter((f) => !/^package\/(dist\/lib\/|migrations\/|package\.json$|README\.md$)/.test(f)),
+      files.filter(
+        (f) => !/^package\/(dist\/lib\/|migrations\/|package\.json$|README\.md$|LICENSE$)/.test(f),
+      ),
     ).toEqual([]);
   });
 

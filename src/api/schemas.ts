@@ -64,12 +64,26 @@ const CustomerSchema = Type.Object(
   { additionalProperties: false, title: 'Customer' },
 );
 
+/**
+ * The order's natural key: the merchant's own reference, unique per tenant
+ * (a unique index on orders, migrations/0019). See docs/API.md "Three layers".
+ */
+const MerchantReference = Type.String({
+  minLength: 1,
+  maxLength: 100,
+  pattern: '^[\\x21-\\x7e]+$',
+  description:
+    'Optional. Your own reference for this order (1-100 visible ASCII characters), unique per tenant: ' +
+    'a second order with it under another Idempotency-Key gets 409 duplicate-merchant-reference.',
+});
+
 export const CreateOrderBody = Type.Object(
   {
     customer: CustomerSchema,
     currency: Type.String({ pattern: '^[A-Za-z]{3}$', description: 'ISO 4217 code; stored lowercase' }),
     items: Type.Array(OrderItemSchema, { minItems: 1, maxItems: MAX_ITEMS }),
     paymentMethod: Id('Payment method token, e.g. pm_card_visa'),
+    merchantReference: Type.Optional(MerchantReference),
   },
   { additionalProperties: false, title: 'CreateOrderRequest' },
 );
@@ -91,6 +105,13 @@ const OrderFields = {
   customer: CustomerSchema,
   items: Type.Array(OrderItemSchema),
   paymentMethod: Type.String(),
+  merchantReference: Type.Union([Type.String(), Type.Null()], {
+    description: 'The reference sent at creation, or null',
+  }),
+  refundedAmount: Type.Integer({
+    description:
+      'Sum of the refunds that are not failed (pending ones included: their amount is reserved), in minor units',
+  }),
   createdAt: Type.String({ format: 'date-time' }),
 };
 

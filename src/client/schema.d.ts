@@ -300,6 +300,8 @@ export interface components {
       items: components['schemas']['OrderItem'][];
       /** @description Payment method token, e.g. pm_card_visa */
       paymentMethod: string;
+      /** @description Optional. Your own reference for this order (1-100 visible ASCII characters), unique per tenant: a second order with it under another Idempotency-Key gets 409 duplicate-merchant-reference. */
+      merchantReference?: string;
     };
     /** Customer */
     Customer: {
@@ -394,6 +396,10 @@ export interface components {
       customer: components['schemas']['Customer'];
       items: components['schemas']['OrderItem'][];
       paymentMethod: string;
+      /** @description The reference sent at creation, or null */
+      merchantReference: string | null;
+      /** @description Sum of the refunds that are not failed (pending ones included: their amount is reserved), in minor units */
+      refundedAmount: number;
       /** Format: date-time */
       createdAt: string;
     };
@@ -412,6 +418,10 @@ export interface components {
       customer: components['schemas']['Customer'];
       items: components['schemas']['OrderItem'][];
       paymentMethod: string;
+      /** @description The reference sent at creation, or null */
+      merchantReference: string | null;
+      /** @description Sum of the refunds that are not failed (pending ones included: their amount is reserved), in minor units */
+      refundedAmount: number;
       /** Format: date-time */
       createdAt: string;
       chargeId: string | null;
@@ -485,6 +495,10 @@ export interface components {
       customer: components['schemas']['Customer'];
       items: components['schemas']['OrderItem'][];
       paymentMethod: string;
+      /** @description The reference sent at creation, or null */
+      merchantReference: string | null;
+      /** @description Sum of the refunds that are not failed (pending ones included: their amount is reserved), in minor units */
+      refundedAmount: number;
       /** Format: date-time */
       createdAt: string;
       /** Format: date-time */
@@ -792,11 +806,13 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description The first request with this key is still in progress; retry after Retry-After */
+      /** @description The first request with this key is still in progress; retry after Retry-After (idempotency-key-in-progress). Or another order of this tenant already has this merchantReference (duplicate-merchant-reference: its `id` and `Location`; nothing stored) */
       409: {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
-          'Retry-After': number;
+          'Retry-After'?: number;
+          /** @description duplicate-merchant-reference: the existing order */
+          Location?: string;
           /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
           'x-ratelimit-limit'?: number;
           /** @description Requests left in the current window */

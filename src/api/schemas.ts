@@ -15,7 +15,7 @@
  */
 import { Type, type Static } from '@fastify/type-provider-typebox';
 import { ORDER_STATUSES } from '../orders/model.ts';
-import { REFUND_STATUSES } from '../refunds/model.ts';
+import { REFUND_STATUSES } from '../refunds/contract.ts';
 import { DOCUMENTED_REQUIRED } from '../http/openapi.ts';
 
 const MAX_ITEMS = 100;

@@ -7,7 +7,7 @@
  */
 import type { Queryable } from '../db/index.ts';
 import type { OrderWorkflowInput } from '../orders/model.ts';
-import type { RefundWorkflowInput } from '../refunds/model.ts';
+import type { RefundWorkflowInput } from '../refunds/contract.ts';
 import type { TraceCarrier } from '../tracing/index.ts';
 
 export interface OutboxRow {

@@ -7,7 +7,7 @@
  */
 import { Agent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REFUND_OPERATION_TYPES } from '../../src/refunds/model.ts';
+import { REFUND_OPERATION_TYPES } from '../../src/refunds/contract.ts';
 import { refundTransitionStatement } from '../../src/refunds/sql.ts';
 import { uniq } from '../support/env.ts';
 import {

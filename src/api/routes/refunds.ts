@@ -46,7 +46,7 @@ import {
   REFUND_TERMINAL_STATUSES,
   REFUND_WORKFLOW_TYPE,
   refundWorkflowId,
-} from '../../refunds/model.ts';
+} from '../../refunds/contract.ts';
 import {
   getRefund,
   insertPendingRefund,

@@ -1,5 +1,5 @@
 /**
- * The refund model shared by the refund workflow, its activities and the API.
+ * The refund contract shared by the refund workflow, its activities and the API.
  * Pure TypeScript: imported by workflow code, so no Node built-ins and no I/O.
  *
  * A refund is its own workflow (`refund/<tenant>/<refundId>`), with per-step

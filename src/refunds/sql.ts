@@ -143,18 +143,20 @@ export async function listRefunds(
   return rows;
 }
 
-/** Refunds in one status across tenants, oldest update first (index refunds_status). */
-export async function selectRefundsInStatus(
+/**
+ * Refunds waiting on an outcome or a human (refund_unknown, needs_attention)
+ * across tenants (or one tenant), oldest update first (index refunds_status).
+ */
+export async function selectRefundsNeedingAttention(
   db: Queryable,
-  status: RefundStatus,
   opts: { tenantId?: string; limit: number },
 ): Promise<RefundRow[]> {
   const { rows } = await db.query<RefundRow>(
     `select ${REFUND_COLUMNS} from refunds
-      where status = $1 and ($2::text is null or tenant_id = $2)
+      where status in ('refund_unknown', 'needs_attention') and ($1::text is null or tenant_id = $1)
       order by updated_at, tenant_id, id
-      limit $3`,
-    [status, opts.tenantId ?? null, opts.limit],
+      limit $2`,
+    [opts.tenantId ?? null, opts.limit],
   );
   return rows;
 }

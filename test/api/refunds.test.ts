@@ -7,7 +7,8 @@
  */
 import { Agent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REFUND_OPERATION_TYPES } from '../../src/refunds/contract.ts';
+import { REFUND_OPERATION_TYPES, type RefundStatus } from '../../src/refunds/contract.ts';
+import { testOperator } from '../ops/support.ts';
 import { refundTransitionStatement } from '../../src/refunds/sql.ts';
 import { uniq } from '../support/env.ts';
 import {
@@ -75,7 +76,7 @@ describe('refunds API', () => {
     );
 
   /** The refund workflow's status step, as its activity runs it. */
-  const transition = (tenantId: string, refundId: string, to: 'succeeded' | 'failed', key = uniq('k')) =>
+  const transition = (tenantId: string, refundId: string, to: RefundStatus, key = uniq('k')) =>
     api.ledger.runLocalStatement(
       { tenantId, operationType: REFUND_OPERATION_TYPES.status, key },
       { schemaVersion: 1, value: { refundId, status: to } },
@@ -267,6 +268,25 @@ describe('refunds API', () => {
     expect(
       (await call(api, 'GET', `/v1/orders/${other}/refunds/${created.id}`, { key: acme.key })).status,
     ).toBe(404);
+  });
+
+  it('ops attention lists refunds in refund_unknown and needs_attention, and no others', async () => {
+    const t = await newTenant(api.pool, 'att');
+    const orderId = await order(t, 1000);
+    const ids: string[] = [];
+    for (const to of ['refund_unknown', 'needs_attention', 'succeeded', null] as const) {
+      const r = (await refund(t, orderId, { amount: 100 })).body as RefundBody;
+      if (to) await transition(t.tenantId, r.id, to);
+      ids.push(r.id);
+    }
+    const operator = testOperator({ pool: api.pool, ledger: api.ledger, temporal: api.client });
+    const items = await operator.listRefundAttention({ tenantId: t.tenantId });
+    expect(items.map((i) => [i.refundId, i.status])).toEqual([
+      [ids[0], 'refund_unknown'],
+      [ids[1], 'needs_attention'],
+    ]);
+    expect(items[0]).toMatchObject({ kind: 'refund', orderId, amount: 100 });
+    expect(items[0]!.temporalUiUrl).toContain(encodeURIComponent(`refund/${t.tenantId}/${ids[0]}`));
   });
 
   it.each([

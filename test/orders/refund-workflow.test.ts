@@ -7,6 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REFUND_OPERATION_TYPES, refundStepKeys } from '../../src/refunds/contract.ts';
+import { createOnceflowClient } from '../../src/client/index.ts';
 import { uniq } from '../support/env.ts';
 import { startOrderStack, TEST_TIMING, type OrderStack } from '../support/stack.ts';
 import { call, newTenant, startApi, type TestApi } from '../api/support.ts';
@@ -106,6 +107,27 @@ describe('the refund workflow', () => {
       TenantId: [tenant.tenantId],
       OrderStatus: ['refund:succeeded'],
     });
+  });
+
+  it('the typed client: createRefund retries under one key, getRefund long-polls, listRefunds lists', async () => {
+    const orderId = await completedOrder(2000);
+    const client = createOnceflowClient({ baseUrl: api.url, apiKey: tenant.key });
+    const first = await client.createRefund(orderId, { amount: 400, reason: 'requested_by_customer' });
+    expect(first.replayed).toBe(false);
+    const again = await client.createRefund(
+      orderId,
+      { amount: 400, reason: 'requested_by_customer' },
+      {
+        idempotencyKey: first.idempotencyKey,
+      },
+    );
+    expect(again).toMatchObject({ replayed: true, refund: { id: first.refund.id } });
+    let refund = await client.getRefund(orderId, first.refund.id, { waitSeconds: 30 });
+    while (refund.status === 'pending')
+      refund = await client.getRefund(orderId, refund.id, { waitSeconds: 30 });
+    expect(refund.status).toBe('succeeded');
+    expect((await client.listRefunds(orderId)).data.map((r) => r.id)).toEqual([first.refund.id]);
+    await stack.client.workflow.getHandle(first.refund.workflowId).result();
   });
 
   it('a lost refund response: exactly one provider refund, and the refund succeeds', async () => {

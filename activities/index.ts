@@ -1,4 +1,5 @@
 import { createOrderActivities, type OrderActivityDeps } from './order.ts';
+import { createRefundActivities } from './refund.ts';
 import { createSmokeActivities } from './smoke.ts';
 import { createRetentionActivities } from './retention.ts';
 
@@ -12,6 +13,7 @@ export function createActivities(deps: ActivityDeps, opts: { smoke?: boolean } =
   return {
     ...(opts.smoke ? createSmokeActivities(deps) : {}),
     ...createOrderActivities(deps),
+    ...createRefundActivities(deps),
     ...createRetentionActivities(deps),
   };
 }

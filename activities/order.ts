@@ -122,7 +122,7 @@ function toActivityFailure(
  * key (plus the attempt), so one order's steps can be found by either.
  * Only identifiers: never the card, the address or the provider payload.
  */
-function stepLog(ref: StepRef): Log {
+export function stepLog(ref: StepRef): Log {
   const info = Context.current().info;
   return childLog({
     workflowId: info.workflowExecution?.workflowId ?? ref.workflowId,
@@ -135,7 +135,12 @@ function stepLog(ref: StepRef): Log {
 }
 
 /** Logs a step that did not finish (warn: Temporal retries it, or the workflow handles it) and maps the error. */
-function failed(log: Log, err: unknown, unknownType: FailureType, rejectedType?: FailureType): unknown {
+export function failed(
+  log: Log,
+  err: unknown,
+  unknownType: FailureType,
+  rejectedType?: FailureType,
+): unknown {
   const failure = toActivityFailure(err, unknownType, rejectedType);
   const type = failure instanceof ApplicationFailure ? failure.type : undefined;
   log.warn('step did not finish', { ...errorFields(err), ...(type ? { failureType: type } : {}) });

@@ -28,6 +28,7 @@ import {
   type CreatedOrder,
   type OnceflowClient,
   type OrderDetail,
+  type Refund,
 } from '../src/client/index.ts';
 import { createCommand, parseCli, positiveInt } from './lib/cli.ts';
 
@@ -222,6 +223,9 @@ async function setFaults(): Promise<void> {
     ['messages.create', 'fail_after', 3],
     ['messages.create', 'drop_after', 3],
     ['messages.create', 'delay', 2, slow],
+    ['refunds.create', 'drop_after', 2],
+    ['refunds.create', 'fail_before', 1],
+    ['refunds.lookup', 'fail_before', 1],
   ] as const;
   for (const [endpoint, kind, count, delayMs] of faults) {
     if (MAIL && endpoint.startsWith('messages.')) {
@@ -335,23 +339,91 @@ async function main(): Promise<void> {
         progress('settled', ++settled, created.size);
       },
     );
+    const refunds = await refundSome(planned, finals, deadline);
     const after = await ledgerCounters();
     const delta = (k: keyof typeof before) =>
       before[k] === null || after[k] === null ? null : after[k]! - before[k]!;
-    await report(planned, finals, {
-      unknown: delta('unknown'),
-      reconciled: delta('reconciled'),
-      notFound: delta('notFound'),
-    });
+    await report(
+      planned,
+      finals,
+      {
+        unknown: delta('unknown'),
+        reconciled: delta('reconciled'),
+        notFound: delta('notFound'),
+      },
+      refunds,
+    );
   } finally {
     await sandbox('/_sandbox/faults', { method: 'DELETE' }).catch(() => undefined);
   }
 }
 
+/** Completed orders that get refunds: a few, so the demo stays an order demo. */
+const REFUND_ORDERS = 10;
+
+interface RefundsDone {
+  /** Every refund the API accepted, in its last view, with the amount its order was charged. */
+  refunds: { refund: Refund; charged: number }[];
+  /** Refunds that would have gone past the charge, refused with 422 refund-exceeds-charge. */
+  refusedOverCharge: number;
+  /** How many were planned to be refused. */
+  plannedOverCharge: number;
+}
+
+/**
+ * Refunds on a few completed orders: two real refunds of the same amount
+ * under two keys, at once (both must happen: a refund has no natural key),
+ * then one that would take the total past the charge (it must be refused).
+ */
+async function refundSome(
+  planned: Planned[],
+  finals: Map<number, OrderView>,
+  deadline: number,
+): Promise<RefundsDone> {
+  const chosen = planned.filter((p) => finals.get(p.index)?.status === 'completed').slice(0, REFUND_ORDERS);
+  const done: RefundsDone = { refunds: [], refusedOverCharge: 0, plannedOverCharge: chosen.length };
+  let n = 0;
+  await pool(chosen, 8, async (p) => {
+    const order = finals.get(p.index)!;
+    const client = clientFor(p.tenant);
+    const third = Math.max(1, Math.floor(order.amount / 3));
+    const pair = await Promise.allSettled([
+      client.createRefund(order.id, { amount: third, reason: 'requested_by_customer' }),
+      client.createRefund(order.id, { amount: third, reason: 'requested_by_customer' }),
+    ]);
+    const accepted: Refund[] = [];
+    for (const r of pair) {
+      if (r.status === 'fulfilled') accepted.push(r.value.refund);
+      else counts.unexpected.push(`refund of ${order.id}: ${String(r.reason)}`);
+    }
+    try {
+      const over = await client.createRefund(order.id, { amount: order.amount - 2 * third + 1 });
+      counts.unexpected.push(`refund of ${order.id} past the charge was accepted (${over.refund.id})`);
+      accepted.push(over.refund);
+    } catch (err) {
+      if (err instanceof ProblemError && err.status === 422) done.refusedOverCharge++;
+      else counts.unexpected.push(`refund of ${order.id} past the charge answered ${String(err)}`);
+    }
+    for (const refund of accepted) {
+      let view = refund;
+      while (!REFUND_TERMINAL.has(view.status) && Date.now() < deadline) {
+        const waitSeconds = Math.max(1, Math.min(30, Math.ceil((deadline - Date.now()) / 1000)));
+        view = await client.getRefund(order.id, refund.id, { waitSeconds });
+      }
+      done.refunds.push({ refund: view, charged: order.amount });
+    }
+    progress('refunded', ++n, chosen.length);
+  });
+  return done;
+}
+
+const REFUND_TERMINAL = new Set(['succeeded', 'failed', 'needs_attention']);
+
 async function report(
   planned: Planned[],
   finals: Map<number, OrderView>,
   ledger: { unknown: number | null; reconciled: number | null; notFound: number | null },
+  refundsDone: RefundsDone,
 ): Promise<void> {
   const orderIds = new Set([...finals.values()].map((o) => o.id));
   const charges = (
@@ -371,7 +443,33 @@ async function report(
   const ours = <T extends { order_id?: string; metadata?: { order_id?: string } }>(list: T[]) =>
     list.filter((e) => orderIds.has(orderOf(e)));
   const succeededCharges = ours(charges).filter((c) => c.status === 'succeeded');
-  const receipts = ours(messages);
+  // Order receipts only: a refund receipt carries its refund_id (and is checked below).
+  const receipts = ours(messages).filter(
+    (m) => !(m as { metadata?: { refund_id?: string } }).metadata?.refund_id,
+  );
+  const providerRefunds = (
+    (await sandbox('/_sandbox/refunds')) as {
+      data: { amount: number; status: string; order_id?: string; metadata?: { refund_id?: string } }[];
+    }
+  ).data;
+  const ourRefunds = new Map(refundsDone.refunds.map((r) => [r.refund.id, r]));
+  const providerOf = new Map<string, number>();
+  for (const pr of providerRefunds) {
+    const id = pr.metadata?.refund_id ?? '';
+    if (ourRefunds.has(id)) providerOf.set(id, (providerOf.get(id) ?? 0) + 1);
+  }
+  const refundedAtProvider = new Map<string, number>();
+  for (const pr of providerRefunds) {
+    if (!ourRefunds.has(pr.metadata?.refund_id ?? '') || pr.status !== 'succeeded') continue;
+    const order = pr.order_id ?? '';
+    refundedAtProvider.set(order, (refundedAtProvider.get(order) ?? 0) + pr.amount);
+  }
+  const chargedOf = new Map(refundsDone.refunds.map((r) => [r.refund.orderId, r.charged]));
+  const overRefunded = [...refundedAtProvider].filter(([o, sum]) => sum > (chargedOf.get(o) ?? 0)).length;
+  const succeededRefunds = refundsDone.refunds.filter((r) => r.refund.status === 'succeeded');
+  const refundsTwice = [...providerOf.values()].filter((n) => n > 1).length;
+  const refundsMissing = succeededRefunds.filter((r) => providerOf.get(r.refund.id) !== 1).length;
+  const refundsMoving = refundsDone.refunds.filter((r) => !REFUND_TERMINAL.has(r.refund.status)).length;
 
   const byStatus = new Map<string, number>();
   for (const o of finals.values()) byStatus.set(o.status, (byStatus.get(o.status) ?? 0) + 1);
@@ -401,6 +499,19 @@ async function report(
     ['every order terminal or needs_attention', notSettled.length === 0, `${notSettled.length} still moving`],
     ['every order was created', finals.size === planned.length, `${finals.size}/${planned.length}`],
     ['no unexpected HTTP answers', counts.unexpected.length === 0, `${counts.unexpected.length}`],
+    ['no order refunded above its charge', overRefunded === 0, `${overRefunded}`],
+    [
+      'one provider refund per succeeded refund',
+      refundsMissing === 0,
+      `${refundsMissing} without exactly one`,
+    ],
+    ['no refund made twice at the provider', refundsTwice === 0, `${refundsTwice}`],
+    [
+      'refunds past the charge refused (422)',
+      refundsDone.refusedOverCharge === refundsDone.plannedOverCharge,
+      `${refundsDone.refusedOverCharge}/${refundsDone.plannedOverCharge}`,
+    ],
+    ['every refund terminal', refundsMoving === 0, `${refundsMoving} still moving`],
   ];
 
   const rows: [string, string | number][] = [
@@ -418,6 +529,9 @@ async function report(
     ['unknown outcomes reconciled (worker metrics)', ledger.reconciled ?? 'n/a'],
     ['  found never to have happened, retried under the same key', ledger.notFound ?? 'n/a'],
     ['orders whose charge took more than one attempt', reconciled.length],
+    ['refunds accepted (two of one amount per order)', refundsDone.refunds.length],
+    ['refunds succeeded', succeededRefunds.length],
+    ['refunds at the provider', [...providerOf.values()].reduce((a, b) => a + b, 0)],
   ];
   const width = Math.max(...rows.map(([k]) => k.length)) + 2;
   console.log('\n' + '='.repeat(width + 10));

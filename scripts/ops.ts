@@ -151,7 +151,7 @@ command('redrive', 'Re-drive an order in needs_attention (reason required)', { a
   .argument('<orderId>', 'order ID')
   .requiredOption('--reason <text>', 'why (required), recorded in the audit log', reasonText);
 
-command('attention', 'Orders in needs_attention, with their last error')
+command('attention', 'Orders in needs_attention, and refunds in refund_unknown or needs_attention')
   .option('--tenant <id>', 'tenant ID')
   .option('--limit <n>', 'at most n rows (1 to 1000)', limit);
 
@@ -400,19 +400,35 @@ async function main(
       });
       // Parked workflows are found through Temporal visibility too; say so when it could not be read.
       if (visibilityError) warn(`${visibilityError}; listing order rows only`);
-      out(
-        items,
-        table(items as unknown as Record<string, unknown>[], [
-          'tenantId',
-          'orderId',
-          'status',
-          'reason',
-          'source',
-          'updatedAt',
-          'lastError',
-          'temporalUiUrl',
-        ]),
-      );
+      // Refunds waiting on an outcome or a human follow the orders (JSON: items with kind 'refund').
+      const refunds = await operator.listRefundAttention({
+        tenantId: values.tenant || undefined,
+        limit: values.limit || undefined,
+      });
+      const orders = table(items as unknown as Record<string, unknown>[], [
+        'tenantId',
+        'orderId',
+        'status',
+        'reason',
+        'source',
+        'updatedAt',
+        'lastError',
+        'temporalUiUrl',
+      ]);
+      const refundTable =
+        refunds.length === 0
+          ? ''
+          : `\n\nRefunds:\n${table(refunds as unknown as Record<string, unknown>[], [
+              'tenantId',
+              'orderId',
+              'refundId',
+              'status',
+              'amount',
+              'updatedAt',
+              'lastError',
+              'temporalUiUrl',
+            ])}`;
+      out([...items, ...refunds], `${orders}${refundTable}`);
       return 0;
     }
     case 'audit': {

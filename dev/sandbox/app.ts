@@ -27,6 +27,8 @@ import {
   messageAudit,
   messageObject,
   newId,
+  refundAudit,
+  refundObject,
   unixSeconds,
 } from './objects.ts';
 import { traceHttpServer } from '../../src/tracing/index.ts';
@@ -36,6 +38,7 @@ import {
   CreateChargeBody,
   CreateFaultBody,
   CreateMessageBody,
+  CreateRefundBody,
   LookupQuery,
   RedeliverBody,
   WebhookConfigBody,
@@ -48,6 +51,11 @@ import {
   getWebhookConfig,
   commitCharge,
   commitMessage,
+  commitRefund,
+  commitRefusal,
+  findChargeForRefund,
+  findRefundByKey,
+  listRefunds,
   insertFault,
   listCharges,
   listFaults,
@@ -59,6 +67,7 @@ import {
   type FaultRow,
   type KeyCompletion,
   type MessageRow,
+  type RefundRow,
 } from './sql.ts';
 
 /** The sandbox keeps idempotency keys exactly as long as the product assumes a provider does. */
@@ -278,6 +287,77 @@ export function buildSandboxApp(deps: SandboxDeps): SandboxApp {
   );
 
   // --------------------------------------------------------------- faults
+
+  // Refunds of this account's charges. The charge and its refunded total are read before the
+  // key is claimed, but decided on only if this request is the key's first (a retry replays
+  // whatever the first one answered); a refusal is stored under the key, as Stripe stores it.
+  // The check is a read-then-decide: a test double's. The product never relies on it, its own
+  // limit is the conditional update of orders.refunded_amount.
+  app.post('/v1/refunds', { schema: { body: CreateRefundBody } }, async (req, reply) => {
+    const body = { ...req.body, metadata: req.body.metadata ?? {} };
+    const charge = await findChargeForRefund(deps.pool, account, body.charge);
+    const refusal = (message: string, code: string) => ({
+      response: { status: 400, body: errorBody('invalid_request_error', message, { code }) },
+      commit: (db: Queryable, completion: KeyCompletion) => commitRefusal(db, completion),
+    });
+    return handleIdempotentCreate(ctx, req, reply, {
+      scope: 'refunds',
+      endpoint: 'refunds.create',
+      body,
+      perform: (key, at) => {
+        if (!charge) return refusal(`No such charge: '${body.charge}'.`, 'resource_missing');
+        if (charge.status !== 'succeeded')
+          return refusal(
+            `Charge ${body.charge} did not succeed; there is nothing to refund.`,
+            'charge_not_refundable',
+          );
+        if (charge.refunded + body.amount > charge.amount) {
+          return refusal(
+            `Refund amount (${body.amount}) is greater than the unrefunded amount on charge (${charge.amount - charge.refunded}).`,
+            'amount_too_large',
+          );
+        }
+        const refund: RefundRow = {
+          id: newId('re'),
+          idempotency_key: key,
+          charge_id: body.charge,
+          amount: body.amount,
+          currency: charge.currency,
+          status: 'succeeded',
+          reason: body.reason ?? null,
+          metadata: body.metadata,
+          created_at: at,
+        };
+        return {
+          response: { status: 200, body: refundObject(refund) },
+          commit: (db: Queryable, completion: KeyCompletion) => commitRefund(db, completion, refund),
+        };
+      },
+    });
+  });
+
+  app.get('/v1/refunds', { schema: { querystring: LookupQuery } }, (req, reply) =>
+    handleLookup(ctx, req, reply, 'refunds.lookup', async () => {
+      const refund = await findRefundByKey(deps.pool, account, req.query.idempotency_key);
+      return refund
+        ? { status: 200, body: refundObject(refund) }
+        : {
+            status: 404,
+            body: errorBody('invalid_request_error', 'No refund was made with this idempotency key.', {
+              code: 'resource_missing',
+            }),
+          };
+    }),
+  );
+
+  app.get('/_sandbox/refunds', { schema: { querystring: AuditQuery } }, async (req) => {
+    const rows = await listRefunds(deps.pool, account, {
+      orderId: req.query.order_id,
+      tenantId: req.query.tenant_id,
+      idempotencyKey: req.query.idempotency_key,
+    });
+    return { data: rows.map(refundAudit) };
+  });
 
   app.post('/_sandbox/faults', { schema: { body: CreateFaultBody } }, async (req, reply) => {
     const { endpoint, kind, count = 1, delayMs } = req.body;

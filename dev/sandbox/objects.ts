@@ -1,11 +1,11 @@
 /** API shapes: database rows -> the JSON objects the sandbox returns (Stripe-like, snake_case). */
 import { createHash, randomBytes } from 'node:crypto';
-import type { ChargeRow, MessageRow, WebhookEventRow } from './sql.ts';
+import type { ChargeRow, MessageRow, RefundRow, WebhookEventRow } from './sql.ts';
 
 export const unixSeconds = (d: Date): number => Math.floor(d.getTime() / 1000);
 
 /** Stripe-looking ids: a type prefix plus 24 random base62-ish characters. */
-export function newId(prefix: 'ch' | 'pi' | 'msg' | 'evt'): string {
+export function newId(prefix: 'ch' | 'pi' | 'msg' | 'evt' | 're'): string {
   return `${prefix}_${randomBytes(18).toString('base64url').replace(/[-_]/g, 'x')}`;
 }
 
@@ -101,4 +101,28 @@ function canonicalJson(value: unknown): string {
 /** What "same parameters" means for an idempotent request: endpoint plus validated body. */
 export function requestFingerprint(endpoint: string, body: unknown): string {
   return createHash('sha256').update(canonicalJson({ endpoint, body })).digest('hex');
+}
+
+export function refundObject(r: RefundRow) {
+  return {
+    id: r.id,
+    object: 'refund' as const,
+    charge: r.charge_id,
+    amount: r.amount,
+    currency: r.currency,
+    status: r.status,
+    reason: r.reason,
+    metadata: r.metadata,
+    idempotency_key: r.idempotency_key,
+    created: unixSeconds(r.created_at),
+  };
+}
+
+export function refundAudit(r: RefundRow) {
+  return {
+    ...refundObject(r),
+    order_id: r.metadata.order_id ?? null,
+    tenant_id: r.metadata.tenant_id ?? null,
+    created_at: r.created_at.toISOString(),
+  };
 }

@@ -33,6 +33,17 @@ export const CreateMessageBody = Type.Object(
 );
 export type CreateMessageBody = Static<typeof CreateMessageBody>;
 
+export const CreateRefundBody = Type.Object(
+  {
+    charge: Type.String({ minLength: 1, maxLength: 255 }),
+    amount: Type.Integer({ minimum: 1, maximum: 99_999_999 }),
+    reason: Type.Optional(Type.String({ maxLength: 200 })),
+    metadata: Type.Optional(Metadata),
+  },
+  { additionalProperties: false },
+);
+export type CreateRefundBody = Static<typeof CreateRefundBody>;
+
 export const LookupQuery = Type.Object({ idempotency_key: Type.String({ minLength: 1, maxLength: 255 }) });
 
 export const AuditQuery = Type.Object({
@@ -46,6 +57,8 @@ const FaultEndpointSchema = Type.Union([
   Type.Literal('charges.lookup'),
   Type.Literal('messages.create'),
   Type.Literal('messages.lookup'),
+  Type.Literal('refunds.create'),
+  Type.Literal('refunds.lookup'),
 ]);
 
 export const CreateFaultBody = Type.Object(

@@ -5,8 +5,14 @@
  */
 import type { Queryable } from '../../src/db/index.ts';
 
-export type Scope = 'charges' | 'messages';
-export type FaultEndpoint = 'charges.create' | 'charges.lookup' | 'messages.create' | 'messages.lookup';
+export type Scope = 'charges' | 'messages' | 'refunds';
+export type FaultEndpoint =
+  | 'charges.create'
+  | 'charges.lookup'
+  | 'messages.create'
+  | 'messages.lookup'
+  | 'refunds.create'
+  | 'refunds.lookup';
 export type FaultKind = 'fail_before' | 'fail_after' | 'drop_after' | 'delay';
 
 // ---------------------------------------------------------------- idempotency
@@ -619,6 +625,105 @@ export async function listWebhookEvents(
   return rows;
 }
 
+// -------------------------------------------------------------------- refunds
+
+export interface RefundRow {
+  id: string;
+  idempotency_key: string;
+  charge_id: string;
+  amount: number;
+  currency: string;
+  status: 'succeeded' | 'failed';
+  reason: string | null;
+  metadata: Record<string, string>;
+  created_at: Date;
+}
+
+const REFUND_COLUMNS = `id, idempotency_key, charge_id, amount, currency, status, reason, metadata, created_at`;
+
+/** A refund and the key's completion in one autocommitted statement; false, with nothing written, if the claim was lost. */
+export async function commitRefund(db: Queryable, c: KeyCompletion, r: RefundRow): Promise<boolean> {
+  const { rows } = await db.query<{ owned: boolean }>({
+    name: 'sandbox_commit_refund',
+    text: `with ${COMPLETE_KEY_CTE},
+      refund as (
+        insert into sandbox.refunds (account, ${REFUND_COLUMNS})
+        select $1, $8::text, $9::text, $10::text, $11::int, $12::text, $13::text, $14::text, $15::jsonb,
+               $16::timestamptz
+          from done
+        returning id)
+      select exists (select 1 from done) as owned`,
+    values: [
+      ...completionValues(c),
+      r.id,
+      r.idempotency_key,
+      r.charge_id,
+      r.amount,
+      r.currency,
+      r.status,
+      r.reason,
+      JSON.stringify(r.metadata),
+      r.created_at,
+    ],
+  });
+  return rows[0]!.owned;
+}
+
+/**
+ * Completes the key with a refusal (no effect), as a provider stores a
+ * request it refused after claiming its key: a retry under the key replays it.
+ */
+export async function commitRefusal(db: Queryable, c: KeyCompletion): Promise<boolean> {
+  const { rows } = await db.query<{ owned: boolean }>({
+    name: 'sandbox_commit_refusal',
+    text: `with ${COMPLETE_KEY_CTE} select exists (select 1 from done) as owned`,
+    values: completionValues(c),
+  });
+  return rows[0]!.owned;
+}
+
+export async function findRefundByKey(
+  db: Queryable,
+  account: string,
+  key: string,
+): Promise<RefundRow | null> {
+  const { rows } = await db.query<RefundRow>(
+    `select ${REFUND_COLUMNS} from sandbox.refunds
+      where account = $1 and idempotency_key = $2 order by created_at desc, id desc limit 1`,
+    [account, key],
+  );
+  return rows[0] ?? null;
+}
+
+/** A charge of this account by ID, with the sum of its succeeded refunds. */
+export async function findChargeForRefund(
+  db: Queryable,
+  account: string,
+  chargeId: string,
+): Promise<{ amount: number; currency: string; status: string; refunded: number } | null> {
+  const { rows } = await db.query<{ amount: number; currency: string; status: string; refunded: number }>(
+    `select c.amount, c.currency, c.status,
+            (select coalesce(sum(r.amount), 0)::int from sandbox.refunds r
+              where r.account = c.account and r.charge_id = c.id and r.status = 'succeeded') as refunded
+       from sandbox.charges c where c.account = $1 and c.id = $2`,
+    [account, chargeId],
+  );
+  return rows[0] ?? null;
+}
+
+export async function listRefunds(db: Queryable, account: string, f: AuditFilter): Promise<RefundRow[]> {
+  const { rows } = await db.query<RefundRow>(
+    `select ${REFUND_COLUMNS} from sandbox.refunds
+      where account = $1
+        and ($2::text is null or metadata ->> 'order_id' = $2)
+        and ($3::text is null or metadata ->> 'tenant_id' = $3)
+        and ($4::text is null or idempotency_key = $4)
+      order by created_at, id`,
+    [account, f.orderId ?? null, f.tenantId ?? null, f.idempotencyKey ?? null],
+  );
+  return rows;
+}
+
 // ---------------------------------------------------------------------- reset
 
 /** Wipes everything this account has. Callers run it in one transaction. */
@@ -627,6 +732,7 @@ export async function resetAccount(db: Queryable, account: string): Promise<void
     'idempotency_keys',
     'charges',
     'messages',
+    'refunds',
     'faults',
     'webhook_config',
     'webhook_events',

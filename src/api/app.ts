@@ -24,6 +24,7 @@ import { findTenantByKeyHash } from '../tenants/sql.ts';
 import { strictValidatorCompiler } from '../http/validation.ts';
 import { healthRoutes } from './routes/health.ts';
 import { orderRoutes } from './routes/orders.ts';
+import { refundRoutes } from './routes/refunds.ts';
 import { webhookRoutes } from './routes/webhooks.ts';
 import { BODY_LIMIT_BYTES } from './schemas.ts';
 import { DOCUMENTED_REQUIRED } from '../http/openapi.ts';
@@ -236,6 +237,7 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
       },
       tags: [
         { name: 'orders', description: "A tenant's orders (API key)" },
+        { name: 'refunds', description: "Refunds of a tenant's completed orders (API key)" },
         { name: 'webhooks', description: 'Signed events from the payment provider' },
         { name: 'health', description: 'Liveness and readiness' },
         { name: 'admin', description: "The operator's recovery path (admin token); see docs/OPERATIONS.md" },
@@ -304,6 +306,7 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
   );
   await app.register(healthRoutes, { ctx });
   await app.register(orderRoutes, { ctx });
+  await app.register(refundRoutes, { ctx });
   await app.register(webhookRoutes, { ctx });
 
   return app;

@@ -15,6 +15,7 @@
  */
 import { Type, type Static } from '@fastify/type-provider-typebox';
 import { ORDER_STATUSES } from '../orders/model.ts';
+import { REFUND_STATUSES } from '../refunds/contract.ts';
 import { DOCUMENTED_REQUIRED } from '../http/openapi.ts';
 
 const MAX_ITEMS = 100;
@@ -64,12 +65,26 @@ const CustomerSchema = Type.Object(
   { additionalProperties: false, title: 'Customer' },
 );
 
+/**
+ * The order's natural key: the merchant's own reference, unique per tenant
+ * (a unique index on orders, migrations/0019). See docs/API.md "Three layers".
+ */
+const MerchantReference = Type.String({
+  minLength: 1,
+  maxLength: 100,
+  pattern: '^[\\x21-\\x7e]+$',
+  description:
+    'Optional. Your own reference for this order (1-100 visible ASCII characters), unique per tenant: ' +
+    'a second order with it under another Idempotency-Key gets 409 duplicate-merchant-reference.',
+});
+
 export const CreateOrderBody = Type.Object(
   {
     customer: CustomerSchema,
     currency: Type.String({ pattern: '^[A-Za-z]{3}$', description: 'ISO 4217 code; stored lowercase' }),
     items: Type.Array(OrderItemSchema, { minItems: 1, maxItems: MAX_ITEMS }),
     paymentMethod: Id('Payment method token, e.g. pm_card_visa'),
+    merchantReference: Type.Optional(MerchantReference),
   },
   { additionalProperties: false, title: 'CreateOrderRequest' },
 );
@@ -91,6 +106,13 @@ const OrderFields = {
   customer: CustomerSchema,
   items: Type.Array(OrderItemSchema),
   paymentMethod: Type.String(),
+  merchantReference: Type.Union([Type.String(), Type.Null()], {
+    description: 'The reference sent at creation, or null',
+  }),
+  refundedAmount: Type.Integer({
+    description:
+      'Sum of the refunds that are not failed (pending ones included: their amount is reserved), in minor units',
+  }),
   createdAt: Type.String({ format: 'date-time' }),
 };
 
@@ -227,4 +249,79 @@ export const REPLAYED_HEADER = {
   'Idempotent-Replayed': Type.Literal('true', {
     description: 'Present (true) when this is the stored answer to an earlier request with the same key',
   }),
+};
+
+// --- refunds ----------------------------------------------------------------
+
+export const CreateRefundBody = Type.Object(
+  {
+    amount: Type.Integer({
+      minimum: 1,
+      maximum: MAX_ORDER_TOTAL,
+      description:
+        'Integer minor units, at least 1. With every refund of the order that is not failed, at most the amount charged.',
+    }),
+    reason: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 200,
+        pattern: '^[\\x21-\\x7e]+$',
+        description: 'Optional, 1-200 visible ASCII characters (e.g. requested_by_customer)',
+      }),
+    ),
+  },
+  { additionalProperties: false, title: 'CreateRefundRequest' },
+);
+export type CreateRefundBody = Static<typeof CreateRefundBody>;
+
+const RefundStatusSchema = Type.Enum([...REFUND_STATUSES], {
+  title: 'RefundStatus',
+  description:
+    'pending -> succeeded | failed (the provider declined it) | refund_unknown (the outcome was lost: ' +
+    'it is reconciled, never presumed failed) | needs_attention',
+});
+
+export const Refund = Type.Object(
+  {
+    id: Type.String({ description: 'Server-generated refund ID (re_ + 24 hex digits)' }),
+    object: Type.Literal('refund'),
+    orderId: Type.String(),
+    amount: Type.Integer({ description: 'Integer minor units' }),
+    currency: Type.String(),
+    status: RefundStatusSchema,
+    reason: Type.Union([Type.String(), Type.Null()]),
+    workflowId: Type.String({ description: 'Temporal workflow ID: refund/<tenant>/<id>' }),
+    providerRefundId: Type.Union([Type.String(), Type.Null()]),
+    createdAt: Type.String({ format: 'date-time' }),
+    updatedAt: Type.String({ format: 'date-time' }),
+  },
+  { title: 'Refund' },
+);
+
+export const RefundList = Type.Object(
+  { object: Type.Literal('list'), data: Type.Array(Refund) },
+  { title: 'RefundList' },
+);
+
+export const OrderRefundParams = Type.Object({
+  id: Type.String({ maxLength: 64, pattern: '^[A-Za-z0-9_]+$' }),
+});
+
+export const RefundIdParams = Type.Object({
+  id: Type.String({ maxLength: 64, pattern: '^[A-Za-z0-9_]+$' }),
+  refundId: Type.String({ maxLength: 64, pattern: '^[A-Za-z0-9_]+$' }),
+});
+
+export const GetRefundQuery = Type.Object({
+  wait: Type.Optional(
+    Type.Integer({
+      minimum: 0,
+      maximum: 30,
+      description: 'Long-poll up to this many seconds until the refund reaches a terminal status',
+    }),
+  ),
+});
+
+export const REFUND_LOCATION_HEADER = {
+  Location: Type.String({ description: "The refund's URL: /v1/orders/{id}/refunds/{refundId}" }),
 };

@@ -41,6 +41,9 @@ export type OrderDetail = Schemas['OrderDetail'];
 export type OrderSummary = Schemas['OrderSummary'];
 export type OrderList = Schemas['OrderList'];
 export type OrderStatus = Schemas['OrderStatus'];
+export type CreateRefundBody = Schemas['CreateRefundRequest'];
+export type Refund = Schemas['Refund'];
+export type RefundList = Schemas['RefundList'];
 export type ListOrdersQuery = NonNullable<operations['listOrders']['parameters']['query']>;
 
 export interface AttemptInfo {
@@ -84,6 +87,19 @@ export interface OnceflowClient {
    */
   waitForOrder(id: string, opts?: { timeoutMs?: number; pollSeconds?: number }): Promise<OrderDetail>;
   listOrders(query?: ListOrdersQuery): Promise<OrderList>;
+  /**
+   * POST /v1/orders/{id}/refunds under one Idempotency-Key for every attempt
+   * (a new one per call unless given). Two calls are two refunds: keep the
+   * key to retry one refund later.
+   */
+  createRefund(
+    orderId: string,
+    body: CreateRefundBody,
+    opts?: { idempotencyKey?: string },
+  ): Promise<{ refund: Refund; replayed: boolean; idempotencyKey: string; attempts: number }>;
+  /** GET one refund; with `waitSeconds` (at most 30) long-polls until it is terminal. */
+  getRefund(orderId: string, refundId: string, opts?: { waitSeconds?: number }): Promise<Refund>;
+  listRefunds(orderId: string): Promise<RefundList>;
 }
 
 interface Sent<T> {
@@ -194,6 +210,47 @@ export function createOnceflowClient(options: OnceflowClientOptions): OnceflowCl
           throw new WaitTimeoutError(`order ${id} is still ${order.status}`, order);
         }
       }
+    },
+
+    async createRefund(orderId, body, opts = {}) {
+      const idempotencyKey = opts.idempotencyKey ?? randomUUID();
+      const { data, response, attempts } = await withRetry<Refund>(
+        { method: 'POST', path: `/v1/orders/${orderId}/refunds`, idempotencyKey },
+        (signal) =>
+          api.POST('/v1/orders/{id}/refunds', {
+            body,
+            params: { path: { id: orderId }, header: { 'idempotency-key': idempotencyKey } },
+            signal,
+          }),
+      );
+      return {
+        refund: data,
+        replayed: response.headers.get('idempotent-replayed') === 'true',
+        idempotencyKey,
+        attempts,
+      };
+    },
+
+    async getRefund(orderId, refundId, opts = {}) {
+      const wait = Math.max(0, Math.min(MAX_WAIT_SECONDS, opts.waitSeconds ?? 0));
+      const { data } = await withRetry<Refund>(
+        { method: 'GET', path: `/v1/orders/${orderId}/refunds/${refundId}` },
+        (signal) =>
+          api.GET('/v1/orders/{id}/refunds/{refundId}', {
+            params: { path: { id: orderId, refundId }, query: wait > 0 ? { wait } : {} },
+            signal,
+          }),
+        Math.max(policy.attemptTimeoutMs, wait * 1000 + 10_000),
+      );
+      return data;
+    },
+
+    async listRefunds(orderId) {
+      const { data } = await withRetry<RefundList>(
+        { method: 'GET', path: `/v1/orders/${orderId}/refunds` },
+        (signal) => api.GET('/v1/orders/{id}/refunds', { params: { path: { id: orderId } }, signal }),
+      );
+      return data;
     },
 
     async listOrders(query = {}) {

@@ -81,6 +81,47 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/v1/orders/{id}/refunds': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** List an order's refunds, newest first */
+    get: operations['listRefunds'];
+    put?: never;
+    /**
+     * Refund part or all of a completed order (idempotent)
+     * @description Requires an Idempotency-Key, with the same contract as createOrder. Two refunds of the same amount under different keys are two refunds; the sum of the refunds that are not failed never exceeds the amount charged.
+     */
+    post: operations['createRefund'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/orders/{id}/refunds/{refundId}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /**
+     * Get one refund
+     * @description With ?wait=N (at most 30) the call long-polls until the refund reaches a terminal status (succeeded, failed, needs_attention) or N seconds pass.
+     */
+    get: operations['getRefund'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/v1/webhooks/payments': {
     parameters: {
       query?: never;
@@ -300,6 +341,15 @@ export interface components {
       items: components['schemas']['OrderItem'][];
       /** @description Payment method token, e.g. pm_card_visa */
       paymentMethod: string;
+      /** @description Optional. Your own reference for this order (1-100 visible ASCII characters), unique per tenant: a second order with it under another Idempotency-Key gets 409 duplicate-merchant-reference. */
+      merchantReference?: string;
+    };
+    /** CreateRefundRequest */
+    CreateRefundRequest: {
+      /** @description Integer minor units, at least 1. With every refund of the order that is not failed, at most the amount charged. */
+      amount: number;
+      /** @description Optional, 1-200 visible ASCII characters (e.g. requested_by_customer) */
+      reason?: string;
     };
     /** Customer */
     Customer: {
@@ -394,6 +444,10 @@ export interface components {
       customer: components['schemas']['Customer'];
       items: components['schemas']['OrderItem'][];
       paymentMethod: string;
+      /** @description The reference sent at creation, or null */
+      merchantReference: string | null;
+      /** @description Sum of the refunds that are not failed (pending ones included: their amount is reserved), in minor units */
+      refundedAmount: number;
       /** Format: date-time */
       createdAt: string;
     };
@@ -412,6 +466,10 @@ export interface components {
       customer: components['schemas']['Customer'];
       items: components['schemas']['OrderItem'][];
       paymentMethod: string;
+      /** @description The reference sent at creation, or null */
+      merchantReference: string | null;
+      /** @description Sum of the refunds that are not failed (pending ones included: their amount is reserved), in minor units */
+      refundedAmount: number;
       /** Format: date-time */
       createdAt: string;
       chargeId: string | null;
@@ -485,6 +543,10 @@ export interface components {
       customer: components['schemas']['Customer'];
       items: components['schemas']['OrderItem'][];
       paymentMethod: string;
+      /** @description The reference sent at creation, or null */
+      merchantReference: string | null;
+      /** @description Sum of the refunds that are not failed (pending ones included: their amount is reserved), in minor units */
+      refundedAmount: number;
       /** Format: date-time */
       createdAt: string;
       /** Format: date-time */
@@ -562,6 +624,38 @@ export interface components {
       /** @description Why (required for decisions), recorded in the audit log */
       reason: string;
     };
+    /** Refund */
+    Refund: {
+      /** @description Server-generated refund ID (re_ + 24 hex digits) */
+      id: string;
+      /** @enum {string} */
+      object: 'refund';
+      orderId: string;
+      /** @description Integer minor units */
+      amount: number;
+      currency: string;
+      status: components['schemas']['RefundStatus'];
+      reason: string | null;
+      /** @description Temporal workflow ID: refund/<tenant>/<id> */
+      workflowId: string;
+      providerRefundId: string | null;
+      /** Format: date-time */
+      createdAt: string;
+      /** Format: date-time */
+      updatedAt: string;
+    };
+    /** RefundList */
+    RefundList: {
+      /** @enum {string} */
+      object: 'list';
+      data: components['schemas']['Refund'][];
+    };
+    /**
+     * RefundStatus
+     * @description pending -> succeeded | failed (the provider declined it) | refund_unknown (the outcome was lost: it is reconciled, never presumed failed) | needs_attention
+     * @enum {unknown}
+     */
+    RefundStatus: 'pending' | 'succeeded' | 'failed' | 'refund_unknown' | 'needs_attention';
     /** ResolveOutcome */
     ResolveOutcome: {
       before: components['schemas']['OperationState'];
@@ -792,11 +886,13 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description The first request with this key is still in progress; retry after Retry-After */
+      /** @description The first request with this key is still in progress; retry after Retry-After (idempotency-key-in-progress). Or another order of this tenant already has this merchantReference (duplicate-merchant-reference: its `id` and `Location`; nothing stored) */
       409: {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
-          'Retry-After': number;
+          'Retry-After'?: number;
+          /** @description duplicate-merchant-reference: the existing order */
+          Location?: string;
           /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
           'x-ratelimit-limit'?: number;
           /** @description Requests left in the current window */
@@ -915,6 +1011,323 @@ export interface operations {
         };
       };
       /** @description No such order for this tenant */
+      404: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited (nothing stored); retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  listRefunds: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description The order's refunds */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['RefundList'];
+        };
+      };
+      /** @description A path parameter is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing or invalid API key */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description No such order for this tenant */
+      404: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited (nothing stored); retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  createRefund: {
+    parameters: {
+      query?: never;
+      header: {
+        /** @description Required. One key per intent, reused on every retry of it. 1-255 visible ASCII characters (0x21-0x7E), sent once; the structured-field string form (`"abc"`, RFC 8941) is the same key as `abc`. */
+        'idempotency-key': string;
+      };
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['CreateRefundRequest'];
+      };
+    };
+    responses: {
+      /** @description Accepted: the refund exists and its workflow will run */
+      202: {
+        headers: {
+          /** @description The refund's URL: /v1/orders/{id}/refunds/{refundId} */
+          Location: string;
+          /** @description Present (true) when this is the stored answer to an earlier request with the same key */
+          'Idempotent-Replayed'?: 'true';
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Refund'];
+        };
+      };
+      /** @description Schema violation or a missing/invalid Idempotency-Key (nothing stored) */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing or invalid API key (nothing stored) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description No such order for this tenant (nothing stored) */
+      404: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description The first request with this key is still in progress (idempotency-key-in-progress, with Retry-After), or the order is not completed (order-not-refundable; nothing stored) */
+      409: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Body larger than 64 KiB */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description The body is not application/json */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description The key was used with a different request (idempotency-key-reused), or the refund would take the refunded total above the amount charged (refund-exceeds-charge; nothing stored) */
+      422: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited (nothing stored); retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  getRefund: {
+    parameters: {
+      query?: {
+        /** @description Long-poll up to this many seconds until the refund reaches a terminal status */
+        wait?: number;
+      };
+      header?: never;
+      path: {
+        id: string;
+        refundId: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description The refund */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Refund'];
+        };
+      };
+      /** @description A query or path parameter is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing or invalid API key */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description No such refund of this order for this tenant */
       404: {
         headers: {
           /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */

@@ -51,6 +51,16 @@ export const PROBLEMS = {
     title: 'A request with this Idempotency-Key is still being processed',
     status: 409,
   },
+  duplicateMerchantReference: {
+    type: `${BASE}duplicate-merchant-reference`,
+    title: 'An order with this merchantReference already exists',
+    status: 409,
+  },
+  orderNotRefundable: {
+    type: `${BASE}order-not-refundable`,
+    title: 'The order cannot be refunded in its current status',
+    status: 409,
+  },
   payloadTooLarge: { type: `${BASE}payload-too-large`, title: 'The request body is too large', status: 413 },
   unsupportedMediaType: {
     type: `${BASE}unsupported-media-type`,
@@ -65,6 +75,11 @@ export const PROBLEMS = {
   amountTooLarge: {
     type: `${BASE}amount-too-large`,
     title: 'The order total is above what the payment provider accepts',
+    status: 422,
+  },
+  refundExceedsCharge: {
+    type: `${BASE}refund-exceeds-charge`,
+    title: 'The refund would take the refunded total above the amount charged',
     status: 422,
   },
   rateLimited: { type: `${BASE}rate-limited`, title: 'Too many requests', status: 429 },

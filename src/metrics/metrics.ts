@@ -18,6 +18,7 @@ import { withTransaction, type Pool } from '../db/index.ts';
 import type { LedgerEvent, LedgerHooks } from '../ledger/index.ts';
 import { errorFields, log } from '../log.ts';
 import { countUnrecordedParked } from '../orders/sql.ts';
+import { countOpenRefunds } from '../refunds/sql.ts';
 import { selectOutboxBacklog, type OutboxBacklog } from '../outbox/sql.ts';
 import { selectBacklog, setLocalStatementTimeout, type BacklogSnapshot } from './sql.ts';
 
@@ -206,6 +207,7 @@ interface Snapshot extends BacklogSnapshot {
   outbox: OutboxBacklog;
   /** Parked workflows without a needs_attention row; null if visibility was not read. */
   parkedUnrecorded: number | null;
+  refunds: Awaited<ReturnType<typeof countOpenRefunds>>;
 }
 
 function registerBacklogGauges(
@@ -245,6 +247,7 @@ function registerBacklogGauges(
               ...backlog,
               outbox,
               parkedUnrecorded: parked ? await countUnrecordedParked(tx, parked) : null,
+              refunds: await countOpenRefunds(tx),
             };
           },
           { retries: 0 },
@@ -305,6 +308,19 @@ function registerBacklogGauges(
         { status: 'needs_attention' },
         s ? s.ordersNeedsAttention + (s.parkedUnrecorded ?? 0) : value(undefined),
       );
+    },
+  });
+  new Gauge({
+    name: 'onceflow_refunds_in_status',
+    help:
+      'Refunds waiting on an outcome or a human: pending, refund_unknown (the provider answer was lost; ' +
+      'being reconciled) and needs_attention.',
+    labelNames: ['status'] as const,
+    registers,
+    async collect() {
+      const s = await snapshot();
+      for (const status of ['pending', 'refund_unknown', 'needs_attention'] as const)
+        this.set({ status }, value(s?.refunds[status]));
     },
   });
   new Gauge({

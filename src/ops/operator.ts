@@ -34,6 +34,8 @@ import {
 } from '../ledger/index.ts';
 import { ORDER_REASONS, OPERATION_TYPES, orderWorkflowId, type OrderStatus } from '../orders/model.ts';
 import { listParkedWorkflows, type ParkedWorkflow } from '../orders/attention.ts';
+import type { RefundStatus } from '../refunds/contract.ts';
+import { selectRefundsNeedingAttention } from '../refunds/sql.ts';
 import type { Charge, EmailProvider, Message, PaymentProvider } from '../providers/types.ts';
 import { chargeReconciler, findCharge, settledCharge } from '../steps/payment.ts';
 import { findMessage, receiptKeyWindowMs, receiptReconciler, settledReceipt } from '../steps/receipt.ts';
@@ -204,6 +206,20 @@ export interface AttentionItem extends OrderSummary {
    * it could not write its status; the row, if any, shows an older status).
    */
   source: 'order_row' | 'workflow';
+}
+
+export interface RefundAttentionItem {
+  kind: 'refund';
+  tenantId: string;
+  orderId: string;
+  refundId: string;
+  workflowId: string;
+  status: RefundStatus;
+  amount: number;
+  currency: string;
+  lastError: string | null;
+  updatedAt: Date;
+  temporalUiUrl: string;
 }
 
 export interface AttentionList {
@@ -630,6 +646,33 @@ export class Operator {
       items: items.slice(0, limit),
       visibilityError: parked.error ? `Temporal visibility unavailable: ${parked.error}` : undefined,
     };
+  }
+
+  /**
+   * Refunds waiting on an outcome or a human (refund_unknown: its provider
+   * answer was lost and it is being reconciled; needs_attention: parked),
+   * oldest first, with a link to each refund's workflow.
+   */
+  async listRefundAttention(
+    opts: { tenantId?: string; limit?: number } = {},
+  ): Promise<RefundAttentionItem[]> {
+    const limit = clampLimit(opts.limit);
+    const rows = await withClient(this.#deps.pool, (c) =>
+      selectRefundsNeedingAttention(c, { tenantId: opts.tenantId || undefined, limit }),
+    );
+    return rows.map((r) => ({
+      kind: 'refund' as const,
+      tenantId: r.tenant_id,
+      orderId: r.order_id,
+      refundId: r.id,
+      workflowId: r.workflow_id,
+      status: r.status,
+      amount: Number(r.amount),
+      currency: r.currency,
+      lastError: r.last_error,
+      updatedAt: r.updated_at,
+      temporalUiUrl: this.temporalUiUrl(r.workflow_id),
+    }));
   }
 
   /** Newest first. */

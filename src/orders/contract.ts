@@ -141,6 +141,10 @@ export const FAILURE = {
   paymentRejected: 'PaymentRejected',
   /** Charge: the outcome is not known (lost response, timeout); the workflow reconciles. */
   paymentOutcomeUnknown: 'PaymentOutcomeUnknown',
+  /** Provider refund: the outcome is not known (lost response, timeout); the refund workflow reconciles. */
+  refundOutcomeUnknown: 'RefundOutcomeUnknown',
+  /** A refund status write found no refund row. */
+  refundNotFound: 'RefundNotFound',
   /** Receipt: the outcome is not known; Temporal retries under the same key. */
   receiptOutcomeUnknown: 'ReceiptOutcomeUnknown',
   /** Status write: the outcome is not known; Temporal retries under the same key. */

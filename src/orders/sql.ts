@@ -29,6 +29,10 @@ export interface OrderRow {
   customer_email: string;
   items: OrderItem[];
   payment_method: string;
+  /** The order's natural key (optional), unique per tenant. */
+  merchant_reference: string | null;
+  /** Sum of the order's refunds that are not failed (reserved by src/refunds/sql.ts). */
+  refunded_amount: string; // bigint
   charge_id: string | null;
   receipt_id: string | null;
   last_error: string | null;
@@ -41,7 +45,7 @@ export interface OrderRow {
 }
 
 const ORDER_COLUMNS = `tenant_id, id, workflow_id, status, status_seq, amount, currency, customer_id,
-  customer_email, items, payment_method, charge_id, receipt_id, last_error, reason, created_at, updated_at,
+  customer_email, items, payment_method, merchant_reference, refunded_amount, charge_id, receipt_id, last_error, reason, created_at, updated_at,
   (extract(epoch from created_at) * 1000000)::bigint::text as created_us`;
 
 // --- writes -----------------------------------------------------------------
@@ -56,19 +60,42 @@ export interface NewOrder {
   customerEmail: string;
   items: OrderItem[];
   paymentMethod: string;
+  /** The natural key; absent or null: none. */
+  merchantReference?: string | null;
 }
 
-/** The API only ever inserts orders in 'accepted'; the workflow's activities move them on. */
-export async function insertAcceptedOrder(db: Queryable, o: NewOrder): Promise<OrderRow> {
-  return (await db.query<OrderRow>(insertAcceptedOrderStatement(o))).rows[0]!;
+/**
+ * The API only ever inserts orders in 'accepted'; the workflow's activities move them on.
+ *
+ * With a merchantReference already taken by another order of the tenant, the
+ * unique index (migrations/0019) decides: nothing is inserted and the answer
+ * is that order's ID (`duplicateOf`). ON CONFLICT waits for a concurrent
+ * insert of the same reference to commit or roll back, so of two racing
+ * requests exactly one inserts. The ID is read after the conflict, in the
+ * caller's transaction (a new snapshot per statement under READ COMMITTED
+ * sees the committed winner).
+ */
+export async function insertAcceptedOrder(
+  db: Queryable,
+  o: NewOrder,
+): Promise<{ row: OrderRow; duplicateOf?: undefined } | { row?: undefined; duplicateOf: string }> {
+  const row = (await db.query<OrderRow>(insertAcceptedOrderStatement(o))).rows[0];
+  if (row) return { row };
+  const { rows } = await db.query<{ id: string }>(
+    'select id from orders where tenant_id = $1 and merchant_reference = $2',
+    [o.tenantId, o.merchantReference ?? null],
+  );
+  // The winner is committed (ON CONFLICT saw it), and orders are never deleted while referenced.
+  return { duplicateOf: rows[0]!.id };
 }
 
 /** insertAcceptedOrder's statement; the result's one row is the OrderRow. */
 function insertAcceptedOrderStatement(o: NewOrder): pg.QueryConfig {
   return {
     text: `insert into orders (tenant_id, id, workflow_id, status, amount, currency, customer_id, customer_email,
-                               items, payment_method)
-           values ($1, $2, $3, 'accepted', $4, $5, $6, $7, $8, $9)
+                               items, payment_method, merchant_reference)
+           values ($1, $2, $3, 'accepted', $4, $5, $6, $7, $8, $9, $10)
+           on conflict (tenant_id, merchant_reference) where merchant_reference is not null do nothing
            returning ${ORDER_COLUMNS}`,
     values: [
       o.tenantId,
@@ -80,6 +107,7 @@ function insertAcceptedOrderStatement(o: NewOrder): pg.QueryConfig {
       o.customerEmail,
       JSON.stringify(o.items),
       o.paymentMethod,
+      o.merchantReference ?? null,
     ],
   };
 }

@@ -7,6 +7,7 @@
  */
 import type { Queryable } from '../db/index.ts';
 import type { OrderWorkflowInput } from '../orders/model.ts';
+import type { RefundWorkflowInput } from '../refunds/contract.ts';
 import type { TraceCarrier } from '../tracing/index.ts';
 
 export interface OutboxRow {
@@ -15,7 +16,7 @@ export interface OutboxRow {
   order_id: string;
   workflow_type: string;
   task_queue: string;
-  input: OrderWorkflowInput;
+  input: OrderWorkflowInput | RefundWorkflowInput;
   attempts: number;
   started_at: Date | null;
   /** The accepting request's W3C trace context (src/tracing); null when tracing was off. */
@@ -28,7 +29,7 @@ export interface NewOutboxRow {
   orderId: string;
   workflowType: string;
   taskQueue: string;
-  input: OrderWorkflowInput;
+  input: OrderWorkflowInput | RefundWorkflowInput;
   traceContext?: TraceCarrier | null;
   /** Inserted already claimed by the inserting process for this long (see insertOutbox). */
   claimedForMs?: number;

@@ -21,6 +21,8 @@ import {
   type EmailProvider,
   type Message,
   type MessageRequest,
+  type Refund,
+  type RefundRequest,
   type PaymentProvider,
   type ProviderCapabilities,
 } from './types.ts';
@@ -201,6 +203,34 @@ function parseCharge(what: string, v: unknown, status: number): Charge {
   return charge;
 }
 
+function parseRefund(what: string, v: unknown, status: number): Refund {
+  if (
+    !isRecord(v) ||
+    typeof v.id !== 'string' ||
+    (v.status !== 'succeeded' && v.status !== 'failed') ||
+    typeof v.charge !== 'string' ||
+    typeof v.amount !== 'number' ||
+    typeof v.currency !== 'string' ||
+    typeof v.idempotency_key !== 'string' ||
+    typeof v.created !== 'number'
+  ) {
+    throw new ProviderError('uncertain', `${what}: response is not a refund`, {
+      code: 'bad_response',
+      status,
+    });
+  }
+  return {
+    id: v.id,
+    status: v.status,
+    chargeId: v.charge,
+    amount: v.amount,
+    currency: v.currency,
+    idempotencyKey: v.idempotency_key,
+    metadata: stringMap(v.metadata),
+    created: isoFromUnix(v.created),
+  };
+}
+
 function parseMessage(what: string, v: unknown, status: number): Message {
   if (
     !isRecord(v) ||
@@ -282,6 +312,29 @@ export function createSandboxPaymentProvider(opts: SandboxClientOptions): Sandbo
       const path = `/v1/charges?idempotency_key=${encodeURIComponent(idempotencyKey)}`;
       const res = await request(opts, 'GET', path, what);
       if (res.status === 200) return parseCharge(what, res.body, res.status);
+      if (res.status === 404) return null;
+      throw statusError(what, res);
+    },
+
+    async createRefund(req: RefundRequest, idempotencyKey: string): Promise<Refund> {
+      const what = 'sandbox createRefund';
+      const body: Record<string, unknown> = {
+        charge: req.chargeId,
+        amount: req.amount,
+        metadata: req.metadata,
+      };
+      if (req.reason !== undefined) body.reason = req.reason;
+      const res = await request(opts, 'POST', '/v1/refunds', what, { body, idempotencyKey });
+      if (res.status === 200) return parseRefund(what, res.body, res.status);
+      // A 400 (no such charge, more than is left) is a refusal before acting: 'rejected'.
+      throw statusError(what, res);
+    },
+
+    async findRefundByIdempotencyKey(idempotencyKey: string): Promise<Refund | null> {
+      const what = 'sandbox findRefundByIdempotencyKey';
+      const path = `/v1/refunds?idempotency_key=${encodeURIComponent(idempotencyKey)}`;
+      const res = await request(opts, 'GET', path, what);
+      if (res.status === 200) return parseRefund(what, res.body, res.status);
       if (res.status === 404) return null;
       throw statusError(what, res);
     },

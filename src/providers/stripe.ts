@@ -31,7 +31,13 @@
  *   429, 5xx, timeout, reset     -> uncertain
  */
 import Stripe from 'stripe';
-import { ProviderError, type Charge, type ChargeRequest, type PaymentProvider } from './types.ts';
+import {
+  ProviderError,
+  type Charge,
+  type ChargeRequest,
+  type PaymentProvider,
+  type Refund,
+} from './types.ts';
 import { notSentCode } from './sandbox.ts';
 
 export interface StripeProviderOptions {
@@ -195,6 +201,27 @@ export function createStripePaymentProvider(opts: StripeProviderOptions): Paymen
         throw providerErrorFromStripe(what, err);
       }
       return chargeFromPaymentIntent(what, pi, idempotencyKey);
+    },
+
+    // Refunds through Stripe are not implemented yet (#27 landed after this adapter): refuse
+    // before sending anything, a definite "nothing happened", so the refund ends `failed` and
+    // its reserved amount is released. Never a guess that could move money.
+    async createRefund(): Promise<Refund> {
+      throw new ProviderError(
+        'rejected',
+        'stripe createRefund: refunds through Stripe are not implemented yet',
+        {
+          code: 'refunds_not_supported',
+        },
+      );
+    },
+
+    async findRefundByIdempotencyKey(): Promise<Refund | null> {
+      throw new ProviderError(
+        'rejected',
+        'stripe findRefundByIdempotencyKey: refunds through Stripe are not implemented yet',
+        { code: 'refunds_not_supported' },
+      );
     },
 
     async searchChargeByIdempotencyKey(idempotencyKey: string): Promise<Charge | null> {

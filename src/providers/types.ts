@@ -93,6 +93,39 @@ export interface PaymentProvider {
    * when the provider holds an effect under the key that is not final yet.
    */
   searchChargeByIdempotencyKey?(idempotencyKey: string): Promise<Charge | null>;
+  /**
+   * Refunds (part of) a charge, or replays the refund made under this key.
+   * A refund the provider made but reports as failed resolves to a `Refund`
+   * with status 'failed' (definite). A request the provider refuses before
+   * acting (no such charge, more than is left to refund) throws a 'rejected'
+   * ProviderError: nothing was refunded. Anything else throws as createCharge.
+   */
+  createRefund(req: RefundRequest, idempotencyKey: string): Promise<Refund>;
+  /** Reconciliation: the refund made under this key, or null if there is none. */
+  findRefundByIdempotencyKey(idempotencyKey: string): Promise<Refund | null>;
+}
+
+export interface RefundRequest {
+  /** The provider's ID of the charge to refund. */
+  chargeId: string;
+  /** Integer minor units, > 0. */
+  amount: number;
+  currency: string;
+  reason?: string;
+  /** Flat string map; by convention carries order_id, tenant_id, refund_id and operation_key. */
+  metadata: Record<string, string>;
+}
+
+export interface Refund {
+  id: string;
+  status: 'succeeded' | 'failed';
+  chargeId: string;
+  amount: number;
+  currency: string;
+  idempotencyKey: string;
+  metadata: Record<string, string>;
+  /** ISO 8601. */
+  created: string;
 }
 
 export interface MessageRequest {

@@ -24,6 +24,7 @@ import {
 import type { EmailProvider, Message } from '../providers/types.ts';
 import { OPERATION_TYPES } from '../orders/model.ts';
 import { planSettle, stepKeyWindowMs } from './settle.ts';
+import { REFUND_OPERATION_TYPES } from '../refunds/contract.ts';
 
 export type MessageJson = { messageId: string };
 
@@ -132,6 +133,56 @@ export async function runReceipt(
       reconcile: receiptReconciler(deps.email, { keyWindowMs }),
     },
     { ...opts, ...(keyWindowMs !== undefined ? { keyWindowMs } : {}) },
+  );
+  return { messageId: run.result.messageId, replayed: run.replayed };
+}
+
+/** A refund receipt: the customer is told the refund was made. */
+export interface RefundReceiptInput {
+  tenantId: string;
+  orderId: string;
+  refundId: string;
+  /** The step's operation key (`<refund workflowId>/receipt`). */
+  key: string;
+  to: string;
+  amount: number;
+  currency: string;
+  providerRefundId: string;
+}
+
+/** Sends the refund receipt once per operation key: the order receipt's rules, its own operation type. */
+export async function runRefundReceipt(
+  deps: ReceiptStepDeps,
+  input: RefundReceiptInput,
+  opts: Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> = {},
+): Promise<ReceiptResult> {
+  const run = await deps.ledger.runExternal<MessageJson>(
+    { tenantId: input.tenantId, operationType: REFUND_OPERATION_TYPES.receipt, key: input.key },
+    {
+      schemaVersion: 1,
+      value: { refundId: input.refundId, to: input.to, providerRefundId: input.providerRefundId },
+    },
+    {
+      perform: async ({ downstreamKey: dk }) =>
+        messageOutcome(
+          await deps.email.sendMessage(
+            {
+              to: input.to,
+              subject: `Refund for order ${input.orderId}`,
+              text: `We refunded ${formatMoney(input.amount, input.currency)} for order ${input.orderId} (refund ${input.refundId}).`,
+              metadata: {
+                order_id: input.orderId,
+                tenant_id: input.tenantId,
+                refund_id: input.refundId,
+                operation_key: input.key,
+              },
+            },
+            dk,
+          ),
+        ),
+      reconcile: receiptReconciler(deps.email),
+    },
+    { ...opts, ...(deps.keyWindowMs !== undefined ? { keyWindowMs: deps.keyWindowMs } : {}) },
   );
   return { messageId: run.result.messageId, replayed: run.replayed };
 }

@@ -60,6 +60,9 @@ function scriptedPayments(script: Array<'ok' | ProviderError | 'charge-then-time
     async findChargeByIdempotencyKey(key) {
       return charged.get(key) ?? null;
     },
+    // The order's steps never refund.
+    createRefund: () => Promise.reject(new Error('not used')),
+    findRefundByIdempotencyKey: () => Promise.resolve(null),
   };
   return { provider, charged, calls: () => calls };
 }

@@ -250,6 +250,8 @@ describe('heartbeats renew the claim while the provider call runs', () => {
         await answer.promise;
         return real.findChargeByIdempotencyKey(key);
       },
+      createRefund: (req, key) => real.createRefund(req, key),
+      findRefundByIdempotencyKey: (key) => real.findRefundByIdempotencyKey(key),
     };
     const acts = activities({ payments: gated });
     const args = chargeArgs();

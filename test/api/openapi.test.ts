@@ -107,7 +107,8 @@ describe('POST /v1/orders', () => {
       'x-ratelimit-remaining': {},
       'x-ratelimit-reset': {},
     });
-    expect(r['409']!.headers).toMatchObject({ 'Retry-After': { required: true } });
+    // Two 409s: idempotency-key-in-progress (Retry-After) and duplicate-merchant-reference (Location).
+    expect(r['409']!.headers).toMatchObject({ 'Retry-After': {}, Location: {} });
     expect(r['429']!.headers).toMatchObject({ 'Retry-After': { required: true }, 'x-ratelimit-limit': {} });
   });
 });

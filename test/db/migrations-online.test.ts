@@ -3,7 +3,7 @@
  * 0014 is read and refused if it uses a form that blocks a table with rows
  * for longer than a catalog change. The checker is shown refusing 0007's
  * index and 0009's CHECKed column, each locking form, and accepting the
- * safe forms; and the README's recipe for CREATE INDEX CONCURRENTLY (a .ts
+ * safe forms; and the README's recipe for CREATE INDEX CONCURRENTLY (a .js
  * migration with pgm.noTransaction()) is run through the real runner.
  */
 import { mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
@@ -76,7 +76,7 @@ export function lockingForms(sql: string, earlier = ''): string[] {
       touchesExisting = true;
       problems.push(
         index[1]
-          ? `CREATE INDEX CONCURRENTLY cannot run in a .sql file (one transaction per file): use a .ts migration with pgm.noTransaction(): ${s}`
+          ? `CREATE INDEX CONCURRENTLY cannot run in a .sql file (one transaction per file): use a .js migration with pgm.noTransaction(): ${s}`
           : `CREATE INDEX on an existing table blocks its writes for the whole build; use CREATE INDEX CONCURRENTLY: ${s}`,
       );
       continue;
@@ -290,18 +290,18 @@ describe('the checker', () => {
   });
 });
 
-describe("README's recipe: CREATE INDEX CONCURRENTLY in a .ts migration", () => {
+describe("README's recipe: CREATE INDEX CONCURRENTLY in a .js migration", () => {
   it('runs through the real runner outside a transaction and leaves a valid index', async () => {
     const db = await ownDatabase('concurrently');
     const dir = await mkdtemp(path.join(os.tmpdir(), 'onceflow-migrations-'));
     try {
       await mkdir(dir, { recursive: true });
-      // The applied history (as links) plus one new file in the README's shape.
-      for (const f of (await readdir(MIGRATIONS_DIR)).filter((n) => /^\d{4}_.*\.sql$/.test(n)))
+      // The applied history (as links, .js migrations included) plus one new file in the README's shape.
+      for (const f of (await readdir(MIGRATIONS_DIR)).filter((n) => /^\d{4}_.*\.(?:sql|js)$/.test(n)))
         await symlink(path.join(MIGRATIONS_DIR, f), path.join(dir, f));
       await writeFile(
-        path.join(dir, '9999_concurrent_index.ts'),
-        `export function up(pgm: { noTransaction(): void; sql(s: string): void }): void {
+        path.join(dir, '9999_concurrent_index.js'),
+        `export function up(pgm) {
            pgm.noTransaction();
            pgm.sql("SET lock_timeout = '5s'");
            pgm.sql('DROP INDEX CONCURRENTLY IF EXISTS orders_test_concurrent_idx');

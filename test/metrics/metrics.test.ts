@@ -166,6 +166,7 @@ describe('backlog gauges', () => {
     await pool.query(`create table ${schema}.operations (like public.operations including all)`);
     await pool.query(`create table ${schema}.orders (like public.orders including all)`);
     await pool.query(`create table ${schema}.workflow_outbox (like public.workflow_outbox including all)`);
+    await pool.query(`create table ${schema}.refunds (like public.refunds including all)`);
     scoped = createPool(testDatabaseUrl(), { max: 2, options: `-c search_path=${schema}` });
     metrics = createMetrics({ pool: scoped, defaultMetrics: false });
   });
@@ -183,6 +184,7 @@ describe('backlog gauges', () => {
     expect(await gauge('onceflow_orders_in_status', { status: 'needs_attention' })).toBe(0);
     expect(await gauge('onceflow_outbox_unstarted_rows')).toBe(0);
     expect(await gauge('onceflow_outbox_oldest_unstarted_age_seconds')).toBe(0);
+    expect(await gauge('onceflow_refunds_in_status', { status: 'refund_unknown' })).toBe(0);
   });
 
   it('report the oldest in_progress and unknown ages, backlog counts and parked orders', async () => {
@@ -215,6 +217,17 @@ describe('backlog gauges', () => {
     await order('o2', 'needs_attention');
     await order('o3', 'payment_unknown');
     await order('o4', 'completed');
+    const refund = (id: string, status: string) =>
+      pool.query(
+        `insert into ${schema}.refunds (tenant_id, id, order_id, workflow_id, amount, currency, status)
+         values ('acme', $1, 'o4', $2, 10, 'usd', $3)`,
+        [id, `refund/acme/${id}`, status],
+      );
+    await refund('r1', 'refund_unknown');
+    await refund('r2', 'needs_attention');
+    await refund('r3', 'needs_attention');
+    await refund('r4', 'succeeded');
+    await refund('r5', 'pending');
 
     // A scrape reuses the snapshot of the last second: wait until one shows the new rows.
     await until(
@@ -234,6 +247,9 @@ describe('backlog gauges', () => {
     expect(await gauge('onceflow_orders_in_status', { status: 'needs_attention' })).toBe(2);
     expect(await gauge('onceflow_orders_in_status', { status: 'payment_unknown' })).toBe(1);
     expect(text).toMatch(/onceflow_orders_in_status\{status="needs_attention"\} 2/);
+    expect(await gauge('onceflow_refunds_in_status', { status: 'pending' })).toBe(1);
+    expect(await gauge('onceflow_refunds_in_status', { status: 'refund_unknown' })).toBe(1);
+    expect(await gauge('onceflow_refunds_in_status', { status: 'needs_attention' })).toBe(2);
   });
 
   it('read NaN (never a reassuring 0) when Postgres does not answer', async () => {

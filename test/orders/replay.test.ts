@@ -91,6 +91,9 @@ describe('replay of the previous release', () => {
     expect(FAILURE).toEqual({
       paymentRejected: 'PaymentRejected',
       paymentOutcomeUnknown: 'PaymentOutcomeUnknown',
+      // The refund workflow's (issue 27): new names, none renamed.
+      refundOutcomeUnknown: 'RefundOutcomeUnknown',
+      refundNotFound: 'RefundNotFound',
       receiptOutcomeUnknown: 'ReceiptOutcomeUnknown',
       statusOutcomeUnknown: 'StatusOutcomeUnknown',
       providerRejected: 'ProviderRejected',

@@ -44,6 +44,7 @@ const SANDBOX_TABLES = [
   'idempotency_keys',
   'messages',
   'migrations',
+  'refunds',
   'webhook_config',
   'webhook_events',
 ];
@@ -64,7 +65,7 @@ it('a new database: the product chain creates no sandbox tables; the sandbox cha
 
   // Two sandboxes starting at once on one database: one applies, the other finds it done.
   const runs = await Promise.all([applySandboxMigrations(url), applySandboxMigrations(url)]);
-  expect(runs.flat()).toEqual(['0001_sandbox']);
+  expect(runs.flat()).toEqual(['0001_sandbox', '0002_refunds']);
   expect(await sandboxTables(url)).toEqual(SANDBOX_TABLES);
   expect(await applySandboxMigrations(url)).toEqual([]);
 });
@@ -79,7 +80,7 @@ it('a database migrated with the old 0003 still migrates, and the sandbox chain 
   // was the sandbox chain's first file without IF NOT EXISTS.
   const dir = await mkdtemp(path.join(os.tmpdir(), 'onceflow-old-chain-'));
   try {
-    for (const f of (await readdir(MIGRATIONS_DIR)).filter((n) => /^\d{4}_.*\.sql$/.test(n))) {
+    for (const f of (await readdir(MIGRATIONS_DIR)).filter((n) => /^\d{4}_.*\.(?:sql|js)$/.test(n))) {
       if (f !== '0003_sandbox.sql') await symlink(path.join(MIGRATIONS_DIR, f), path.join(dir, f));
     }
     const sandboxDdl = fs.readFileSync(
@@ -105,7 +106,7 @@ it('a database migrated with the old 0003 still migrates, and the sandbox chain 
 
   // Today's product chain: 0003 is recorded under the same name, so nothing is pending or out of order.
   expect(await migrate(url)).toEqual([]);
-  expect(await applySandboxMigrations(url)).toEqual(['0001_sandbox']);
+  expect(await applySandboxMigrations(url)).toEqual(['0001_sandbox', '0002_refunds']);
   expect(await sandboxTables(url)).toEqual(SANDBOX_TABLES);
   expect(await query(url, `select account, url from sandbox.webhook_config`)).toEqual([
     { account: 'acct_before_split', url: 'http://127.0.0.1:1/hook' },

@@ -10,7 +10,7 @@
  * its start intent.
  */
 import { randomBytes } from 'node:crypto';
-import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyRequest } from 'fastify';
 import { withClient } from '../../db/index.ts';
 import type { OperationRecord } from '../../ledger/index.ts';
@@ -105,6 +105,8 @@ export function normalizeCreateOrder(body: CreateOrderBody) {
     items,
     paymentMethod: body.paymentMethod,
     amount,
+    // Only when sent: a request without one keeps the fingerprint it had before the field existed.
+    ...(body.merchantReference !== undefined ? { merchantReference: body.merchantReference } : {}),
   };
 }
 
@@ -124,6 +126,8 @@ function orderView(row: OrderRow) {
     customer: { id: row.customer_id, email: row.customer_email },
     items: row.items.map((i) => ({ sku: i.sku, quantity: i.quantity, unitAmount: i.unitAmount })),
     paymentMethod: row.payment_method,
+    merchantReference: row.merchant_reference,
+    refundedAmount: Number(row.refunded_amount),
     createdAt: row.created_at.toISOString(),
   };
 }
@@ -211,7 +215,7 @@ async function createOrderOnce(
     async (tx) => {
       const orderId = newOrderId();
       const workflowId = orderWorkflowId(tenantId, orderId);
-      const row = await insertAcceptedOrder(tx, {
+      const inserted = await insertAcceptedOrder(tx, {
         tenantId,
         orderId,
         workflowId,
@@ -221,7 +225,21 @@ async function createOrderOnce(
         customerEmail: order.customer.email,
         items: order.items,
         paymentMethod: order.paymentMethod,
+        merchantReference: order.merchantReference ?? null,
       });
+      if (inserted.duplicateOf !== undefined) {
+        // The natural key answered (the unique index, inside this transaction): thrown, so the
+        // transaction rolls back and nothing is written, not even the idempotency record; a retry
+        // under this key gets the same 409 while that order exists.
+        const location = `/v1/orders/${inserted.duplicateOf}`;
+        throw new ProblemError(
+          'duplicateMerchantReference',
+          'An order with this merchantReference already exists for this tenant; it is at Location.',
+          { id: inserted.duplicateOf, location },
+          { location },
+        );
+      }
+      const row = inserted.row;
       startIntent = await insertOutbox(tx, {
         workflowId,
         tenantId,
@@ -277,9 +295,13 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
           ),
           401: problemResponse('Missing or invalid API key (nothing stored)'),
           409: problemResponse(
-            'The first request with this key is still in progress; retry after Retry-After',
+            'The first request with this key is still in progress; retry after Retry-After ' +
+              '(idempotency-key-in-progress). Or another order of this tenant already has this ' +
+              'merchantReference (duplicate-merchant-reference: its `id` and `Location`; nothing stored)',
             {
-              ...always(RETRY_AFTER_HEADER),
+              // Neither is on every 409: Retry-After comes with in-progress, Location with the duplicate.
+              ...RETRY_AFTER_HEADER,
+              Location: Type.String({ description: 'duplicate-merchant-reference: the existing order' }),
               ...RATE_LIMIT_HEADERS,
             },
           ),

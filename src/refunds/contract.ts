@@ -1,0 +1,80 @@
+/**
+ * The refund contract shared by the refund workflow, its activities and the API.
+ * Pure TypeScript: imported by workflow code, so no Node built-ins and no I/O.
+ *
+ * A refund is its own workflow (`refund/<tenant>/<refundId>`), with per-step
+ * keys derived from that workflow ID, exactly as an order's are. A refund has
+ * no natural key on purpose: two real refunds of the same amount for the same
+ * order are two refunds (docs/API.md). What limits refunds is the order's
+ * charge: every refund that is not `failed` holds its amount in the order's
+ * `refunded_amount`, reserved by a conditional update (src/refunds/sql.ts).
+ */
+import { stepKey } from '../lib/keys.ts';
+
+export const REFUND_STATUSES = [
+  'pending',
+  'succeeded',
+  'failed',
+  'refund_unknown',
+  'needs_attention',
+] as const;
+export type RefundStatus = (typeof REFUND_STATUSES)[number];
+
+/** A refund in one of these has no more automatic work to do. */
+export const REFUND_TERMINAL_STATUSES: readonly RefundStatus[] = ['succeeded', 'failed', 'needs_attention'];
+
+/**
+ * Allowed transitions. Nothing leaves `succeeded` or `failed`, so a late or
+ * duplicate outcome never moves a refund backwards; entering `failed` happens
+ * once, and that one transition releases the refund's reservation on the
+ * order (src/refunds/sql.ts). `needs_attention` is left by an operator's
+ * resolution or a re-drive.
+ */
+export const REFUND_TRANSITIONS: Readonly<Record<RefundStatus, readonly RefundStatus[]>> = {
+  pending: ['succeeded', 'failed', 'refund_unknown', 'needs_attention'],
+  refund_unknown: ['succeeded', 'failed', 'needs_attention'],
+  needs_attention: ['pending', 'refund_unknown', 'succeeded', 'failed'],
+  succeeded: [],
+  failed: [],
+};
+
+export const REFUND_OPERATION_TYPES = {
+  /** The client's Idempotency-Key of POST /v1/orders/{id}/refunds. */
+  createRefund: 'http.create_refund',
+  /** The provider refund, under its downstream key. */
+  providerRefund: 'payment.refund',
+  /** The refund receipt email. */
+  receipt: 'email.refund_receipt',
+  /** A refund status write. */
+  status: 'refund.status',
+} as const;
+
+export const REFUND_WORKFLOW_TYPE = 'refundWorkflow';
+
+export function refundWorkflowId(tenantId: string, refundId: string): string {
+  return `refund/${tenantId}/${refundId}`;
+}
+
+/** Per-step operation keys, derived from the refund's workflow ID (never its run ID). */
+export const refundStepKeys = {
+  refund: (workflowId: string) => stepKey(workflowId, 'refund'),
+  receipt: (workflowId: string) => stepKey(workflowId, 'receipt'),
+  status: (workflowId: string, status: RefundStatus, redrive = 0) =>
+    redrive > 0
+      ? stepKey(workflowId, 'status', status, `redrive-${redrive}`)
+      : stepKey(workflowId, 'status', status),
+};
+
+/** What the refund workflow is started with (the outbox row's input). */
+export interface RefundWorkflowInput {
+  tenantId: string;
+  refundId: string;
+  orderId: string;
+  amount: number;
+  currency: string;
+  /** The order's charge, which the provider refunds. */
+  chargeId: string;
+  /** Where the refund receipt goes: the order's customer. */
+  customerEmail: string;
+  reason: string | null;
+}

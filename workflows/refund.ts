@@ -1,0 +1,312 @@
+/**
+ * The refund workflow, one per refund (`refund/<tenant>/<refundId>`):
+ * record pending -> the provider refund under a downstream key -> record the
+ * outcome -> the refund receipt. Built on the order's step helpers
+ * (workflows/steps.ts, workflows/policies.ts) and its activity helpers; every
+ * step claims its own operation key, derived here from the workflow ID
+ * (refundStepKeys), and carries a summary naming the step and its key, so the
+ * history in the Temporal UI tells the refund's story as it does an order's.
+ *
+ * The API wrote the refund row in `pending` (with its amount reserved on the
+ * order) before this workflow started. An uncertain provider refund is never
+ * made again under a new key: the refund enters `refund_unknown` and is
+ * reconciled on durable timers, exactly as an uncertain charge is
+ * (src/steps/refund.ts mirrors src/steps/payment.ts); past the horizon it
+ * parks in `needs_attention` until an operator re-drives it. Entering
+ * `failed` gives the refund's amount back to the order (src/refunds/sql.ts).
+ *
+ * Visibility: TenantId, and the status under the OrderStatus keyword prefixed
+ * with `refund:` (e.g. `refund:succeeded`), so the UI's list shows where each
+ * refund is while no order query (`OrderStatus = 'needs_attention'`) ever
+ * matches a refund.
+ */
+import {
+  condition,
+  defineQuery,
+  log,
+  proxyActivities,
+  proxyLocalActivities,
+  setHandler,
+  upsertSearchAttributes,
+  workflowInfo,
+  type ActivityInterfaceFor,
+  type LocalActivityInterfaceFor,
+} from '@temporalio/workflow';
+import type { RefundActivities } from '../activities/refund.ts';
+import {
+  FAILURE,
+  OrderLastErrorKey,
+  OrderStatusKey,
+  redriveSignal,
+  searchableText,
+  TenantIdKey,
+} from '../src/orders/contract.ts';
+import { refundStepKeys, type RefundStatus, type RefundWorkflowInput } from '../src/refunds/contract.ts';
+import {
+  activityOptions,
+  externalActivityOptions,
+  localActivityOptions,
+  parksOrder,
+  resolveTiming,
+  type OrderTiming,
+} from './policies.ts';
+import { failureMessage, failureType, summarized } from './steps.ts';
+
+interface RefundWorkflowArgs extends RefundWorkflowInput {
+  /** Test and operator overrides of the declared timeouts; defaults in workflows/policies.ts. */
+  timing?: Partial<OrderTiming>;
+}
+
+interface RefundState {
+  status: RefundStatus;
+  providerRefundId: string | null;
+  receiptId: string | null;
+  lastError: string | null;
+  reconcileAttempts: number;
+  awaitingOperator: boolean;
+}
+
+const refundStatusQuery = defineQuery<RefundState>('refundStatus');
+
+/** One refund, start to end. */
+export async function refundWorkflow(input: RefundWorkflowArgs): Promise<RefundState> {
+  const run = openRefundRun(input);
+  await recordStatus(run, 'pending');
+  const outcome = await refundToOutcome(run);
+  run.state.providerRefundId = outcome.providerRefundId;
+  await recordStatus(run, outcome.outcome);
+  if (outcome.outcome === 'succeeded') await sendReceipt(run);
+  return run.state;
+}
+
+// ----------------------------------------------------------------- status writes
+
+async function recordStatus(run: RefundRun, status: RefundStatus, lastError?: string): Promise<void> {
+  for (;;) {
+    const key = refundStepKeys.status(run.workflowId, status, run.redrives);
+    try {
+      await run.local.setRefundStatus.executeWithOptions(
+        summarized(
+          localActivityOptions(run.timing, run.timing.stepMaxAttempts),
+          `refund status -> ${status} (key ${key})`,
+        ),
+        [
+          {
+            ...run.ref,
+            key,
+            status,
+            providerRefundId: run.state.providerRefundId,
+            lastError: lastError ?? null,
+          },
+        ],
+      );
+      run.state.status = status;
+      upsertStatus(run, status, lastError);
+      return;
+    } catch (err) {
+      // Out of retries (the database is down for long): visible as needs_attention, then a human.
+      run.state.lastError = `refund status ${status} could not be recorded: ${failureMessage(err)}`;
+      upsertStatus(run, 'needs_attention', run.state.lastError);
+      await waitForOperator(run);
+    }
+  }
+}
+
+function upsertStatus(run: RefundRun, status: RefundStatus, lastError?: string | null): void {
+  upsertSearchAttributes([
+    ...(run.tenantTagged ? [] : [{ key: TenantIdKey, value: run.input.tenantId }]),
+    { key: OrderStatusKey, value: `refund:${status}` },
+    ...(lastError ? [{ key: OrderLastErrorKey, value: searchableText(lastError) }] : []),
+  ]);
+  run.tenantTagged = true;
+}
+
+// ------------------------------------------------------------- provider refund
+
+interface RefundOutcome {
+  outcome: 'succeeded' | 'failed';
+  providerRefundId: string | null;
+}
+
+/**
+ * Runs the provider refund to a definite outcome: its own answer; or, when
+ * that answer is lost, reconciliation by its key (refund_unknown), performing
+ * again under the SAME key only when the provider never saw it; or a human.
+ */
+async function refundToOutcome(run: RefundRun): Promise<RefundOutcome> {
+  for (;;) {
+    const attempt = await performRefund(run);
+    if (attempt.kind === 'settled') return attempt.outcome;
+    if (attempt.kind === 'parks') {
+      await needsAttention(run, attempt.lastError);
+      continue; // re-driven: the ledger reconciles any earlier claim before performing
+    }
+    await recordStatus(run, 'refund_unknown', run.state.lastError ?? undefined);
+    const settled = await reconcileRefund(run);
+    if (settled === 'perform_again') continue;
+    if (settled) return settled;
+    await needsAttention(run, 'refund outcome still unknown after the reconciliation horizon');
+  }
+}
+
+type RefundAttempt =
+  { kind: 'settled'; outcome: RefundOutcome } | { kind: 'parks'; lastError: string } | { kind: 'uncertain' };
+
+async function performRefund(run: RefundRun): Promise<RefundAttempt> {
+  const { input } = run;
+  const key = refundStepKeys.refund(run.workflowId);
+  try {
+    const r = await run.acts.refundPayment.executeWithOptions(
+      summarized(
+        externalActivityOptions(run.timing, run.timing.chargeMaxAttempts),
+        `refund ${input.amount} ${input.currency} of charge ${input.chargeId} (key ${key})`,
+      ),
+      [
+        {
+          ...run.ref,
+          key,
+          chargeId: input.chargeId,
+          amount: input.amount,
+          currency: input.currency,
+          reason: input.reason,
+        },
+      ],
+    );
+    return { kind: 'settled', outcome: { outcome: r.outcome, providerRefundId: r.providerRefundId } };
+  } catch (err) {
+    const type = failureType(err);
+    if (type === FAILURE.paymentRejected) {
+      // The provider refused the refund before acting: nothing was refunded.
+      run.state.lastError = failureMessage(err);
+      return { kind: 'settled', outcome: { outcome: 'failed', providerRefundId: null } };
+    }
+    if (type !== undefined && parksOrder(type))
+      return { kind: 'parks', lastError: `refund failed: ${failureMessage(err)}` };
+    run.state.lastError = failureMessage(err);
+    return { kind: 'uncertain' };
+  }
+}
+
+/** Reconciles on durable timers with backoff until settled, 'perform_again', or the horizon (null). */
+async function reconcileRefund(run: RefundRun): Promise<RefundOutcome | 'perform_again' | null> {
+  const { timing, state } = run;
+  const key = refundStepKeys.refund(run.workflowId);
+  const deadline = Date.now() + timing.unknownHorizonMs;
+  let pause = timing.reconcileInitialMs;
+  for (;;) {
+    state.reconcileAttempts++;
+    try {
+      const r = await run.acts.reconcileRefund.executeWithOptions(
+        summarized(
+          activityOptions(timing, timing.stepMaxAttempts),
+          `reconcile refund #${state.reconcileAttempts} (key ${key})`,
+        ),
+        [{ ...run.ref, key }],
+      );
+      if (r.settled && r.outcome) return { outcome: r.outcome, providerRefundId: r.chargeId };
+      if (r.notStarted || r.performAgain) return 'perform_again';
+    } catch (err) {
+      state.lastError = `reconciliation failed: ${failureMessage(err)}`;
+    }
+    const remaining = deadline - Date.now();
+    if (remaining <= 0) return null;
+    await condition(() => false, Math.min(pause, remaining));
+    pause = Math.min(pause * 2, timing.reconcileMaxMs);
+  }
+}
+
+// ----------------------------------------------------------------------- receipt
+
+async function sendReceipt(run: RefundRun): Promise<void> {
+  const key = refundStepKeys.receipt(run.workflowId);
+  for (;;) {
+    try {
+      const r = await run.acts.sendRefundReceipt.executeWithOptions(
+        summarized(
+          externalActivityOptions(run.timing, run.timing.stepMaxAttempts),
+          `send refund receipt (key ${key})`,
+        ),
+        [
+          {
+            ...run.ref,
+            key,
+            to: run.input.customerEmail,
+            amount: run.input.amount,
+            currency: run.input.currency,
+            providerRefundId: run.state.providerRefundId ?? '',
+          },
+        ],
+      );
+      run.state.receiptId = r.messageId;
+      return;
+    } catch (err) {
+      // The refund is made; only the email is missing. A human re-drives it (same key).
+      run.state.lastError = `refund receipt failed: ${failureMessage(err)}`;
+      upsertStatus(run, run.state.status, run.state.lastError);
+      await waitForOperator(run);
+    }
+  }
+}
+
+// ----------------------------------------------------------------------- parking
+
+async function needsAttention(run: RefundRun, lastError: string): Promise<void> {
+  run.state.lastError = lastError;
+  await recordStatus(run, 'needs_attention', lastError);
+  await waitForOperator(run);
+}
+
+/** Waits for a re-drive (the order's `redrive` signal); each one opens a new key epoch for status writes. */
+async function waitForOperator(run: RefundRun): Promise<void> {
+  run.state.awaitingOperator = true;
+  await condition(() => run.redriveRequested);
+  run.state.awaitingOperator = false;
+  run.redriveRequested = false;
+  run.redrives++;
+}
+
+// ------------------------------------------------------------------- the run
+
+interface RefundRun {
+  readonly input: RefundWorkflowArgs;
+  readonly workflowId: string;
+  readonly timing: OrderTiming;
+  readonly ref: { tenantId: string; orderId: string; workflowId: string; refundId: string };
+  readonly acts: ActivityInterfaceFor<RefundActivities>;
+  readonly local: LocalActivityInterfaceFor<RefundActivities>;
+  readonly state: RefundState;
+  tenantTagged: boolean;
+  redrives: number;
+  redriveRequested: boolean;
+}
+
+function openRefundRun(input: RefundWorkflowArgs): RefundRun {
+  const { workflowId, typedSearchAttributes } = workflowInfo();
+  const timing = resolveTiming(input.timing);
+  const run: RefundRun = {
+    input,
+    workflowId,
+    timing,
+    ref: { tenantId: input.tenantId, orderId: input.orderId, workflowId, refundId: input.refundId },
+    acts: proxyActivities<RefundActivities>(activityOptions(timing, timing.stepMaxAttempts)),
+    local: proxyLocalActivities<RefundActivities>(localActivityOptions(timing, timing.stepMaxAttempts)),
+    state: {
+      status: 'pending',
+      providerRefundId: null,
+      receiptId: null,
+      lastError: null,
+      reconcileAttempts: 0,
+      awaitingOperator: false,
+    },
+    tenantTagged: typedSearchAttributes.get(TenantIdKey) !== undefined,
+    redrives: 0,
+    redriveRequested: false,
+  };
+  setHandler(refundStatusQuery, () => run.state);
+  setHandler(redriveSignal, (request) => {
+    if (!run.state.awaitingOperator) return;
+    log.info('refund re-drive requested', { actor: request.actor, reason: request.reason });
+    run.redriveRequested = true;
+  });
+  return run;
+}

@@ -92,7 +92,7 @@ export function describeConnectError(err: unknown, databaseUrl: string): Error {
  * Postgres.app create a superuser named after the OS user and no `postgres`
  * role, so the default DATABASE_URL meets "role does not exist" there.
  */
-export function connectAdvice(err: unknown, databaseUrl: string): string {
+function connectAdvice(err: unknown, databaseUrl: string): string {
   const url = new URL(databaseUrl);
   const role = decodeURIComponent(url.username) || 'postgres';
   const host = url.hostname || '127.0.0.1';

@@ -6,7 +6,7 @@
  * Linux x64/arm64 and macOS x64/arm64), so a newcomer needs no Homebrew,
  * apt, Docker or role setup. Chosen over pg-mem/PGlite because onceflow and
  * the Temporal server need a real server (advisory locks, LISTEN/NOTIFY, many
- * connections); its 15.x line matches the Postgres 15 that compose and CI run.
+ * connections); its 15.x line (15.18) matches the Postgres 15 that compose and CI run.
  *
  * The cluster lives under `.data/postgres` and survives restarts. It listens
  * on loopback only (Postgres' default listen_addresses) with trust auth, the

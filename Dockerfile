@@ -3,7 +3,9 @@
 # dependencies, the compiled JavaScript (npm run build:app -> dist/app), the
 # prebuilt workflow bundle and the SQL migrations. No TypeScript runs in it and
 # no harness (dev/), tests or benchmarks are in it. Its entry points are the
-# files test/ops-assets/compiled-entrypoints.test.ts builds and starts:
+# files test/ops-assets/compiled-entrypoints.test.ts builds and starts (and
+# test/ops-assets/production-install.test.ts starts from a folder holding what the
+# `product` stage holds, read from its COPY lines, after `npm ci --omit=dev`):
 #   node dist/app/src/worker/main.js     the worker (default command)
 #   node dist/app/src/api/main.js        the API (dist/app/src/api/cluster.js: several on one port)
 #   node dist/app/scripts/migrate.js     the migrations (also ops.js and api-key.js, for operators)

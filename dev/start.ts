@@ -36,8 +36,11 @@ import {
 import { Client, Connection } from '@temporalio/client';
 import { connectionSettings } from '../src/temporal/connection.ts';
 import { createCommand, parseCli, positiveInt } from '../scripts/lib/cli.ts';
+import { embeddedPostgresIfNeeded } from './postgres/embedded.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+// No DATABASE_URL and no Postgres on 127.0.0.1:5432: an embedded one under .data/ (sets DATABASE_URL).
+const embeddedPostgres = await embeddedPostgresIfNeeded(root, (line) => process.stdout.write(`${line}\n`));
 const config = loadConfig(process.env, root);
 const program = createCommand(
   'start',
@@ -117,6 +120,10 @@ async function shutdown(code: number): Promise<never> {
   if (devServer) {
     say(`stopping the Temporal ${config.temporal.backend === 'postgres' ? 'server' : 'dev server'}...`);
     await devServer.stop();
+  }
+  if (embeddedPostgres) {
+    say('stopping the embedded Postgres...');
+    await embeddedPostgres.stop();
   }
   say('stopped.');
   process.exit(code);

@@ -41,8 +41,13 @@ ensure_chromium() {
   if [ -n "${CHROMIUM_PATH:-}" ] || command -v chromium >/dev/null 2>&1; then
     return 0
   fi
+  # Homebrew's cask installs an app bundle, not a command on the PATH.
+  if [ -x /Applications/Chromium.app/Contents/MacOS/Chromium ]; then
+    export CHROMIUM_PATH=/Applications/Chromium.app/Contents/MacOS/Chromium
+    return 0
+  fi
   if ! apt_install_as_root chromium "for the Temporal UI browser check"; then
-    echo "[setup] warning: no chromium found; the Temporal UI browser check will fail." >&2
-    echo "[setup] install it (apt-get install chromium) or set CHROMIUM_PATH." >&2
+    # One line, with the command for each platform: the UI test then fails (it never skips).
+    echo "[setup] no Chromium for the Temporal UI browser check: install it (Debian: sudo apt-get install chromium; macOS: brew install --cask chromium) or set CHROMIUM_PATH." >&2
   fi
 }

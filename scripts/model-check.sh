@@ -14,7 +14,7 @@ ensure_spin() {
     return 0
   fi
   if ! apt_install_as_root spin "for the model check"; then
-    echo "[model] error: spin is not installed (apt-get install spin, or brew install spin)" >&2
+    echo "[model] error: SPIN is not installed: Debian: sudo apt-get install spin gcc; macOS: brew install spin (and xcode-select --install for cc)" >&2
     exit 1
   fi
 }

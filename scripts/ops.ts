@@ -29,6 +29,7 @@ import { runProcess } from '../src/process/run.ts';
 import type { Resources } from '../src/process/resources.ts';
 import { createLedger, openPool, openTemporalClient, configuredProviders } from '../src/process/wiring.ts';
 import { createCommand, errorJson, parseCli } from './lib/cli.ts';
+import { adminApi, operatorToken } from './lib/admin-api.ts';
 
 const STATES = ['in_progress', 'unknown', 'succeeded', 'failed'] as const;
 
@@ -48,6 +49,8 @@ interface Values {
   providerRef?: string;
   actor?: string;
   json?: boolean;
+  apiUrl?: string;
+  tokenFile?: string;
 }
 
 function nonNegative(raw: string): number {
@@ -102,7 +105,19 @@ function command(
     .helpOption('-h, --help', 'show this help')
     .option('--json', 'machine-readable output: every output, errors included, is JSON');
   if (opts.actor)
-    cmd.option('--actor <name>', 'who acts, recorded in the audit log (default: the OS user)', actorName);
+    cmd.option(
+      '--actor <name>',
+      'who acts, recorded in the audit log (default: the OS user; over --api-url the token names the actor)',
+      actorName,
+    );
+  // Operator management writes the credentials the API checks, so it stays database-only.
+  if (!opts.parent)
+    cmd
+      .option('--api-url <url>', 'act through the admin API at this URL instead of the database')
+      .option(
+        '--token-file <path>',
+        'with --api-url: a file holding the operator token (default: $ONCEFLOW_OPERATOR_TOKEN)',
+      );
   return cmd.action((...received: unknown[]) => {
     // commander passes the declared arguments, then the options object, then the command.
     const self = received.at(-1) as Command;
@@ -248,13 +263,14 @@ async function main(
   warn: (text: string) => void,
   resources: Resources,
 ): Promise<number> {
+  const out = (json: unknown, human: string) =>
+    process.stdout.write(`${values.json ? JSON.stringify(json, null, 2) : human}\n`);
+  if (values.apiUrl !== undefined) return apiMain({ command, args: rest, values }, warn, out);
   const actor = values.actor ?? defaultActor();
   const config = loadConfig();
   // Log lines (a lost pool connection...) go to stderr: stdout is the command's output.
   configureLogging({ level: config.logLevel, pretty: config.logPretty, service: 'ops', stderrOnly: true });
   const pool = openPool(resources, config, { max: 2 });
-  const out = (json: unknown, human: string) =>
-    process.stdout.write(`${values.json ? JSON.stringify(json, null, 2) : human}\n`);
   if (command.startsWith('operator ')) return operatorCommand(command, rest, pool, out);
   const operator = new Operator({
     pool,
@@ -439,6 +455,147 @@ async function main(
         limit: values.limit || undefined,
       });
       out(entries, auditTable(entries));
+      return 0;
+    }
+  }
+  return 2;
+}
+
+/**
+ * The same commands through the admin API (scripts/lib/admin-api.ts). `--json`
+ * prints the API's answer (lists unwrapped from `data`), which has the shape
+ * the database path prints, with times as ISO strings.
+ */
+async function apiMain(
+  { command, args: rest, values }: NonNullable<typeof chosen>,
+  warn: (text: string) => void,
+  out: (json: unknown, human: string) => void,
+): Promise<number> {
+  const api = adminApi(values.apiUrl!, operatorToken(values.tokenFile));
+  const [tenant, type, key] = rest as [string, string, string];
+  // The API takes its actor from the token; a claimed --actor would be silently ignored, so say so.
+  if (values.actor) warn("--actor is ignored over --api-url: the audit log records the token's operator");
+  switch (command) {
+    case 'list': {
+      const q = {
+        type: values.type,
+        tenant: values.tenant,
+        keyPrefix: values.keyPrefix,
+        olderThanSeconds: values.olderThan,
+        limit: values.limit,
+      };
+      const page = async (state: string) =>
+        ((await api.get('/admin/operations', { ...q, state })) as { data: Record<string, unknown>[] }).data;
+      const items = values.state
+        ? await page(values.state)
+        : [...(await page('unknown')), ...(await page('in_progress'))];
+      out(
+        items,
+        table(
+          items.map((r) => ({
+            ...r,
+            age: `${String(r.ageSeconds)}s`,
+            error: (r.error as { reason?: string } | null)?.reason,
+          })),
+          ['tenantId', 'operationType', 'key', 'state', 'age', 'attempts', 'providerRef', 'error'],
+        ),
+      );
+      return 0;
+    }
+    case 'show': {
+      const story = await api.get('/admin/operation', { tenant, type, key });
+      out(story, JSON.stringify(story, null, 2));
+      return 0;
+    }
+    case 'reconcile': {
+      const r = (await api.post('/admin/operations/reconcile', {
+        tenant,
+        type,
+        key,
+        ...(values.reason ? { reason: values.reason } : {}),
+      })) as { changed: boolean; before: string; after: string; auditId: string; error?: string | null };
+      out(
+        r,
+        `${r.changed ? `${r.before} -> ${r.after}` : `${r.after}, unchanged`}; audit #${r.auditId}` +
+          (r.error ? `\n${r.error}` : ''),
+      );
+      return r.error ? 1 : 0;
+    }
+    case 'resolve': {
+      const ref = values.chargeId ?? values.providerRef;
+      const r = (await api.post('/admin/operations/resolve', {
+        tenant,
+        type,
+        key,
+        outcome: values.outcome,
+        reason: values.reason,
+        ...(ref ? { providerRef: ref } : {}),
+      })) as {
+        before: string;
+        after: string;
+        auditId: string;
+        workflowId: string | null;
+        signalled: boolean;
+        signalError?: string | null;
+      };
+      out(
+        r,
+        `${r.before} -> ${r.after}; audit #${r.auditId}` +
+          (r.signalled ? `; workflow ${r.workflowId} signalled` : '') +
+          (r.signalError
+            ? `\nwarning: the ledger is settled but the workflow was not signalled: ${r.signalError}. ` +
+              `If the order is in needs_attention, re-drive it.`
+            : ''),
+      );
+      return 0;
+    }
+    case 'redrive': {
+      const [, orderId] = rest as [string, string];
+      const r = (await api.post(
+        `/admin/orders/${encodeURIComponent(tenant)}/${encodeURIComponent(orderId)}/redrive`,
+        { reason: values.reason },
+      )) as {
+        workflowId: string;
+        auditId: string;
+        parkedAs: { reason?: string; status?: string };
+        temporalUiUrl: string;
+      };
+      out(
+        r,
+        `re-drive accepted by ${r.workflowId} (parked: ${r.parkedAs.reason ?? r.parkedAs.status}); ` +
+          `audit #${r.auditId}\n${r.temporalUiUrl}`,
+      );
+      return 0;
+    }
+    case 'attention': {
+      const r = (await api.get('/admin/attention', { tenant: values.tenant, limit: values.limit })) as {
+        data: Record<string, unknown>[];
+        visibilityError?: string | null;
+      };
+      if (r.visibilityError) warn(`${r.visibilityError}; listing order rows only`);
+      out(
+        r.data,
+        table(r.data, [
+          'tenantId',
+          'orderId',
+          'status',
+          'reason',
+          'source',
+          'updatedAt',
+          'lastError',
+          'temporalUiUrl',
+        ]),
+      );
+      return 0;
+    }
+    case 'audit': {
+      const r = (await api.get('/admin/audit', {
+        key: values.key,
+        tenant: values.tenant,
+        workflowId: values.workflow,
+        limit: values.limit,
+      })) as { data: AuditEntry[] };
+      out(r.data, auditTable(r.data));
       return 0;
     }
   }

@@ -17,6 +17,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import pg from 'pg';
+import { parse as parseYaml } from 'yaml';
 import { Connection } from '@temporalio/client';
 import { msToTs } from '@temporalio/common';
 import { ensureDatabase, redactUrl, withDatabase } from '../../src/db/migrate.ts';
@@ -57,17 +58,21 @@ export const TEMPORAL_HISTORY_SHARDS = 4;
 /** Retention of closed workflows in the namespace we register (the dev server keeps 24 h). */
 const NAMESPACE_RETENTION = '3 days';
 
-/**
- * Dynamic config of the Postgres-backed server. Eager activity dispatch as
- * on the dev server (DEV_SERVER_DYNAMIC_CONFIG). Workflow Update is on by
- * default in this server version; the product's operator re-drive is an
- * Update, so it is set explicitly, never left to a default that may change.
- */
-export const TEMPORAL_SERVER_DYNAMIC_CONFIG: Readonly<Record<string, boolean | number>> = {
-  'system.enableActivityEagerExecution': true,
-  'frontend.enableUpdateWorkflowExecution': true,
-  'frontend.enableUpdateWorkflowExecutionAsyncAccepted': true,
-};
+/** The dynamic config file of every Postgres-backed server, compose's too (its comments say why each key). */
+export const TEMPORAL_DYNAMIC_CONFIG_FILE = path.resolve(
+  import.meta.dirname,
+  '../../ops/temporal/dynamicconfig.yaml',
+);
+
+/** The same settings as values, for callers that change one (bench/e2e.ts) and write the rest. */
+export const TEMPORAL_SERVER_DYNAMIC_CONFIG: Readonly<Record<string, boolean | number>> = Object.fromEntries(
+  Object.entries(
+    parseYaml(fs.readFileSync(TEMPORAL_DYNAMIC_CONFIG_FILE, 'utf8')) as Record<
+      string,
+      { value: boolean | number }[]
+    >,
+  ).map(([key, [first]]) => [key, first!.value]),
+);
 
 export interface TemporalServerTools {
   server: string;
@@ -534,9 +539,12 @@ dynamicConfigClient:
   filepath: ${q(dynamicConfigFile)}
   pollInterval: "10s"
 `;
-  const dynamic = Object.entries(opts.dynamicConfig ?? TEMPORAL_SERVER_DYNAMIC_CONFIG)
-    .map(([key, value]) => `${key}:\n  - value: ${JSON.stringify(value)}\n    constraints: {}\n`)
-    .join('');
+  // Unless a caller changes a setting, the committed file itself (compose mounts the same one).
+  const dynamic = opts.dynamicConfig
+    ? Object.entries(opts.dynamicConfig)
+        .map(([key, value]) => `${key}:\n  - value: ${JSON.stringify(value)}\n    constraints: {}\n`)
+        .join('')
+    : fs.readFileSync(TEMPORAL_DYNAMIC_CONFIG_FILE, 'utf8');
   const ui = `# Written by onceflow on every start.
 temporalGrpcAddress: ${q(`127.0.0.1:${ports.frontend}`)}
 host: "127.0.0.1"

@@ -1,12 +1,14 @@
 /**
  * Obtains and runs a local Temporal server for development and tests.
  *
- * The CLI is found in this order: `TEMPORAL_CLI_PATH`, then
- * `<toolsDir>/bin/temporal`, then built from its Go module into that folder.
+ * The CLI is found in this order: `TEMPORAL_CLI_PATH` (an explicit choice
+ * wins), then `<toolsDir>/bin/temporal` (built here before), then a `temporal`
+ * on the PATH at a supported version (`brew install temporal`), then built
+ * from its Go module into `<toolsDir>/bin`.
  * Later CLI tags carry a `replace` directive that `go install` refuses, so the
  * version is pinned.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Connection } from '@temporalio/client';
@@ -65,12 +67,39 @@ function isExecutable(file: string): boolean {
   }
 }
 
-function which(cmd: string, env: NodeJS.ProcessEnv): string | undefined {
+function whichOnPath(cmd: string, env: NodeJS.ProcessEnv): string | undefined {
   for (const dir of (env.PATH ?? '').split(path.delimiter)) {
     if (dir && isExecutable(path.join(dir, cmd))) return path.join(dir, cmd);
   }
+  return undefined;
+}
+
+function which(cmd: string, env: NodeJS.ProcessEnv): string | undefined {
+  const found = whichOnPath(cmd, env);
+  if (found) return found;
   const goroot = '/usr/local/go/bin/' + cmd; // Go's default install location, often not on PATH
   return isExecutable(goroot) ? goroot : undefined;
+}
+
+/**
+ * Whether `temporal --version` output is a CLI this project runs: the pinned
+ * 1.5.x line (`temporal version 1.5.1 (Server 1.29.1, UI 2.42.1)`), whose
+ * `server start-dev` flags and embedded server (1.29) the dev server and tests
+ * rely on. A build from source reports `0.0.0-DEV`; it is accepted when it
+ * embeds the same server line, as a `go install` of the pinned tag does.
+ */
+export function supportedTemporalCliVersion(versionOutput: string): boolean {
+  const m = /^temporal version (\S+) \(Server (\d+)\.(\d+)\./m.exec(versionOutput);
+  if (!m) return false;
+  const [, cli, serverMajor, serverMinor] = m;
+  if (/^1\.5\.\d+$/.test(cli!)) return true;
+  return cli === '0.0.0-DEV' && serverMajor === '1' && serverMinor === '29';
+}
+
+function versionOf(file: string): Promise<string> {
+  return new Promise((resolve) => {
+    execFile(file, ['--version'], { timeout: 15_000 }, (err, stdout) => resolve(err ? '' : stdout.trim()));
+  });
 }
 
 export async function ensureTemporalCli(options: {
@@ -90,6 +119,19 @@ export async function ensureTemporalCli(options: {
   const binDir = path.join(options.toolsDir, 'bin');
   const target = path.join(binDir, 'temporal');
   if (isExecutable(target)) return target;
+
+  const onPath = whichOnPath('temporal', env);
+  if (onPath) {
+    const version = await versionOf(onPath);
+    if (supportedTemporalCliVersion(version)) {
+      log(`[temporal] Using ${onPath} (${version})`);
+      return onPath;
+    }
+    log(
+      `[temporal] Not using ${onPath}: ${JSON.stringify(version || 'no --version output')} is not a supported version ` +
+        `(the CLI ${TEMPORAL_CLI_VERSION.replace(/^v/, '')} line is: 1.5.x); building ${TEMPORAL_CLI_VERSION} instead.`,
+    );
+  }
 
   const go = which('go', env);
   if (!go) {

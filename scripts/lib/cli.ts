@@ -101,7 +101,29 @@ export function parseCli(program: Command, argv: string[] = process.argv): CliOu
     );
     process.exit(EXIT_USAGE);
   }
+  if (json && npmBannerOnStdout()) {
+    process.stderr.write(
+      `${JSON.stringify({
+        warning:
+          'npm printed its "> onceflow@… script" banner on stdout before this JSON; ' +
+          'run `npm run -s …` (or `npx onceflow …`) to keep stdout pure JSON',
+      })}\n`,
+    );
+  }
   return output(json);
+}
+
+/**
+ * Whether `npm run` (without -s) wrote its banner to our stdout: npm prints it
+ * there before starting the script unless its loglevel is silent, which it
+ * passes on as npm_config_loglevel. Nothing can take it back, so the CLI says
+ * how to avoid it. (A repo .npmrc with loglevel=silent would hide it, but also
+ * every npm error and `npm ls`/`npm pack` output in this repo.)
+ */
+function npmBannerOnStdout(env = process.env): boolean {
+  return (
+    env.npm_command === 'run' && env.npm_lifecycle_event !== undefined && env.npm_config_loglevel !== 'silent'
+  );
 }
 
 /** Runs a script's body: a thrown error is printed (as JSON under --json) and exits 1. */

@@ -80,10 +80,50 @@ export function redactUrl(databaseUrl: string): string {
 export function describeConnectError(err: unknown, databaseUrl: string): Error {
   const message = err instanceof Error ? err.message : String(err);
   return new Error(
-    `Cannot reach Postgres at ${redactUrl(databaseUrl)}: ${message}. ` +
-      'Start Postgres or set DATABASE_URL to a server you can reach.',
-    { cause: err },
+    `Cannot reach Postgres at ${redactUrl(databaseUrl)}: ${message}. ${connectAdvice(err, databaseUrl)}`,
+    {
+      cause: err,
+    },
   );
+}
+
+/**
+ * What to do about a failed connection, as commands to paste. Homebrew and
+ * Postgres.app create a superuser named after the OS user and no `postgres`
+ * role, so the default DATABASE_URL meets "role does not exist" there.
+ */
+function connectAdvice(err: unknown, databaseUrl: string): string {
+  const url = new URL(databaseUrl);
+  const role = decodeURIComponent(url.username) || 'postgres';
+  const host = url.hostname || '127.0.0.1';
+  const port = url.port || '5432';
+  const code = (err as { code?: unknown }).code;
+  const message = err instanceof Error ? err.message : String(err);
+  const quoted = pg.escapeIdentifier(role);
+  if (code === '28000' && /role .* does not exist/.test(message)) {
+    return (
+      `The role ${role} does not exist on that server. Create it as a superuser (onceflow creates its database and runs migrations): ` +
+      `createuser -h ${host} -p ${port} -s ${role}   or   psql -h ${host} -p ${port} -d postgres -c 'create role ${quoted} login superuser'` +
+      ` (run as a role that exists, e.g. your OS user on Homebrew/Postgres.app), ` +
+      `or set DATABASE_URL to a role that exists, e.g. postgres://${process.env.USER ?? 'you'}@${host}:${port}/onceflow.`
+    );
+  }
+  if (code === '28P01') {
+    return (
+      `The password for role ${role} was refused. Put the right one in DATABASE_URL (postgres://${role}:PASSWORD@${host}:${port}/...), ` +
+      `or set it: psql -h ${host} -p ${port} -d postgres -c "alter role ${quoted} password '...'".`
+    );
+  }
+  if (code === '28000') {
+    return `The server refused ${role} from this host (pg_hba.conf). Allow it there, or use a role and host it accepts.`;
+  }
+  if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EHOSTUNREACH' || code === 'ETIMEDOUT') {
+    return (
+      'Nothing answers there. Start Postgres (Debian: sudo apt-get install postgresql; macOS: brew install postgresql@15 && brew services start postgresql@15), ' +
+      'set DATABASE_URL to a server you can reach, or leave DATABASE_URL unset with nothing on 127.0.0.1:5432 and `npm start` runs an embedded Postgres under .data/.'
+    );
+  }
+  return 'Start Postgres or set DATABASE_URL to a server you can reach.';
 }
 
 /** The same server and credentials, another database. */

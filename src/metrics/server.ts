@@ -27,6 +27,11 @@ export interface MetricsServerOptions {
   collect?: () => Promise<string>;
   /** Names the port in the error when it is taken, e.g. 'API metrics (API_METRICS_PORT)'. */
   what?: string;
+  /**
+   * Serves GET /healthz (the process is up) and GET /readyz (this check: 200
+   * when ready, else 503), e.g. the worker's (src/worker/health.ts).
+   */
+  readiness?: () => Promise<{ ready: boolean; checks: Record<string, string> }>;
 }
 
 export interface MetricsServer {
@@ -78,6 +83,21 @@ export async function startMetricsServer(opts: MetricsServerOptions): Promise<Me
 
   const server = http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
+    const readiness = opts.readiness;
+    if (readiness && req.method === 'GET' && (path === '/healthz' || path === '/readyz')) {
+      const json = (status: number, body: unknown) =>
+        res.writeHead(status, { 'content-type': 'application/json' }).end(`${JSON.stringify(body)}\n`);
+      if (path === '/healthz') {
+        json(200, { status: 'ok' });
+        return;
+      }
+      readiness().then(
+        (r) => json(r.ready ? 200 : 503, { status: r.ready ? 'ready' : 'not_ready', checks: r.checks }),
+        (err: unknown) =>
+          json(503, { status: 'not_ready', error: err instanceof Error ? err.message : String(err) }),
+      );
+      return;
+    }
     if (req.method !== 'GET' || (path !== '/metrics' && path !== '/')) {
       res.writeHead(path === '/metrics' ? 405 : 404, { 'content-type': 'text/plain' }).end('not found\n');
       return;

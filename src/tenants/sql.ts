@@ -58,3 +58,89 @@ export async function insertApiKey(
     k.label,
   ]);
 }
+
+/**
+ * A key's public ID: the first 12 hex digits of its hash. The table keeps no
+ * other handle (only the hash is stored), and 48 bits tell a tenant's keys
+ * apart while revealing nothing usable about the key.
+ */
+export const API_KEY_ID_LENGTH = 12;
+
+export interface ApiKeyRow {
+  id: string;
+  tenantId: string;
+  label: string;
+  createdAt: Date;
+  revokedAt: Date | null;
+}
+
+/** Keys, newest first, never the hash or the key. */
+export async function listApiKeys(
+  db: Queryable,
+  f: { tenantId?: string; limit: number },
+): Promise<ApiKeyRow[]> {
+  const { rows } = await db.query<{
+    id: string;
+    tenant_id: string;
+    label: string;
+    created_at: Date;
+    revoked_at: Date | null;
+  }>(
+    `select left(key_hash, ${API_KEY_ID_LENGTH}) as id, tenant_id, label, created_at, revoked_at from api_keys
+      where ($1::text is null or tenant_id = $1) order by created_at desc, key_hash limit $2`,
+    [f.tenantId ?? null, f.limit],
+  );
+  return rows.map((r) => ({
+    id: r.id,
+    tenantId: r.tenant_id,
+    label: r.label,
+    createdAt: r.created_at,
+    revokedAt: r.revoked_at,
+  }));
+}
+
+/**
+ * Revokes the one key whose hash starts with `idPrefix` (at least 8 hex digits).
+ * 'ambiguous' when several match, so a short prefix never revokes more than meant.
+ * Revoking twice keeps the first revocation time.
+ */
+export async function revokeApiKey(
+  db: Queryable,
+  idPrefix: string,
+): Promise<{ found: 'none' } | { found: 'ambiguous' } | { found: 'one'; revoked: boolean; row: ApiKeyRow }> {
+  const { rows } = await db.query<{ key_hash: string }>(
+    `select key_hash from api_keys where key_hash like $1 || '%' limit 2`,
+    [idPrefix],
+  );
+  if (rows.length === 0) return { found: 'none' };
+  if (rows.length > 1) return { found: 'ambiguous' };
+  const keyHash = rows[0]!.key_hash;
+  // Only an active key changes, so a second revoke keeps the first revocation time.
+  const { rowCount } = await db.query(
+    `update api_keys set revoked_at = now() where key_hash = $1 and revoked_at is null`,
+    [keyHash],
+  );
+  const { rows: after } = await db.query<{
+    id: string;
+    tenant_id: string;
+    label: string;
+    created_at: Date;
+    revoked_at: Date | null;
+  }>(
+    `select left(key_hash, ${API_KEY_ID_LENGTH}) as id, tenant_id, label, created_at, revoked_at
+       from api_keys where key_hash = $1`,
+    [keyHash],
+  );
+  const r = after[0]!;
+  return {
+    found: 'one',
+    revoked: rowCount === 1,
+    row: {
+      id: r.id,
+      tenantId: r.tenant_id,
+      label: r.label,
+      createdAt: r.created_at,
+      revokedAt: r.revoked_at,
+    },
+  };
+}

@@ -9,6 +9,7 @@ import { ensureRetentionSchedule } from '../retention/schedule.ts';
 import { loadConfig } from '../config.ts';
 import { connectionSettings } from '../temporal/connection.ts';
 import { createWorker, timeoutOrderingProblem } from './worker.ts';
+import { workerReadiness } from './health.ts';
 import { configureLogging, log, temporalSdkLogger } from '../log.ts';
 import { createMetrics, startMetricsServer } from '../metrics/index.ts';
 import { installWorkerRuntime } from '../metrics/worker-runtime.ts';
@@ -37,6 +38,8 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
     defaultLabels: { service: 'worker', ...(config.processName ? { process: config.processName } : {}) },
   });
   const ledger = createLedger(pool, config, metrics.ledgerHooks);
+  // /readyz reports the worker once it exists (set below); until then it answers 503 "starting".
+  const current: { worker?: Awaited<ReturnType<typeof createWorker>> } = {};
   resources.add(
     'metrics server',
     await startMetricsServer({
@@ -45,6 +48,7 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
       host: config.metricsBindHost,
       port: config.ports.workerMetrics,
       merge: [sdkMetricsUrl],
+      readiness: workerReadiness({ worker: () => current.worker, pool }),
     }),
     (s) => s.close(),
   );
@@ -64,6 +68,7 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
     log: (line) => log.info(line),
     tracing,
   });
+  current.worker = worker;
   // The retention Schedule is created once, by whichever worker starts first.
   const created = await ensureRetentionSchedule(openTemporalClient(resources, config), {
     taskQueue: config.temporal.taskQueue,

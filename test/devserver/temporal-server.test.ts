@@ -18,6 +18,7 @@ import {
   ensureTemporalServerTools,
   freeServerPorts,
   setupTemporalDatabases,
+  TEMPORAL_DYNAMIC_CONFIG_FILE,
   TEMPORAL_HISTORY_SHARDS,
   writeServerConfig,
   type TemporalDatabases,
@@ -138,6 +139,10 @@ describe('Temporal server on Postgres: config', () => {
     // The operator re-drive is a Workflow Update.
     expect(dynamic['frontend.enableUpdateWorkflowExecution'][0].value).toBe(true);
     expect(config.dynamicConfigClient.filepath).toBe(files.dynamicConfigFile);
+    // The same file compose mounts (test/ops-assets/compose.test.ts), byte for byte.
+    expect(fs.readFileSync(files.dynamicConfigFile, 'utf8')).toBe(
+      fs.readFileSync(TEMPORAL_DYNAMIC_CONFIG_FILE, 'utf8'),
+    );
 
     const ui = parse(fs.readFileSync(path.join(files.uiConfigDir, 'onceflow.yaml'), 'utf8'));
     expect(ui).toMatchObject({

@@ -100,11 +100,12 @@ it('the API (main.js, and cluster.js with two processes) answers /healthz and st
   }
 });
 
-it('the worker (main.js) uses the prebuilt bundle and polls its task queue', async () => {
+it('the worker (main.js) uses the prebuilt bundle, polls its task queue, and says so on /readyz', async () => {
   const taskQueue = uniq('compiled-worker');
+  const metricsPort = await freePort();
   const worker = start('worker', 'src/worker/main.js', {
     TEMPORAL_TASK_QUEUE: taskQueue,
-    WORKER_METRICS_PORT: String(await freePort()),
+    WORKER_METRICS_PORT: String(metricsPort),
     WORKER_SDK_METRICS_PORT: String(await freePort()),
   });
   await waitOutput(worker, /"msg":"worker started"/, 120_000);
@@ -123,6 +124,13 @@ it('the worker (main.js) uses the prebuilt bundle and polls its task queue', asy
   } finally {
     await close();
   }
+  // The health endpoints compose probes (docker-compose.yml), on the metrics port.
+  const health = await fetch(`http://127.0.0.1:${metricsPort}/healthz`);
+  expect(health.status).toBe(200);
+  expect(await health.json()).toEqual({ status: 'ok' });
+  const ready = await fetch(`http://127.0.0.1:${metricsPort}/readyz`);
+  expect(await ready.json()).toEqual({ status: 'ready', checks: { worker: 'polling', postgres: 'ok' } });
+  expect(ready.status).toBe(200);
   worker.child.kill('SIGTERM');
   expect(await worker.exited).toEqual({ code: 0, signal: null });
 });

@@ -17,6 +17,7 @@ import { parse as parseYaml } from 'yaml';
 import { loadConfig, requireCredentials } from '../../src/config.ts';
 import { OrderLastErrorKey, OrderStatusKey, TenantIdKey } from '../../src/orders/contract.ts';
 import {
+  TEMPORAL_DYNAMIC_CONFIG_FILE,
   TEMPORAL_HISTORY_SHARDS,
   TEMPORAL_SERVER_VERSION,
   TEMPORAL_UI_SERVER_VERSION,
@@ -68,7 +69,8 @@ const service = (name: string) => {
   return s;
 };
 /** A job runs once and exits: compose must not restart it, and nothing waits for it to be "healthy". */
-const isJob = (s: Service) => s.restart === 'no';
+// A one-shot job runs to completion, so it has no healthcheck to wait on.
+const isJob = (s: Service) => s.healthcheck?.disable === true;
 const script = (s: Service) => [s.entrypoint, s.command].flat().filter(Boolean).join('\n');
 const tag = (image: string) => image.slice(image.lastIndexOf(':') + 1);
 
@@ -292,6 +294,33 @@ describe('docker-compose.yml', () => {
     }
   });
 
+  it('retries a failed one-shot job (restart: on-failure) and never restarts a finished one', () => {
+    for (const [name, s] of services.filter(([, s]) => isJob(s))) expect(s.restart, name).toBe('on-failure');
+  });
+
+  it('probes health endpoints, never /metrics: the worker its /readyz, the API its /healthz', () => {
+    for (const [name, s] of services) {
+      expect([s.healthcheck?.test ?? []].flat().join(' '), name).not.toMatch(/\/metrics\b/);
+    }
+    expect(service('worker').healthcheck!.test).toContain('http://127.0.0.1:9464/readyz');
+    expect(service('api').healthcheck!.test).toContain('http://127.0.0.1:3000/healthz');
+    // The worker's metrics port in the probe is the one the worker listens on (WORKER_METRICS_PORT's default).
+    expect(loadConfig({}).ports.workerMetrics).toBe(9464);
+  });
+
+  it('ships a .env.example naming every variable compose requires, with no secret filled in', () => {
+    const example = read('.env.example');
+    const required = [...read('docker-compose.yml').matchAll(/\$\{(\w+):\?/g)].map((m) => m[1]!);
+    expect(required.length).toBeGreaterThan(0);
+    for (const name of new Set(required)) {
+      // Present, and empty: a published value would be a published secret (compose then names the empty one).
+      expect(example, name).toMatch(new RegExp(`^${name}=$`, 'm'));
+    }
+    expect(example).toContain('openssl rand -hex 32');
+    expect(example).toContain('api-key.js create');
+    expect(read('.gitignore').split('\n')).toContain('.env');
+  });
+
   it('gives the worker (and the API) longer to stop than the worker drains', () => {
     const drain = workerDrainSeconds();
     expect(drain).toBeGreaterThan(0);
@@ -332,6 +361,8 @@ describe('docker-compose.yml', () => {
     expect(mount, `a volume mounted at .../${dyn}`).toBeDefined();
     expect(fs.existsSync(path.join(root, mount![0]!))).toBe(true);
     expect(parseYaml(read(mount![0]!))).toBeTypeOf('object');
+    // The one dynamic config: the file the Postgres-backed test and dev server copies (temporal-server.ts).
+    expect(path.resolve(root, mount![0]!)).toBe(TEMPORAL_DYNAMIC_CONFIG_FILE);
 
     const ns = service('temporal-namespace');
     const register = script(ns);
@@ -402,7 +433,7 @@ describe('docker-compose.yml', () => {
     expect(service('worker').ports).toBeUndefined();
     expect(service('worker').expose).toEqual([String(config.ports.workerMetrics)]);
     expect([service('worker').healthcheck!.test].flat().join(' ')).toContain(
-      `:${config.ports.workerMetrics}/metrics`,
+      `:${config.ports.workerMetrics}/readyz`,
     );
     expect([service('api').healthcheck!.test].flat().join(' ')).toContain(`:${config.ports.api}/healthz`);
     expect([service('sandbox').healthcheck!.test].flat().join(' ')).toContain(

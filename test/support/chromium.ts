@@ -3,14 +3,17 @@ import { chromium, type Browser } from 'playwright-core';
 
 /** Debian's Chromium; `npm test` installs it when missing. CHROMIUM_PATH overrides. */
 function chromiumPath(): string {
-  const candidates = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'].filter(
-    (p): p is string => Boolean(p),
-  );
+  const candidates = [
+    process.env.CHROMIUM_PATH,
+    '/usr/bin/chromium',
+    '/usr/bin/chromium-browser',
+    '/Applications/Chromium.app/Contents/MacOS/Chromium', // brew install --cask chromium
+  ].filter((p): p is string => Boolean(p));
   const found = candidates.find((p) => fs.existsSync(p));
   if (!found) {
     throw new Error(
-      `No Chromium found (looked at ${candidates.join(', ')}). Install Debian's chromium package ` +
-        '(apt-get install chromium) or set CHROMIUM_PATH; `npm test` does this itself when run as root.',
+      `No Chromium found (looked at ${candidates.join(', ')}). Install it (Debian: sudo apt-get install chromium; ` +
+        'macOS: brew install --cask chromium) or set CHROMIUM_PATH; `npm test` does this itself as root on Debian.',
     );
   }
   return found;

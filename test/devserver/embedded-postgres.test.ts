@@ -43,8 +43,13 @@ describe('embedded Postgres', () => {
     expect(port).not.toBe(5432);
     const dataDir = path.join(tmp, '.data', 'postgres');
     const logs: string[] = [];
+    const signalListeners = () => ['SIGINT', 'SIGTERM', 'SIGHUP'].map((s) => process.listenerCount(s));
+    const listenersBefore = signalListeners();
     const first = await startEmbeddedPostgres({ dataDir, port, log: (l) => logs.push(l) });
     stops.push(first.stop);
+    // The package's own exit hook would answer Ctrl-C with exit 130/143 before npm start has
+    // stopped its children: starting one leaves the process's signal handling as it was.
+    expect(signalListeners()).toEqual(listenersBefore);
     expect(first.url).toBe(`postgres://postgres@127.0.0.1:${port}/onceflow`);
     await ensureDatabase(first.url); // as dev/start.ts does next
     await query(first.url, 'create table kept (v int); insert into kept values (42)');

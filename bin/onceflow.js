@@ -15,7 +15,7 @@
  * so the command works from any directory.
  */
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import process from 'node:process';
 import { fileURLToPath } from 'node:url';
@@ -61,6 +61,16 @@ if (!script) {
       : `onceflow: ${problem}\n\n${USAGE}`,
   );
   process.exit(2);
+}
+
+if (!existsSync(path.join(root, script))) {
+  // The library package (npm pack) carries this file as its `bin` but none of the application's
+  // scripts: say where the command lives instead of failing on a missing module.
+  process.stderr.write(
+    `onceflow ${first}: not in this install (${root}). The command-line tools ship with the ` +
+      'onceflow application (a checkout or the Docker image), not with the library package.\n',
+  );
+  process.exit(1);
 }
 
 const tsx = import.meta.resolve('tsx');

@@ -73,7 +73,10 @@ describe('onceflow as a library', () => {
     expect(files.filter((f) => /^package\/(dev|test|bench|examples|scripts)\//.test(f))).toEqual([]);
     expect(
       files.filter(
-        (f) => !/^package\/(dist\/lib\/|migrations\/|package\.json$|README\.md$|LICENSE$)/.test(f),
+        (f) =>
+          !/^package\/(dist\/lib\/|migrations\/|package\.json$|README\.md$|LICENSE$|bin\/onceflow\.js$)/.test(
+            f,
+          ),
       ),
     ).toEqual([]);
   });

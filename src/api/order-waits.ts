@@ -129,6 +129,33 @@ export class OrderWaits {
     if (client) await client.end().catch(() => undefined);
   }
 
+  /**
+   * A long-poll: reads until `done(row)` (or no row), the deadline, or `aborted()`, watching
+   * `id` before the first read so a change between a read and the wait still wakes it. Each
+   * pass reads the whole row, so the last read is the answer. With `waitMs` 0, one read.
+   */
+  async readUntil<T>(
+    id: string,
+    waitMs: number,
+    read: () => Promise<T | null>,
+    done: (row: T) => boolean,
+    aborted: () => boolean,
+  ): Promise<T | null> {
+    if (waitMs <= 0) return read();
+    const deadline = Date.now() + waitMs;
+    const wait = this.watch(id);
+    try {
+      for (;;) {
+        const row = await read();
+        if (row === null || done(row) || Date.now() >= deadline || aborted()) return row;
+        // Woken by a terminal status's notification, else re-read on the interval.
+        await wait.next(deadline - Date.now());
+      }
+    } finally {
+      wait.done();
+    }
+  }
+
   watch(orderId: string): OrderWait {
     let changed = false;
     let wake: (() => void) | null = null;

@@ -360,26 +360,13 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
       const { id } = request.params;
       const waitMs = (request.query.wait ?? 0) * 1000;
       const read = () => withClient(pool, (c) => getOrder(c, tenantId, id));
-      let row: Awaited<ReturnType<typeof read>>;
-      if (waitMs > 0) {
-        const deadline = Date.now() + waitMs;
-        // Watching before the first read: a change between the read and the wait still wakes it.
-        const wait = orderWaits.watch(id);
-        try {
-          for (;;) {
-            // The whole row each time: the last read is the answer, with no read after it.
-            row = await read();
-            if (row === null || TERMINAL_STATUSES.includes(row.status)) break;
-            if (Date.now() >= deadline || request.raw.destroyed) break;
-            // Woken by a terminal status's notification, else re-read on the interval.
-            await wait.next(deadline - Date.now());
-          }
-        } finally {
-          wait.done();
-        }
-      } else {
-        row = await read();
-      }
+      const row = await orderWaits.readUntil(
+        id,
+        waitMs,
+        read,
+        (r) => TERMINAL_STATUSES.includes(r.status),
+        () => request.raw.destroyed,
+      );
       if (!row) throw new ProblemError('notFound', 'No order with this ID.');
       // Only the workflow's own step keys: a client's Idempotency-Key (http.create_order) is never read.
       const steps = await readSteps(ledger, tenantId, row.workflow_id);

@@ -287,25 +287,15 @@ export const refundRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = asyn
       const { id, refundId } = request.params;
       const waitMs = (request.query.wait ?? 0) * 1000;
       const read = () => withClient(pool, (c) => getRefund(c, tenantId, id, refundId));
-      let row: RefundRow | null;
-      if (waitMs > 0) {
-        const deadline = Date.now() + waitMs;
-        // The order long-poll's mechanism: watching before the first read, woken by the
-        // refund's terminal-status notification (migrations/0020), else re-read on an interval.
-        const wait = orderWaits.watch(refundId);
-        try {
-          for (;;) {
-            row = await read();
-            if (row === null || REFUND_TERMINAL_STATUSES.includes(row.status)) break;
-            if (Date.now() >= deadline || request.raw.destroyed) break;
-            await wait.next(deadline - Date.now());
-          }
-        } finally {
-          wait.done();
-        }
-      } else {
-        row = await read();
-      }
+      // The order long-poll's mechanism, woken by the refund's terminal-status notification
+      // (migrations/0020).
+      const row = await orderWaits.readUntil(
+        refundId,
+        waitMs,
+        read,
+        (r) => REFUND_TERMINAL_STATUSES.includes(r.status),
+        () => request.raw.destroyed,
+      );
       if (!row) throw new ProblemError('notFound', 'No refund with this ID for this order.');
       return reply.send(refundView(row));
     },

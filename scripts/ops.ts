@@ -53,6 +53,23 @@ interface Values {
   tokenFile?: string;
 }
 
+/** What a resolve did, for people: the same line whether it went to the database or the admin API. */
+function resolvedText(
+  before: string,
+  after: string,
+  auditId: number | string,
+  r: { workflowId: string | null; signalled: boolean; signalError?: string | null },
+): string {
+  return (
+    `${before} -> ${after}; audit #${auditId}` +
+    (r.signalled ? `; workflow ${r.workflowId} signalled` : '') +
+    (r.signalError
+      ? `\nwarning: the ledger is settled but the workflow was not signalled: ${r.signalError}. ` +
+        `If the order is in needs_attention, re-drive it.`
+      : '')
+  );
+}
+
 function nonNegative(raw: string): number {
   const n = Number(raw);
   if (raw.trim() === '' || !Number.isFinite(n) || n < 0)
@@ -385,12 +402,7 @@ async function main(
           signalled: r.signalled,
           signalError: r.signalError ?? null,
         },
-        `${r.before.state} -> ${r.after.state}; audit #${r.audit.id}` +
-          (r.signalled ? `; workflow ${r.workflowId} signalled` : '') +
-          (r.signalError
-            ? `\nwarning: the ledger is settled but the workflow was not signalled: ${r.signalError}. ` +
-              `If the order is in needs_attention, re-drive it.`
-            : ''),
+        resolvedText(r.before.state, r.after.state, r.audit.id, r),
       );
       return 0;
     }
@@ -538,15 +550,7 @@ async function apiMain(
         signalled: boolean;
         signalError?: string | null;
       };
-      out(
-        r,
-        `${r.before} -> ${r.after}; audit #${r.auditId}` +
-          (r.signalled ? `; workflow ${r.workflowId} signalled` : '') +
-          (r.signalError
-            ? `\nwarning: the ledger is settled but the workflow was not signalled: ${r.signalError}. ` +
-              `If the order is in needs_attention, re-drive it.`
-            : ''),
-      );
+      out(r, resolvedText(r.before, r.after, r.auditId, r));
       return 0;
     }
     case 'redrive': {

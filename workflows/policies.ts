@@ -79,7 +79,11 @@ const NON_RETRYABLE_ERROR_TYPES: FailureType[] = [...PARKING_FAILURE_TYPES, FAIL
 
 export function resolveTiming(overrides: Partial<OrderTiming> | undefined): OrderTiming {
   const timing = { ...DEFAULT_TIMING, ...overrides };
-  // Never let a caller stretch reconciliation past the provider's key window.
+  // Never let a caller stretch reconciliation past the default provider key
+  // window. This is only the workflow's patience: the window each adapter
+  // declares (STRIPE_KEY_WINDOW_MS, the sandbox's) is enforced where it
+  // matters, in the charge and refund steps (stepKeyWindowMs): past it a
+  // "not found" never performs again, it parks the order (KEY_WINDOW_PASSED).
   timing.unknownHorizonMs = Math.min(timing.unknownHorizonMs, PROVIDER_KEY_WINDOW_MS / 2);
   return timing;
 }

@@ -11,11 +11,18 @@
  * (`temporalSdkLogger()`), so every line of a process has one format.
  *
  * Lines at warn and above go to stderr, the rest to stdout (as before pino).
+ *
+ * A line written while a trace span is active (inside a traced HTTP request,
+ * an activity, a provider call) carries its `trace_id` and `span_id`, so one
+ * order's log lines and its trace join. Without tracing (no
+ * OTEL_EXPORTER_OTLP_ENDPOINT) there is never an active span and lines carry
+ * neither.
  */
 import { createRequire } from 'node:module';
 import { pino, stdTimeFunctions, type DestinationStream, type Logger } from 'pino';
 import type PinoPretty from 'pino-pretty';
 import type { LogLevel as SdkLogLevel, LogMetadata, Logger as SdkLogger } from '@temporalio/common';
+import { isSpanContextValid, trace } from '@opentelemetry/api';
 
 export type { Logger };
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
@@ -93,6 +100,14 @@ function streams(usePretty: boolean, stderrOnly: boolean): DestinationStream {
   );
 }
 
+/** The active span's IDs as log fields (W3C hex), or nothing outside a span. */
+export function traceFields(): Fields {
+  const span = trace.getActiveSpan();
+  if (!span) return {};
+  const ctx = span.spanContext();
+  return isSpanContextValid(ctx) ? { trace_id: ctx.traceId, span_id: ctx.spanId } : {};
+}
+
 /** A pino logger with our format and redaction; `configureLogging` installs one as the process's. */
 export function createLogger(opts: LoggingOptions = {}): Logger {
   const tty = opts.stderrOnly ? process.stderr.isTTY : process.stdout.isTTY;
@@ -105,6 +120,7 @@ export function createLogger(opts: LoggingOptions = {}): Logger {
       // JSON lines say "level":"info"; pino-pretty wants the numbers to colour them.
       ...(usePretty ? {} : { formatters: { level: (label: string) => ({ level: label }) } }),
       redact: { paths: REDACT_PATHS, censor: REDACTED },
+      mixin: traceFields,
     },
     opts.destination ?? streams(usePretty, opts.stderrOnly === true),
   );

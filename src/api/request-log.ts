@@ -13,6 +13,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyInstance } from 'fastify';
+import { requestSpan } from '../tracing/index.ts';
 
 const REQUEST_ID_HEADER = 'x-request-id';
 
@@ -37,9 +38,15 @@ export function requestIdFor(headers: IncomingHttpHeaders): string {
   return randomUUID();
 }
 
+type TraceIds = { trace_id: string; span_id: string };
+/** The request span's IDs, read at onSend: the span is ended (and forgotten) before onResponse. */
+const requestTraceIds = new WeakMap<object, TraceIds>();
+
 export function logRequests(app: FastifyInstance): void {
   app.addHook('onSend', async (request, reply, payload) => {
     reply.header(REQUEST_ID_HEADER, request.id);
+    const ctx = requestSpan(request)?.spanContext();
+    if (ctx) requestTraceIds.set(request, { trace_id: ctx.traceId, span_id: ctx.spanId });
     return payload;
   });
   app.addHook('onResponse', async (request, reply) => {
@@ -51,6 +58,8 @@ export function logRequests(app: FastifyInstance): void {
       status,
       durationMs: Math.round(reply.elapsedTime * 10) / 10,
       tenantId: request.tenantId ?? null,
+      // This hook runs after the request span has ended: name its trace explicitly (src/log.ts).
+      ...requestTraceIds.get(request),
     };
     if (status >= 500) request.log.warn(fields, 'request');
     else if (QUIET_ROUTES.has(route)) request.log.debug(fields, 'request');

@@ -26,6 +26,8 @@ import { Ledger } from '../../src/ledger/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { startSandbox, type RunningSandbox } from '../../dev/sandbox/server.ts';
 import { startTracing, type Tracing } from '../../src/tracing/index.ts';
+import { configureLogging } from '../../src/log.ts';
+import { captureLines } from '../log/capture.ts';
 import { createWorker } from '../../src/worker/worker.ts';
 import {
   nativeConnection,
@@ -55,7 +57,11 @@ describe('tracing: one order, one trace', () => {
   let running: Promise<void>;
   let apiKey: string;
 
+  // Every log line of this file's process, to check that lines inside the trace name it.
+  const logs = captureLines();
+
   beforeAll(async () => {
+    configureLogging({ destination: logs.stream, level: 'info', service: 'api' });
     // First: the HTTP apps install their server-span hooks only while tracing is active.
     tracing = await startTracing({ otlpEndpoint: undefined }, 'api', {
       spanProcessor: new SimpleSpanProcessor(exporter),
@@ -230,6 +236,29 @@ describe('tracing: one order, one trace', () => {
         expect(served.map((s) => s.name)).toEqual([`POST ${path}`]);
       }
     }
+
+    // Logs join the trace: the POST's request line names the POST's span, and each line a
+    // provider-calling activity writes names that activity's RunActivity span.
+    const lines = logs.lines();
+    const postLine = lines.find((l) => l.msg === 'request' && l.method === 'POST' && l.route === '/v1/orders');
+    expect(postLine, 'the POST request line').toBeDefined();
+    expect([postLine!.trace_id, postLine!.span_id]).toEqual([traceOf(root), id(root)]);
+    const stepLines = lines.filter(
+      (l) =>
+        l.msg === 'step finished' &&
+        l.workflowId === order.workflowId &&
+        runActivities.some((a) => a.name === `RunActivity:${String(l.activityType)}`),
+    );
+    expect(stepLines.length).toBeGreaterThanOrEqual(2);
+    for (const l of stepLines) {
+      const span = runActivities.find((a) => id(a) === l.span_id);
+      expect(span?.name, `${String(l.activityType)} line's span`).toBe(`RunActivity:${String(l.activityType)}`);
+      expect(l.trace_id).toBe(traceOf(root));
+    }
+    // Outside any span (this test's own code), a line carries neither.
+    configureLogging({ destination: logs.stream, level: 'info', service: 'api' }).info('outside');
+    const outside = logs.lines().find((l) => l.msg === 'outside')!;
+    expect([outside.trace_id, outside.span_id]).toEqual([undefined, undefined]);
 
     // The webhook joins through the context stored with the order, and links the delivery's own request span.
     const webhook = one('webhook charge.succeeded');

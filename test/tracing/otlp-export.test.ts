@@ -68,7 +68,7 @@ describe('OTLP export', () => {
     expect(exports.every((r) => r.contentType === 'application/x-protobuf')).toBe(true);
     const body = Buffer.concat(exports.map((r) => r.body));
     expect(body.includes(Buffer.from(traceId, 'hex'))).toBe(true); // the incoming traceparent was continued
-    expect(body.includes(Buffer.from('sandbox'))).toBe(true); // service.name
+    expect(body.includes(Buffer.from('onceflow-sandbox'))).toBe(true); // service.name
     expect(body.includes(Buffer.from('GET /healthz'))).toBe(true);
   });
 

@@ -14,6 +14,16 @@ export interface Config {
    */
   metricsBindHost: string;
   /**
+   * METRICS_BACKLOG=on|off: whether this process exports the backlog gauges
+   * (orders and refunds waiting, the unresolved ledger, the outbox; each one
+   * query of the whole database). They are facts about the database, not the
+   * process, so exactly one exporter serves them: the API by default (it also
+   * reads Temporal visibility for them), never a worker, and under
+   * API_PROCESSES=M only `api-1`. Unset: that default. Several API replicas
+   * behind a load balancer set it off on all but one.
+   */
+  metricsBacklog: boolean | undefined;
+  /**
    * Whether the API may be reachable from other hosts, and every sign that
    * says so. Exposed, the published local credentials and demo keys are
    * refused. See `exposureOf`.
@@ -634,6 +644,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
     databaseUrl,
     bindHost,
     metricsBindHost: env.METRICS_BIND_HOST || '127.0.0.1',
+    metricsBacklog:
+      env.METRICS_BACKLOG === undefined || env.METRICS_BACKLOG === ''
+        ? undefined
+        : onOff(env, 'METRICS_BACKLOG', true),
     exposure,
     temporal: {
       address: externalAddress ?? `127.0.0.1:${ports.temporal}`,

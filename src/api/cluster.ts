@@ -67,7 +67,11 @@ const supervisors = Array.from({ length: count }, (_, i) => {
   const supervisor = new Supervisor({
     name,
     launch: () => {
-      const worker = cluster.fork({ ONCEFLOW_PROCESS: name });
+      const worker = cluster.fork({
+        ONCEFLOW_PROCESS: name,
+        // The backlog gauges from api-1 only: one exporter per fact (METRICS_BACKLOG in config.ts).
+        ...(i > 0 && !process.env.METRICS_BACKLOG ? { METRICS_BACKLOG: 'off' } : {}),
+      });
       workers.set(name, worker);
       worker.once('exit', () => {
         if (workers.get(name) === worker) workers.delete(name);

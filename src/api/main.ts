@@ -33,7 +33,8 @@ await runProcess('api', async ({ resources, stopping, started }) => {
   const pool = openPool(resources, config, { max: 20, applicationName: 'onceflow-api' });
   const temporal = openTemporalClient(resources, config, { interceptors: tracing.clientInterceptors });
   const metrics = createMetrics({
-    pool,
+    // The backlog gauges (one exporter per fact, see METRICS_BACKLOG): on unless turned off.
+    pool: (config.metricsBacklog ?? true) ? pool : undefined,
     // Under --api-processes, which process answered (they share the port): see src/api/cluster.ts.
     defaultLabels: { service: 'api', ...(config.processName ? { process: config.processName } : {}) },
     // Orders whose workflow parked without recording it on the row are counted too.

@@ -33,7 +33,8 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
   });
   const pool = openPool(resources, config, { applicationName: 'onceflow-worker' });
   const metrics = createMetrics({
-    pool,
+    // No backlog gauges unless METRICS_BACKLOG=on: the API exports those facts once (config.ts).
+    pool: config.metricsBacklog === true ? pool : undefined,
     // Under --workers N each worker has its own metrics port; the label names it too.
     defaultLabels: { service: 'worker', ...(config.processName ? { process: config.processName } : {}) },
   });

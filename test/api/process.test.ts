@@ -189,11 +189,15 @@ describe('API process: metrics on their own listener', () => {
     expect(scraped.status).toBe(200);
     const text = await scraped.text();
     for (const name of ['api-1', 'api-2']) {
-      expect(text).toContain(`onceflow_metrics_db_up{service="api",process="${name}"} 1`);
       expect(text).toContain(`onceflow_metrics_source_up{source="${name}",service="api"} 1`);
+      expect(text).toContain(`process_resident_memory_bytes{service="api",process="${name}"}`);
     }
+    // The backlog gauges are facts about the database: api-1 alone exports them (METRICS_BACKLOG).
+    expect(text).toContain('onceflow_metrics_db_up{service="api",process="api-1"} 1');
+    expect(text.match(/^onceflow_metrics_db_up\{/gm)).toHaveLength(1);
+    expect(text.match(/^onceflow_orders_in_status\{status="needs_attention"/gm)).toHaveLength(1);
     // One exposition: each metric's TYPE line once, whatever the number of processes.
-    expect(text.match(/^# TYPE onceflow_metrics_db_up /gm)).toHaveLength(1);
+    expect(text.match(/^# TYPE process_resident_memory_bytes /gm)).toHaveLength(1);
     primary.child.kill('SIGTERM');
     expect(await primary.exited).toEqual({ code: 0, signal: null });
   }, 180_000);

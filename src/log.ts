@@ -101,7 +101,7 @@ function streams(usePretty: boolean, stderrOnly: boolean): DestinationStream {
 }
 
 /** The active span's IDs as log fields (W3C hex), or nothing outside a span. */
-export function traceFields(): Fields {
+function traceFields(): Fields {
   const span = trace.getActiveSpan();
   if (!span) return {};
   const ctx = span.spanContext();

@@ -243,6 +243,8 @@ export interface DevServerOptions {
   sqlitePragmas?: Readonly<Record<string, string>>;
   /** Dynamic config values; DEV_SERVER_DYNAMIC_CONFIG unless given. */
   dynamicConfig?: Readonly<Record<string, string>>;
+  /** Where the server serves its own Prometheus metrics (loopback); a random port unless given. */
+  metricsPort?: number;
 }
 
 export interface DevServer {
@@ -280,6 +282,7 @@ export async function startDevServer(opts: DevServerOptions): Promise<DevServer>
       `${k}=${v}`,
     ]),
     ...(opts.uiPort !== undefined ? ['--ui-port', String(opts.uiPort)] : ['--headless']),
+    ...(opts.metricsPort !== undefined ? ['--metrics-port', String(opts.metricsPort)] : []),
   ];
   const out = opts.logFile ? fs.openSync(opts.logFile, 'a') : 'ignore';
   const child = spawn(opts.cli, args, { stdio: ['ignore', out, out] });

@@ -116,7 +116,10 @@ export async function startTracing(
     );
   // `onceflow-api`, `onceflow-worker`, `onceflow-sandbox`, all in the `onceflow` namespace: a
   // tracing backend shared with other systems lists them apart from any other "api".
-  const resource = new Resource({ 'service.name': `onceflow-${serviceName}`, 'service.namespace': 'onceflow' });
+  const resource = new Resource({
+    'service.name': `onceflow-${serviceName}`,
+    'service.namespace': 'onceflow',
+  });
   const provider = new NodeTracerProvider({ resource, spanProcessors: [processor] });
   // Global tracer provider, AsyncLocalStorage context manager, W3C trace context + baggage propagators.
   provider.register();

@@ -240,7 +240,9 @@ describe('tracing: one order, one trace', () => {
     // Logs join the trace: the POST's request line names the POST's span, and each line a
     // provider-calling activity writes names that activity's RunActivity span.
     const lines = logs.lines();
-    const postLine = lines.find((l) => l.msg === 'request' && l.method === 'POST' && l.route === '/v1/orders');
+    const postLine = lines.find(
+      (l) => l.msg === 'request' && l.method === 'POST' && l.route === '/v1/orders',
+    );
     expect(postLine, 'the POST request line').toBeDefined();
     expect([postLine!.trace_id, postLine!.span_id]).toEqual([traceOf(root), id(root)]);
     const stepLines = lines.filter(
@@ -252,7 +254,9 @@ describe('tracing: one order, one trace', () => {
     expect(stepLines.length).toBeGreaterThanOrEqual(2);
     for (const l of stepLines) {
       const span = runActivities.find((a) => id(a) === l.span_id);
-      expect(span?.name, `${String(l.activityType)} line's span`).toBe(`RunActivity:${String(l.activityType)}`);
+      expect(span?.name, `${String(l.activityType)} line's span`).toBe(
+        `RunActivity:${String(l.activityType)}`,
+      );
       expect(l.trace_id).toBe(traceOf(root));
     }
     // Outside any span (this test's own code), a line carries neither.

@@ -17,7 +17,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { loadConfig } from '../src/config.ts';
-import { localMail } from '../dev/mail/local.ts';
+import { runningLocalMail } from '../dev/mail/local.ts';
 import { DEMO_TENANTS } from '../src/api/demo-keys.ts';
 import {
   ProblemError,
@@ -46,8 +46,8 @@ const args = program.opts<{ orders: number; concurrency: number; timeoutSeconds:
 const config = loadConfig();
 const API = config.demo.apiUrl;
 const SANDBOX = config.sandboxUrl;
-/** EMAIL_PROVIDER=smtp with the local SMTP server: receipts are counted in its mailbox. */
-const MAIL = localMail(config, process.env);
+/** The stack sends receipts to the local SMTP server (EMAIL_PROVIDER=smtp): they are counted in its mailbox. */
+const MAIL = await runningLocalMail(config, process.env);
 // Defaults: the published local demo keys (src/api/demo-keys.ts), seeded by `npm start` on loopback.
 const TENANTS = [
   { id: 'acme', key: config.demo.acmeKey ?? DEMO_TENANTS[0].key },

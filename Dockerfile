@@ -45,6 +45,8 @@ COPY --from=deps /app/node_modules ./node_modules
 # package.json: "type": "module" for dist/app, and the version the API reports.
 COPY package.json ./
 COPY migrations ./migrations
+# The operator console's static files, served by the API under /console.
+COPY console ./console
 COPY --from=build /app/dist/app ./dist/app
 COPY --from=build /app/dist/workflow-bundle ./dist/workflow-bundle
 USER node

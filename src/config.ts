@@ -135,6 +135,12 @@ export interface Config {
      * Only for crash-recovery tests and demos; the default is on.
      */
     outboxRelay: boolean;
+    /**
+     * CONSOLE=on|off: the operator console at /console (src/console/routes.ts).
+     * On by default: it is static files, and every action it takes needs an
+     * operator credential on the admin API, exposed or not.
+     */
+    console: boolean;
     /** How often the relay polls for unstarted workflows (ms). */
     outboxPollMs: number;
     /**
@@ -681,6 +687,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
       apiKeyAllowUntagged: onOff(env, 'API_KEY_ALLOW_UNTAGGED', true),
       trustProxy,
       outboxRelay: onOff(env, 'OUTBOX_RELAY', true),
+      console: onOff(env, 'CONSOLE', true),
       outboxPollMs: positiveInt(env, 'OUTBOX_POLL_MS', 1000),
       webhookChargeWaitMs: webhookChargeWait(env),
       rateLimitMax: positiveInt(env, 'API_RATE_LIMIT_MAX', 1000),

@@ -13,6 +13,7 @@ import type { Ledger } from '../ledger/index.ts';
 import { metricsPlugin, type Metrics } from '../metrics/index.ts';
 import { Operator, opsRoutes } from '../ops/index.ts';
 import { configuredProviders } from '../process/wiring.ts';
+import { registerConsole } from '../console/routes.ts';
 import { buildApiApp } from './app.ts';
 import type { OutboxRelay } from './outbox.ts';
 
@@ -47,5 +48,6 @@ export async function buildApiServer(deps: ApiServerDeps): Promise<FastifyInstan
       authFailure: { max: config.api.adminAuthFailureMax, windowMs: config.api.adminAuthFailureWindowMs },
     }),
   );
+  if (config.api.console) registerConsole(app);
   return app;
 }

@@ -227,6 +227,40 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/admin/orders/{tenant}/{id}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** One order for an operator: its step records with the provider's key window left */
+    get: operations['getAdminOrder'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/admin/orders/{tenant}/{id}/redrive-preview': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** What a re-drive would do to each provider step, before doing it */
+    get: operations['previewRedrive'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/admin/attention': {
     parameters: {
       query?: never;
@@ -282,6 +316,36 @@ export interface components {
       createdAt: string;
       /** Format: date-time */
       updatedAt: string;
+    };
+    /** AdminOrderStep */
+    AdminOrderStep: {
+      tenantId: string;
+      operationType: string;
+      key: string;
+      fingerprint: string;
+      schemaVersion: number;
+      state: components['schemas']['OperationState'];
+      leaseExpiresAt: string | null;
+      attempts: number;
+      downstreamKey: string | null;
+      providerRef: string | null;
+      /** @description The stored outcome (for failed, the failure body), or null */
+      result: unknown;
+      /** @description Why the outcome became unknown (latest reason), or null */
+      error: unknown;
+      /** Format: date-time */
+      createdAt: string;
+      /** Format: date-time */
+      updatedAt: string;
+      completedAt: string | null;
+      /** @description How much of the provider's idempotency-key window is left (null: no provider keys) */
+      keyWindowLeftMs: number | null;
+    };
+    /** AdminOrderView */
+    AdminOrderView: {
+      order: components['schemas']['AdminOrder'];
+      temporalUiUrl: string;
+      steps: components['schemas']['AdminOrderStep'][];
     };
     /** AttentionItem */
     AttentionItem: {
@@ -613,6 +677,22 @@ export interface components {
       reason: string | null;
       lastError: string | null;
       redrives: number;
+    };
+    /** RedrivePreview */
+    RedrivePreview: {
+      allowed: boolean;
+      refusal: string | null;
+      steps: components['schemas']['RedrivePreviewStep'][];
+    };
+    /** RedrivePreviewStep */
+    RedrivePreviewStep: {
+      name: string;
+      operationType: string;
+      key: string;
+      state: components['schemas']['OperationState'] | 'none';
+      effect: 'run' | 'replay' | 'wait' | 'reconcile_first' | 'refused_past_window';
+      explanation: string;
+      keyWindowLeftMs: number | null;
     };
     /** RedriveRequest */
     RedriveRequest: {
@@ -1908,6 +1988,180 @@ export interface operations {
       /** @description The provider or Temporal is unavailable; nothing was changed */
       503: {
         headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  getAdminOrder: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        /** @description Tenant ID */
+        tenant: string;
+        /** @description Order ID */
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description The order and its steps, oldest first */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['AdminOrderView'];
+        };
+      };
+      /** @description A parameter or body field is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing, wrong or revoked admin credential (admin-unauthorized) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description No such operation or order */
+      404: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited, or too many failed admin credentials; retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  previewRedrive: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        /** @description Tenant ID */
+        tenant: string;
+        /** @description Order ID */
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Each step: replay, run, wait, reconcile first, or refused */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['RedrivePreview'];
+        };
+      };
+      /** @description A parameter or body field is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing, wrong or revoked admin credential (admin-unauthorized) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description No such operation or order */
+      404: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited, or too many failed admin credentials; retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
           [name: string]: unknown;
         };
         content: {

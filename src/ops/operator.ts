@@ -32,11 +32,25 @@ import {
   type ReconcileOutcome,
   type Scope,
 } from '../ledger/index.ts';
-import { ORDER_REASONS, OPERATION_TYPES, orderWorkflowId, type OrderStatus } from '../orders/model.ts';
+import {
+  ORDER_REASONS,
+  OPERATION_TYPES,
+  orderStepRefs,
+  orderWorkflowId,
+  stepKeys,
+  type OrderStatus,
+} from '../orders/model.ts';
 import { listParkedWorkflows, type ParkedWorkflow } from '../orders/attention.ts';
 import type { RefundStatus } from '../refunds/contract.ts';
 import { selectRefundsNeedingAttention } from '../refunds/sql.ts';
-import type { Charge, EmailProvider, Message, PaymentProvider } from '../providers/types.ts';
+import type {
+  Charge,
+  EmailProvider,
+  Message,
+  PaymentProvider,
+  ProviderCapabilities,
+} from '../providers/types.ts';
+import { keyWindowLeftMs, previewRedrive, type RedrivePreview } from './preview.ts';
 import { chargeReconciler, findCharge, settledCharge } from '../steps/payment.ts';
 import { findMessage, receiptKeyWindowMs, receiptReconciler, settledReceipt } from '../steps/receipt.ts';
 import { FAILURE, paymentEventSignal, redriveUpdate, type RedriveAccepted } from '../orders/contract.ts';
@@ -73,6 +87,13 @@ interface OrderSummary {
   reason: string | null;
   createdAt: Date;
   updatedAt: Date;
+}
+
+/** GET /admin/orders/{tenant}/{id}: the order, its step records, and its workflow's history link. */
+export interface OrderConsoleView {
+  order: OrderSummary;
+  temporalUiUrl: string;
+  steps: (Omit<OperationRecord, 'ownerToken'> & { keyWindowLeftMs: number | null })[];
 }
 
 function orderSummary(row: OrderRow): OrderSummary {
@@ -687,6 +708,76 @@ export class Operator {
         limit: clampLimit(opts.limit),
       }),
     );
+  }
+
+  /**
+   * One order as the console shows it: the order, every ledger record of its
+   * steps (status writes of each re-drive epoch included), oldest first,
+   * each provider step with the part of its provider's key window left, and
+   * the link to its history in the Temporal UI.
+   */
+  async orderView(tenantId: string, orderId: string, now = new Date()): Promise<OrderConsoleView> {
+    const row = await withClient(this.#deps.pool, (c) => getOrder(c, tenantId, orderId));
+    if (!row) throw new OpsError('not_found', `no order ${orderId} for tenant ${tenantId}`);
+    const order = orderSummary(row);
+    const records: OperationRecord[] = [];
+    // Epochs in batches until one has no re-drive record (as GET /v1/orders/{id} reads them).
+    for (let from = 0; ; from += 8) {
+      const refs = orderStepRefs(order.workflowId, from, from + 8);
+      const found = await this.#ledger(() => this.#deps.ledger.getMany(tenantId, refs));
+      records.push(...found);
+      const epochOf = new Map(refs.map((r) => [`${r.operationType}\n${r.key}`, r.epoch]));
+      if (!found.some((r) => (epochOf.get(`${r.operationType}\n${r.key}`) ?? 0) > 0)) break;
+    }
+    records.sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime() || (a.key < b.key ? -1 : 1));
+    const caps = this.#capabilities();
+    return {
+      order,
+      temporalUiUrl: this.temporalUiUrl(order.workflowId),
+      steps: records.map(({ ownerToken: _omit, ...r }) => {
+        const capabilities = caps[r.operationType];
+        return {
+          ...r,
+          keyWindowLeftMs: capabilities ? keyWindowLeftMs(capabilities, r, now) : null,
+        };
+      }),
+    };
+  }
+
+  /** What re-driving this order would do to each provider step (src/ops/preview.ts). */
+  async redrivePreview(tenantId: string, orderId: string, now = new Date()): Promise<RedrivePreview> {
+    const view = await this.orderView(tenantId, orderId, now);
+    const caps = this.#capabilities();
+    const { workflowId } = view.order;
+    const byKey = new Map(view.steps.map((s) => [`${s.operationType}\n${s.key}`, s]));
+    const step = (name: string, operationType: string, key: string) => {
+      const found = byKey.get(`${operationType}\n${key}`);
+      return {
+        name,
+        operationType,
+        key,
+        record: found ? { ...found, ownerToken: null } : undefined,
+        capabilities: caps[operationType]!,
+      };
+    };
+    return previewRedrive(
+      [
+        step('charge', OPERATION_TYPES.charge, stepKeys.charge(workflowId)),
+        step('receipt', OPERATION_TYPES.receipt, stepKeys.receipt(workflowId)),
+      ],
+      now,
+    );
+  }
+
+  /** The key windows the providers declare, by the operation type of the step that calls them. */
+  #capabilities(): Record<string, ProviderCapabilities> {
+    const window = this.#deps.providerKeyWindowMs;
+    const withWindow = (c: ProviderCapabilities): ProviderCapabilities =>
+      window === undefined || c.keyWindowMs === null ? c : { ...c, keyWindowMs: window };
+    return {
+      [OPERATION_TYPES.charge]: withWindow(this.#deps.payments.capabilities),
+      [OPERATION_TYPES.receipt]: withWindow(this.#deps.email.capabilities),
+    };
   }
 
   // ------------------------------------------------------------------ helpers

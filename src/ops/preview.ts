@@ -20,9 +20,9 @@
 import type { OperationRecord } from '../ledger/index.ts';
 import type { ProviderCapabilities } from '../providers/types.ts';
 
-export type StepEffect = 'run' | 'replay' | 'wait' | 'reconcile_first' | 'refused_past_window';
+type StepEffect = 'run' | 'replay' | 'wait' | 'reconcile_first' | 'refused_past_window';
 
-export interface StepPreview {
+interface StepPreview {
   name: string;
   operationType: string;
   key: string;

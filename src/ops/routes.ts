@@ -35,12 +35,14 @@ import {
   problemResponse,
 } from '../http/openapi.ts';
 import {
+  AdminOrderView,
   AttentionList,
   AuditLog,
   OperationList,
   OperationStory,
   RedriveOutcome,
   ReconcileOutcome,
+  RedrivePreview,
   ResolveOutcome,
 } from './schemas.ts';
 import { isOpsError, type OpsErrorCode } from './errors.ts';
@@ -398,6 +400,10 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
         },
       },
       async (request) => {
+        // What the console previews is what is enforced: a step past its provider's key window
+        // refuses the re-drive (reconcile or resolve it first).
+        const preview = await operator.redrivePreview(request.params.tenant, request.params.id);
+        if (!preview.allowed) throw new ProblemError('operationState', preview.refusal!);
         const r = await operator.redrive(request.params.tenant, request.params.id, {
           ...who(request),
           reason: request.body.reason,
@@ -411,6 +417,46 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
           temporalUiUrl: operator.temporalUiUrl(r.workflowId),
         };
       },
+    );
+
+    const orderParams = Type.Object({ tenant: Tenant, id: visible(100, 'Order ID') });
+
+    app.get(
+      '/admin/orders/:tenant/:id',
+      {
+        schema: {
+          operationId: 'getAdminOrder',
+          summary: "One order for an operator: its step records with the provider's key window left",
+          tags,
+          security,
+          params: orderParams,
+          response: {
+            200: ok('The order and its steps, oldest first', AdminOrderView),
+            ...errors,
+            ...notFound,
+          },
+        },
+      },
+      async (request) => operator.orderView(request.params.tenant, request.params.id),
+    );
+
+    app.get(
+      '/admin/orders/:tenant/:id/redrive-preview',
+      {
+        schema: {
+          operationId: 'previewRedrive',
+          summary: 'What a re-drive would do to each provider step, before doing it',
+          tags,
+          security,
+          params: orderParams,
+          response: {
+            200: ok('Each step: replay, run, wait, reconcile first, or refused', RedrivePreview),
+            ...errors,
+            ...notFound,
+          },
+        },
+      },
+      async (request) => operator.redrivePreview(request.params.tenant, request.params.id),
     );
 
     app.get(

@@ -185,3 +185,46 @@ export const AttentionList = Type.Object(
   },
   { title: 'AttentionList' },
 );
+
+const StepView = Type.Object(
+  {
+    ...recordFields,
+    keyWindowLeftMs: Type.Union([Type.Integer(), Type.Null()], {
+      description: "How much of the provider's idempotency-key window is left (null: no provider keys)",
+    }),
+  },
+  { title: 'AdminOrderStep' },
+);
+
+export const AdminOrderView = Type.Object(
+  { order: AdminOrder, temporalUiUrl: Str, steps: Type.Array(StepView) },
+  { title: 'AdminOrderView' },
+);
+
+export const RedrivePreview = Type.Object(
+  {
+    allowed: Type.Boolean(),
+    refusal: Nullable(Str),
+    steps: Type.Array(
+      Type.Object(
+        {
+          name: Str,
+          operationType: Str,
+          key: Str,
+          state: Type.Union([OperationState, Type.Literal('none')]),
+          effect: Type.Union([
+            Type.Literal('run'),
+            Type.Literal('replay'),
+            Type.Literal('wait'),
+            Type.Literal('reconcile_first'),
+            Type.Literal('refused_past_window'),
+          ]),
+          explanation: Str,
+          keyWindowLeftMs: Type.Union([Type.Integer(), Type.Null()]),
+        },
+        { title: 'RedrivePreviewStep' },
+      ),
+    ),
+  },
+  { title: 'RedrivePreview' },
+);

@@ -147,6 +147,10 @@ it('migrate.js, then the API answers /healthz and the worker /readyz, from the p
     },
     { timeoutMs: 90_000 },
   );
+  // The operator console's files ship too (COPY console), served by the API.
+  const page = await fetch(`http://127.0.0.1:${apiPort}/console/app.js`);
+  expect(page.status).toBe(200);
+  expect(await page.text()).toContain('/admin/attention');
   await until(
     'the worker is ready',
     async () => {

@@ -14,7 +14,11 @@ const stripeLike: ProviderCapabilities = {
   withinWindow: 'replay',
   afterWindow: { kind: 'search', lagMs: 60_000 },
 };
-const smtpLike: ProviderCapabilities = { keyWindowMs: null, withinWindow: 'none', afterWindow: { kind: 'none' } };
+const smtpLike: ProviderCapabilities = {
+  keyWindowMs: null,
+  withinWindow: 'none',
+  afterWindow: { kind: 'none' },
+};
 
 function record(state: OperationRecord['state'], ageMs: number, more: Partial<OperationRecord> = {}) {
   return {

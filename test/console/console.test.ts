@@ -1,0 +1,290 @@
+/**
+ * The operator console (/console, src/console/routes.ts and console/) in a
+ * real browser (Debian's Chromium through playwright-core) against the real
+ * stack: the API as src/api/main.ts builds it, a worker, the sandbox and the
+ * run's Temporal server. An order parked through sandbox faults is found on
+ * the Attention page, its re-drive previewed and confirmed, and it completes
+ * with the audit row shown; an unknown charge is resolved with a reason; the
+ * console refuses a missing, revoked or tenant credential, and a cross-site
+ * form post to an action carries no credential and changes nothing. Every
+ * page passes axe-core. Screenshots go to test-results/; with
+ * UPDATE_DOCS_IMAGES=1 also to docs/images/ (docs/OPERATIONS.md shows them).
+ */
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import type { AddressInfo } from 'node:net';
+import type { Browser, Page } from 'playwright-core';
+import type { FastifyInstance } from 'fastify';
+import { buildApiServer } from '../../src/api/server.ts';
+import { hashApiKey } from '../../src/api/auth.ts';
+import { CONSOLE_CSP } from '../../src/console/routes.ts';
+import { insertApiKey } from '../../src/tenants/sql.ts';
+import {
+  generateOperatorToken,
+  hashOperatorToken,
+  insertOperator,
+  revokeOperator,
+} from '../../src/operators/sql.ts';
+import { startOrderStack, type OrderStack } from '../support/stack.ts';
+import { launchChromium } from '../support/chromium.ts';
+import { testConfig } from '../api/support.ts';
+import { uniq } from '../support/env.ts';
+
+const root = path.resolve(import.meta.dirname, '../..');
+const artifacts = path.join(root, 'test-results');
+const docsImages = path.join(root, 'docs/images');
+const AXE = fs.readFileSync(path.join(root, 'node_modules/axe-core/axe.min.js'), 'utf8');
+
+let stack: OrderStack;
+let browser: Browser;
+let app: FastifyInstance;
+let base: string;
+let operatorName: string;
+let operatorToken: string;
+const servers: http.Server[] = [];
+
+beforeAll(async () => {
+  stack = await startOrderStack();
+  const config = testConfig({ SANDBOX_URL: stack.sandbox.url, TEMPORAL_TASK_QUEUE: stack.taskQueue });
+  app = await buildApiServer({ pool: stack.pool, ledger: stack.ledger, temporal: stack.client, config });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+  operatorName = uniq('oncall').toLowerCase();
+  operatorToken = generateOperatorToken();
+  await insertOperator(stack.pool, { name: operatorName, tokenHash: hashOperatorToken(operatorToken) });
+  browser = await launchChromium();
+  fs.mkdirSync(artifacts, { recursive: true });
+});
+
+afterAll(async () => {
+  for (const s of servers) s.close();
+  await browser?.close();
+  await app?.close();
+  await stack?.close();
+});
+
+/** A page of its own context; CSP violations and page errors fail the test that made them. */
+async function openConsole(opts: { axe?: boolean } = {}): Promise<{ page: Page; problems: string[] }> {
+  // axe is injected as a script, which the console's CSP (rightly) blocks: only its own context bypasses it.
+  const context = await browser.newContext({
+    viewport: { width: 1300, height: 900 },
+    bypassCSP: opts.axe === true,
+  });
+  const page = await context.newPage();
+  const problems: string[] = [];
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !/status of 40[19]/.test(m.text())) problems.push(`console: ${m.text()}`);
+  });
+  await page.goto(`${base}/console`);
+  return { page, problems };
+}
+
+async function signIn(page: Page, token: string): Promise<void> {
+  await page.getByLabel(/Operator token/).fill(token);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+}
+
+async function axe(page: Page, what: string): Promise<void> {
+  await page.addScriptTag({ content: AXE });
+  // A string: it runs in the page (no DOM types in this Node project).
+  const violations = (await page.evaluate(
+    'axe.run(document).then((r) => r.violations.map((v) => `${v.id} (${v.impact}, ${v.nodes.length} nodes)`))',
+  )) as string[];
+  expect(violations, `axe on ${what}`).toEqual([]);
+}
+
+async function shoot(page: Page, name: string): Promise<void> {
+  await page.screenshot({ path: path.join(artifacts, `${name}.png`), fullPage: true });
+  if (process.env.UPDATE_DOCS_IMAGES === '1')
+    await page.screenshot({ path: path.join(docsImages, `${name}.png`) });
+}
+
+async function parkedOnReceipt(): Promise<{ orderId: string; workflowId: string }> {
+  await stack.fault('messages.create', 'fail_before', 1000);
+  const { input, workflowId } = await stack.startOrder();
+  await expect
+    .poll(async () => (await stack.orderRow(input)).status, { timeout: 60_000, interval: 200 })
+    .toBe('needs_attention');
+  return { orderId: input.orderId, workflowId };
+}
+
+it('serves its own files only, under a strict CSP, and nothing inline', async () => {
+  const res = await fetch(`${base}/console`);
+  expect(res.status).toBe(200);
+  expect(res.headers.get('content-security-policy')).toBe(CONSOLE_CSP);
+  expect(CONSOLE_CSP).not.toMatch(/unsafe-inline|unsafe-eval|https?:/);
+  const html = await res.text();
+  expect(html).not.toMatch(/<script(?![^>]*\ssrc=)[^>]*>/); // no inline script element
+  expect(html).not.toMatch(/\son[a-z]+=/); // no inline handlers
+  expect(html).not.toMatch(/\sstyle=/);
+  // Assets from the console's own path, links within the page.
+  for (const src of html.matchAll(/(?:src|href)="([^"]+)"/g)) expect(src[1]).toMatch(/^(\/console\/|#\/)/);
+  for (const file of ['app.js', 'app.css', 'favicon.svg']) {
+    const asset = await fetch(`${base}/console/${file}`);
+    expect(asset.status, file).toBe(200);
+    expect(asset.headers.get('content-security-policy')).toBe(CONSOLE_CSP);
+  }
+});
+
+it('takes a parked order from the Attention page to completed: preview, confirm, audit row', async () => {
+  const { orderId, workflowId } = await parkedOnReceipt();
+  const { page, problems } = await openConsole();
+  await signIn(page, operatorToken);
+  const link = page.getByRole('link', { name: orderId });
+  await link.waitFor({ timeout: 30_000 });
+  await shoot(page, 'console-attention');
+  await link.click();
+  await expect.poll(() => page.locator('#order-status').textContent()).toBe('needs_attention');
+
+  // The preview before anything runs: the charge replays, the receipt is asked about first.
+  await page.getByRole('button', { name: 'Preview re-drive' }).click();
+  await page.locator('li[data-step="receipt"]').waitFor();
+  expect(await page.locator('li[data-step="charge"]').getAttribute('class')).toBe('effect-replay');
+  expect(await page.locator('li[data-step="receipt"]').textContent()).toMatch(/receipt: /);
+  const confirm = page.getByRole('button', { name: 'Confirm re-drive' });
+  expect(await confirm.isDisabled()).toBe(true); // no reason yet
+  await shoot(page, 'console-order');
+
+  await stack.clearFaults();
+  await page.locator('#redrive-reason').fill('receipt provider recovered (console test)');
+  await confirm.click();
+  const outcome = page.getByText(/Re-drive accepted/);
+  await outcome.waitFor({ timeout: 30_000 });
+  // The result sits next to the audit row it wrote, with the actor from the credential.
+  const auditRow = page.locator('tr[data-audit-id]').first();
+  expect(await auditRow.textContent()).toContain(operatorName);
+  expect(await auditRow.textContent()).toContain('operator_token');
+
+  await expect
+    .poll(
+      async () => {
+        await page.getByRole('button', { name: 'Reload' }).click();
+        return page.locator('#order-status').textContent();
+      },
+      { timeout: 60_000, interval: 500 },
+    )
+    .toBe('completed');
+  expect((await stack.messages(orderId)).length).toBe(1);
+  const audit = await stack.pool.query<{ action: string; actor: string }>(
+    `select action, actor from audit_log where workflow_id = $1 order by id`,
+    [workflowId],
+  );
+  expect(audit.rows.map((r) => r.action)).toEqual(['redrive_requested', 'redrive']);
+  expect(new Set(audit.rows.map((r) => r.actor))).toEqual(new Set([operatorName]));
+  expect(problems).toEqual([]);
+  await page.context().close();
+});
+
+it('resolves an unknown charge with a reason, shown with its audit row, and the order completes', async () => {
+  // The charge's response is lost and the provider can't be asked: the outcome stays unknown and parks.
+  await stack.fault('charges.create', 'drop_after', 100);
+  await stack.fault('charges.lookup', 'fail_before', 1000);
+  const { input } = await stack.startOrder();
+  await expect
+    .poll(async () => (await stack.orderRow(input)).status, { timeout: 60_000, interval: 200 })
+    .toBe('needs_attention');
+  const charged = await stack.charges(input.orderId);
+  expect(charged).toHaveLength(1);
+
+  const { page, problems } = await openConsole();
+  await signIn(page, operatorToken);
+  await page.goto(`${base}/console#/order/${input.tenantId}/${input.orderId}`);
+  await page.getByRole('button', { name: 'Reconcile now' }).waitFor();
+  const confirm = page.getByRole('button', { name: 'Confirm resolve' });
+  expect(await confirm.isDisabled()).toBe(true);
+  await page.getByLabel('Outcome').selectOption('succeeded');
+  expect(await page.getByText(/Resolving records payment.charge/).textContent()).toMatch(/as succeeded/);
+  await page
+    .locator('textarea[id="reason-payment.charge"]')
+    .fill(`provider dashboard shows ${charged[0]!.id} (console test)`);
+  await stack.clearFaults();
+  await confirm.click();
+  await page.getByText(/Resolved: unknown → succeeded/).waitFor({ timeout: 30_000 });
+  expect(await page.locator('tr[data-audit-id]').first().textContent()).toContain('resolve');
+  await expect
+    .poll(async () => (await stack.orderRow(input)).status, { timeout: 60_000, interval: 200 })
+    .toBe('completed');
+  expect(await stack.charges(input.orderId)).toHaveLength(1); // resolved, never charged again
+  expect(problems).toEqual([]);
+  await page.context().close();
+});
+
+it('refuses a missing, wrong, revoked or tenant credential', async () => {
+  expect((await fetch(`${base}/admin/attention`)).status).toBe(401);
+  const tenantKey = `sk_test_${uniq('k')}`;
+  await insertApiKey(stack.pool, { keyHash: hashApiKey(tenantKey), tenantId: 'acme', label: 'console test' });
+  const revokedName = uniq('gone').toLowerCase();
+  const revokedToken = generateOperatorToken();
+  await insertOperator(stack.pool, { name: revokedName, tokenHash: hashOperatorToken(revokedToken) });
+  await revokeOperator(stack.pool, revokedName);
+
+  const { page } = await openConsole();
+  for (const [what, token] of [
+    ['a tenant API key', tenantKey],
+    ['a revoked operator token', revokedToken],
+    ['a made-up token', 'opk_not-a-real-token'],
+  ] as const) {
+    await signIn(page, token);
+    // Refused (401), or throttled after several wrong credentials from this address (429).
+    await page.getByText(/Signed out|Too many/).waitFor();
+    expect(await page.getByRole('navigation').isHidden(), what).toBe(true);
+    expect(await page.evaluate('sessionStorage.length'), what).toBe(0);
+  }
+  // A credential revoked while signed in stops at the next call.
+  const laterName = uniq('later').toLowerCase();
+  const laterToken = generateOperatorToken();
+  await insertOperator(stack.pool, { name: laterName, tokenHash: hashOperatorToken(laterToken) });
+  await signIn(page, laterToken);
+  await page.getByRole('heading', { name: 'Attention' }).waitFor();
+  await revokeOperator(stack.pool, laterName);
+  await page.getByRole('link', { name: 'Audit' }).click();
+  await page.getByText(/Signed out/).waitFor();
+  await page.context().close();
+});
+
+it('a cross-site form post to an action carries no credential: 401, nothing audited', async () => {
+  const { orderId, workflowId } = await parkedOnReceipt();
+  // Another origin's page that posts a re-drive to the API as soon as it loads.
+  const evil = http.createServer((_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/html' });
+    res.end(
+      `<form id="f" method="post" enctype="text/plain" action="${base}/admin/orders/acme/${orderId}/redrive">` +
+        `<input name='{"reason":"x","a":"' value='"}'></form><script>document.getElementById('f').submit()</script>`,
+    );
+  });
+  servers.push(evil);
+  await new Promise<void>((r) => evil.listen(0, '127.0.0.1', r));
+  const page = await browser.newPage();
+  const answer = page.waitForResponse((r) => r.url().includes('/redrive'));
+  await page.goto(`http://127.0.0.1:${(evil.address() as AddressInfo).port}/`);
+  expect((await answer).status()).toBe(401);
+  const audit = await stack.pool.query(`select 1 from audit_log where workflow_id = $1`, [workflowId]);
+  expect(audit.rowCount).toBe(0);
+  expect((await stack.orderRow({ tenantId: 'acme', orderId } as never)).status).toBe('needs_attention');
+  await page.close();
+  await stack.clearFaults();
+});
+
+it('every page passes axe-core, and the Audit page lists actions with their actors', async () => {
+  const { page } = await openConsole({ axe: true });
+  await axe(page, 'sign in');
+  await signIn(page, operatorToken);
+  await page.getByRole('heading', { name: 'Attention' }).waitFor();
+  await page.getByText(/refreshes every/).waitFor();
+  await axe(page, 'attention');
+  await page.getByRole('link', { name: 'Audit' }).click();
+  await page.locator('tr[data-audit-id]').first().waitFor({ timeout: 30_000 });
+  expect(await page.locator('table.audit').textContent()).toContain(operatorName);
+  await shoot(page, 'console-audit');
+  await axe(page, 'audit');
+  const { rows } = await stack.pool.query<{ tenant_id: string; order_id: string }>(
+    `select tenant_id, id as order_id from orders where status = 'completed' limit 1`,
+  );
+  await page.goto(`${base}/console#/order/${rows[0]!.tenant_id}/${rows[0]!.order_id}`);
+  await page.getByRole('heading', { name: 'Steps' }).waitFor();
+  await axe(page, 'order');
+  await page.context().close();
+});

@@ -59,7 +59,7 @@ async function spawnWorker(): Promise<ChildProcess> {
       WORKER_SDK_METRICS_PORT: String(await freePort()),
       LEDGER_LEASE_MS: '6000',
       PROVIDER_TIMEOUT_MS: String(PROVIDER_TIMEOUT_MS),
-      LOG_LEVEL: 'warn',
+      LOG_LEVEL: 'info',
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -193,13 +193,23 @@ describe('refund webhooks', () => {
 
   it('a signed event that does not name the refund’s provider refund is ignored: forged id, wrong amount, type against status', async () => {
     const { orderId, refund, provider } = await uncertainRefund(500);
-    // Another refund ID with our refund's metadata, and no key of ours: metadata alone finds, never names.
-    const forged = sandboxRefundObject(provider, { id: 're_forged', idempotency_key: undefined });
+    // Another refund ID with our refund's metadata (order, tenant, refund ID), and no key of ours
+    // (neither echoed nor in metadata, where the Stripe adapter keeps it): metadata alone finds, never names.
+    const { idempotency_key: _ours, ...theirMetadata } = provider.metadata;
+    const forged = sandboxRefundObject(provider, {
+      id: 're_forged',
+      idempotency_key: undefined,
+      metadata: theirMetadata,
+    });
     expect((await sendSandbox(sandboxEvent('refund.succeeded', forged))).body).toMatchObject({
       outcome: 'ignored_mismatch',
     });
-    // Our key, but another refund's key of the same shape: still a mismatch.
-    const otherKey = sandboxRefundObject(provider, { idempotency_key: `${provider.idempotency_key}x` });
+    // Another key than the step's: still a mismatch.
+    const otherKey = sandboxRefundObject(provider, {
+      id: 're_forged',
+      idempotency_key: `${provider.idempotency_key}x`,
+      metadata: { ...theirMetadata, idempotency_key: `${provider.idempotency_key}x` },
+    });
     expect((await sendSandbox(sandboxEvent('refund.succeeded', otherKey))).body).toMatchObject({
       outcome: 'ignored_mismatch',
     });

@@ -21,6 +21,7 @@ import { signWebhook } from '../../src/providers/webhook-signature.ts';
 import { uniq } from '../support/env.ts';
 import { until } from '../support/wait.ts';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
+import { startRefund } from '../support/refunds.ts';
 import { call, newTenant, startApi, type TestApi } from './support.ts';
 
 type RefundBody = {
@@ -231,6 +232,29 @@ describe('refund webhooks', () => {
     // The real one settles it (and ends the workflow).
     expect((await sendSandbox(raw)).body).toMatchObject({ outcome: 'signalled' });
     await settledTo(orderId, refund, 'succeeded');
+  });
+
+  it('parked for an operator past the reconcile horizon, a refund event still settles it (no re-drive needed)', async () => {
+    const orderId = `ord_${randomBytes(12).toString('hex')}`;
+    const started = await stack.startOrder({ tenantId: tenant.tenantId, orderId, amount: 3000 });
+    expect((await started.handle.result()).status).toBe('completed');
+    const chargeId = (await stack.orderRow(started.input)).charge_id!;
+    await stack.fault('refunds.create', 'drop_after', 1_000);
+    await stack.fault('refunds.lookup', 'fail_before', 1_000);
+    // The test timeouts: a 4 s reconcile horizon, then needs_attention.
+    const { refundId, workflowId } = await startRefund(stack, { input: started.input, chargeId }, 600);
+    await until('the refund to park', () => getRefund(orderId, refundId), {
+      done: (r) => r.status === 'needs_attention',
+      timeoutMs: 90_000,
+    });
+    const audit = await fetch(`${stack.sandbox.url}/_sandbox/refunds?order_id=${orderId}`);
+    const [provider] = ((await audit.json()) as { data: AuditRefund[] }).data;
+    const res = await sendSandbox(sandboxEvent('refund.succeeded', sandboxRefundObject(provider!)));
+    expect(res.body).toMatchObject({ outcome: 'signalled' });
+    const done = await settledTo(orderId, { id: refundId, workflowId } as RefundBody, 'succeeded');
+    expect(done.providerRefundId).toBe(provider!.id);
+    const order = await call(api, 'GET', `/v1/orders/${orderId}`, { key: tenant.key });
+    expect(order.body).toMatchObject({ refundedAmount: 600 });
   });
 
   it('Stripe: charge.refund.updated while pending is not final; refund.updated succeeded settles it; Stripe-signed', async () => {

@@ -16,16 +16,9 @@ import { startOrderStack, TEST_TIMING, type OrderStack } from '../support/stack.
 import { testDatabaseUrl, temporalAddress, uniq, workflowBundlePath } from '../support/env.ts';
 import { freePort } from '../../src/process/ports.ts';
 import { withTransaction } from '../../src/db/index.ts';
-import {
-  REFUND_OPERATION_TYPES,
-  REFUND_WORKFLOW_TYPE,
-  refundStepKeys,
-  refundWorkflowId,
-  type RefundWorkflowInput,
-} from '../../src/refunds/contract.ts';
-import { insertPendingRefund, reserveRefund } from '../../src/refunds/sql.ts';
+import { reserveRefund } from '../../src/refunds/sql.ts';
 import { until } from '../support/wait.ts';
-import type { refundWorkflow } from '../../workflows/refund.ts';
+import { startRefund } from '../support/refunds.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
 /** The worker's provider client gives up after this; the activity's start-to-close is TEST_TIMING's (4 s). */
@@ -95,50 +88,6 @@ async function completedOrder(amount: number) {
   return { input, chargeId: row.charge_id! };
 }
 
-/**
- * A refund as the API makes one: its amount reserved on the order and its row in `pending`, in
- * one transaction; then its workflow, started with the test timeouts.
- */
-async function startRefund(order: Awaited<ReturnType<typeof completedOrder>>, amount: number) {
-  const { tenantId, orderId } = order.input;
-  const refundId = uniq('rf');
-  const workflowId = refundWorkflowId(tenantId, refundId);
-  await withTransaction(stack.pool, async (c) => {
-    const reserved = await reserveRefund(c, { tenantId, orderId, amount });
-    expect(reserved.refused).toBeUndefined();
-    await insertPendingRefund(c, {
-      tenantId,
-      refundId,
-      orderId,
-      workflowId,
-      amount,
-      currency: order.input.currency,
-      reason: null,
-    });
-  });
-  const input: RefundWorkflowInput = {
-    tenantId,
-    refundId,
-    orderId,
-    amount,
-    currency: order.input.currency,
-    chargeId: order.chargeId,
-    customerEmail: order.input.customer.email,
-    reason: null,
-  };
-  const handle = await stack.client.workflow.start<typeof refundWorkflow>(REFUND_WORKFLOW_TYPE, {
-    taskQueue: stack.taskQueue,
-    workflowId,
-    args: [{ ...input, timing: TEST_TIMING }],
-  });
-  const scope = {
-    tenantId,
-    operationType: REFUND_OPERATION_TYPES.providerRefund,
-    key: refundStepKeys.refund(workflowId),
-  };
-  return { handle, scope, workflowId };
-}
-
 /** Every refund of the order made exactly once at the provider, and never more than the charge. */
 async function expectOneProviderRefundEach(orderId: string, charged: number, refunds: number[]) {
   const made = await providerRefunds(orderId);
@@ -158,7 +107,7 @@ it('a lost refund response: one provider refund, the refund succeeds', async () 
   const order = await completedOrder(3000);
   await stack.fault('refunds.create', 'drop_after', 1);
   try {
-    const { handle } = await startRefund(order, 1200);
+    const { handle } = await startRefund(stack, order, 1200);
     expect((await handle.result()).status).toBe('succeeded');
     await expectOneProviderRefundEach(order.input.orderId, 3000, [1200]);
   } finally {
@@ -174,7 +123,7 @@ it('a provider call slower than the activity timeout: the next attempt runs besi
   expect(delayMs).toBeLessThan(PROVIDER_TIMEOUT_MS);
   await stack.fault('refunds.create', 'delay', 1, delayMs);
   try {
-    const { handle } = await startRefund(order, 800);
+    const { handle } = await startRefund(stack, order, 800);
     expect((await handle.result()).status).toBe('succeeded');
     await expectOneProviderRefundEach(order.input.orderId, 3000, [800]);
   } finally {
@@ -187,8 +136,8 @@ it('a worker killed with SIGKILL during two refunds of one order: each made once
   // Hold both refund requests at the provider long enough to kill the worker mid-call.
   await stack.fault('refunds.create', 'delay', 2, 2_500);
   try {
-    const a = await startRefund(order, 1000);
-    const b = await startRefund(order, 2000);
+    const a = await startRefund(stack, order, 1000);
+    const b = await startRefund(stack, order, 2000);
     // A third that does not fit is refused where the limit lives, before any workflow exists.
     const over = await withTransaction(stack.pool, (c) =>
       reserveRefund(c, { tenantId: order.input.tenantId, orderId: order.input.orderId, amount: 1 }),

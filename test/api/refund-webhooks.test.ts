@@ -7,7 +7,8 @@
  * with the refund's amount and currency), and never moves a refund
  * backwards: a failed after a succeeded changes nothing.
  *
- * Real stack: the API (its outbox starts the refund workflows), a worker on
+ * Real stack: the API (its outbox starts the first refund's workflow; the
+ * others are started directly with the test timeouts), a worker on
  * the same task queue, the sandbox provider (or, with PAYMENT_PROVIDER=stripe,
  * the Stripe adapter against its Stripe surface), Postgres and Temporal. A
  * refund is held uncertain by faults on refunds.create (the answer is lost)
@@ -20,7 +21,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { signWebhook } from '../../src/providers/webhook-signature.ts';
 import { uniq } from '../support/env.ts';
 import { until } from '../support/wait.ts';
-import { startOrderStack, type OrderStack } from '../support/stack.ts';
+import { startOrderStack, TEST_TIMING, type OrderStack } from '../support/stack.ts';
 import { startRefund } from '../support/refunds.ts';
 import { call, newTenant, startApi, type TestApi } from './support.ts';
 
@@ -76,27 +77,43 @@ describe('refund webhooks', () => {
       .body as RefundBody;
 
   /** A refund whose provider refund was made but whose outcome is lost and can't be looked up. */
-  async function uncertainRefund(amount = 1000) {
+  /**
+   * A refund whose provider refund was made but whose outcome is lost and can't be looked up.
+   * Through the API (its outbox starts the workflow with the declared timeouts: about 16 s of
+   * retries before refund_unknown), or started directly with the test timeouts and a long
+   * reconcile horizon (refund_unknown within seconds, and it stays there).
+   */
+  async function uncertainRefund(amount: number, via: 'api' | 'direct' = 'direct') {
     const orderId = `ord_${randomBytes(12).toString('hex')}`;
-    const { handle } = await stack.startOrder({ tenantId: tenant.tenantId, orderId, amount: 3000 });
-    expect((await handle.result()).status).toBe('completed');
+    const started = await stack.startOrder({ tenantId: tenant.tenantId, orderId, amount: 3000 });
+    expect((await started.handle.result()).status).toBe('completed');
     await stack.fault('refunds.create', 'drop_after', 1_000);
     await stack.fault('refunds.lookup', 'fail_before', 1_000);
-    const res = await call(api, 'POST', `/v1/orders/${orderId}/refunds`, {
-      key: tenant.key,
-      idem: uniq('ridem'),
-      body: { amount },
-    });
-    expect(res.status).toBe(202);
-    const created = res.body as RefundBody;
-    await until('the refund to be uncertain', () => getRefund(orderId, created.id), {
+    let refund: RefundBody;
+    if (via === 'api') {
+      const res = await call(api, 'POST', `/v1/orders/${orderId}/refunds`, {
+        key: tenant.key,
+        idem: uniq('ridem'),
+        body: { amount },
+      });
+      expect(res.status).toBe(202);
+      refund = res.body as RefundBody;
+    } else {
+      const chargeId = (await stack.orderRow(started.input)).charge_id!;
+      const { refundId, workflowId } = await startRefund(stack, { input: started.input, chargeId }, amount, {
+        ...TEST_TIMING,
+        unknownHorizonMs: 10 * 60_000,
+      });
+      refund = { id: refundId, workflowId, status: 'pending', amount, providerRefundId: null };
+    }
+    await until('the refund to be uncertain', () => getRefund(orderId, refund.id), {
       done: (r) => r.status === 'refund_unknown' || r.status === 'needs_attention',
       timeoutMs: 90_000,
     });
     const audit = await fetch(`${stack.sandbox.url}/_sandbox/refunds?order_id=${orderId}`);
     const made = ((await audit.json()) as { data: AuditRefund[] }).data;
     expect(made).toHaveLength(1);
-    return { orderId, refund: created, provider: made[0]! };
+    return { orderId, refund, provider: made[0]! };
   }
 
   /** Settled by an event: the refund workflow ends (its receipt sent); faults go, for the next test. */
@@ -154,7 +171,7 @@ describe('refund webhooks', () => {
   }
 
   it("the refund's own refund.succeeded settles it, once; a redelivery is a duplicate; a later refund.failed changes nothing", async () => {
-    const { orderId, refund, provider } = await uncertainRefund(1000);
+    const { orderId, refund, provider } = await uncertainRefund(1000, 'api');
     const raw = sandboxEvent('refund.succeeded', sandboxRefundObject(provider));
     const res = await sendSandbox(raw);
     expect(res.status).toBe(200);

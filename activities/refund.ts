@@ -16,7 +16,7 @@ import * as refund from '../src/steps/refund.ts';
 import type { ReconcileResult } from '../src/steps/payment.ts';
 import { failed, stepLog, type OrderActivityDeps, type StepRef } from './order.ts';
 
-export interface RefundStepRef extends StepRef {
+interface RefundStepRef extends StepRef {
   refundId: string;
 }
 
@@ -25,6 +25,16 @@ export interface ProviderRefundArgs extends RefundStepRef {
   amount: number;
   currency: string;
   reason: string | null;
+}
+
+export interface ReconcileRefundArgs extends RefundStepRef {
+  /** The charge refunded: a search provider (Stripe) lists this charge's refunds. */
+  chargeId?: string;
+}
+
+export interface SettleRefundArgs extends RefundStepRef {
+  outcome: 'succeeded' | 'failed';
+  providerRefundId?: string;
 }
 
 export interface RefundReceiptArgs extends RefundStepRef {
@@ -68,7 +78,7 @@ export function createRefundActivities(deps: OrderActivityDeps) {
     },
 
     /** Reconciles an uncertain provider refund without ever performing it. */
-    async reconcileRefund(args: RefundStepRef): Promise<ReconcileResult> {
+    async reconcileRefund(args: ReconcileRefundArgs): Promise<ReconcileResult> {
       const log = stepLog(args);
       try {
         const r = await refund.reconcileRefund(refundDeps, args);
@@ -79,6 +89,18 @@ export function createRefundActivities(deps: OrderActivityDeps) {
           log.info('step finished', { settled: false, outcome: null, stillUnknown: true });
           return { settled: false, outcome: null, chargeId: null };
         }
+        throw failed(log, err, FAILURE.refundOutcomeUnknown);
+      }
+    },
+
+    /** Applies a provider refund event to the step's record; a final record keeps its own outcome. */
+    async settleRefund(args: SettleRefundArgs): Promise<ReconcileResult> {
+      const log = stepLog(args);
+      try {
+        const r = await refund.settleRefund(refundDeps, args, args.outcome, args.providerRefundId ?? null);
+        log.info('step finished', { settled: r.settled, outcome: r.outcome, refundId: r.chargeId });
+        return r;
+      } catch (err) {
         throw failed(log, err, FAILURE.refundOutcomeUnknown);
       }
     },

@@ -10,8 +10,8 @@ ensure_node_modules
 ensure_temporal_cli
 export PAYMENT_PROVIDER=stripe EMAIL_PROVIDER=smtp
 if [ $# -eq 0 ]; then
-  # Refunds are left out: the Stripe adapter does not make refunds yet (docs/PROVIDERS.md).
   set -- test/orders/order-workflow.test.ts test/orders/parking.test.ts test/orders/worker-crash.test.ts \
-    test/orders/takeover-rejection.test.ts test/orders/api-reasons.test.ts test/activities/*.test.ts
+    test/orders/takeover-rejection.test.ts test/orders/api-reasons.test.ts test/activities/*.test.ts \
+    test/orders/refund-workflow.test.ts test/orders/refund-worker-crash.test.ts test/api/refund-webhooks.test.ts
 fi
 exec npx vitest run "$@"

@@ -12,8 +12,14 @@
  * made again under a new key: the refund enters `refund_unknown` and is
  * reconciled on durable timers, exactly as an uncertain charge is
  * (src/steps/refund.ts mirrors src/steps/payment.ts); past the horizon it
- * parks in `needs_attention` until an operator re-drives it. Entering
- * `failed` gives the refund's amount back to the order (src/refunds/sql.ts).
+ * parks in `needs_attention` until an operator re-drives it. A provider
+ * refund event (the `refundEvent` signal, sent by the payments webhook only
+ * for an event that names this refund's provider refund) settles an
+ * uncertain refund, there or while parked: the first one is kept and applied
+ * to the step's ledger record (settleRefund), where a record already final
+ * keeps its outcome; once the refund has settled, events change nothing, so
+ * a late or reordered event never moves it backwards. Entering `failed`
+ * gives the refund's amount back to the order (src/refunds/sql.ts).
  *
  * Visibility: TenantId, and the status under the OrderStatus keyword prefixed
  * with `refund:` (e.g. `refund:succeeded`), so the UI's list shows where each
@@ -41,7 +47,13 @@ import {
   searchableText,
   TenantIdKey,
 } from '../src/orders/contract.ts';
-import { refundStepKeys, type RefundStatus, type RefundWorkflowInput } from '../src/refunds/contract.ts';
+import {
+  refundEventSignal,
+  refundStepKeys,
+  type RefundEvent,
+  type RefundStatus,
+  type RefundWorkflowInput,
+} from '../src/refunds/contract.ts';
 import {
   activityOptions,
   externalActivityOptions,
@@ -73,6 +85,9 @@ export async function refundWorkflow(input: RefundWorkflowArgs): Promise<RefundS
   const run = openRefundRun(input);
   await recordStatus(run, 'pending');
   const outcome = await refundToOutcome(run);
+  // Settled: later provider events (duplicates, late or reordered ones) change nothing.
+  run.settled = true;
+  run.event = undefined;
   run.state.providerRefundId = outcome.providerRefundId;
   await recordStatus(run, outcome.outcome);
   if (outcome.outcome === 'succeeded') await sendReceipt(run);
@@ -145,7 +160,66 @@ async function refundToOutcome(run: RefundRun): Promise<RefundOutcome> {
     const settled = await reconcileRefund(run);
     if (settled === 'perform_again') continue;
     if (settled) return settled;
-    await needsAttention(run, 'refund outcome still unknown after the reconciliation horizon');
+    const fromEvent = await parkUntilSettledOrRedriven(
+      run,
+      'refund outcome still unknown after the reconciliation horizon',
+    );
+    if (fromEvent) return fromEvent;
+  }
+}
+
+/**
+ * Parks an uncertain refund for an operator. A provider refund event that
+ * arrives meanwhile settles it (returned); a re-drive returns null, and the
+ * refund is reconciled and, if the provider never saw it, performed again
+ * under its key.
+ */
+async function parkUntilSettledOrRedriven(run: RefundRun, lastError: string): Promise<RefundOutcome | null> {
+  run.state.lastError = lastError;
+  await recordStatus(run, 'needs_attention', lastError);
+  for (;;) {
+    run.state.awaitingOperator = true;
+    await condition(() => run.redriveRequested || run.event !== undefined);
+    run.state.awaitingOperator = false;
+    if (run.redriveRequested) {
+      run.redriveRequested = false;
+      run.redrives++;
+      return null;
+    }
+    const fromEvent = await applyRefundEvent(run);
+    if (fromEvent) return fromEvent;
+  }
+}
+
+/**
+ * Applies a pending refund event to the step's ledger record (the
+ * settleRefund activity), consuming it. Returns null if there is none or it
+ * could not be applied (the error is kept for operators).
+ */
+async function applyRefundEvent(run: RefundRun): Promise<RefundOutcome | null> {
+  const event = run.event;
+  if (!event) return null;
+  run.event = undefined;
+  const key = refundStepKeys.refund(run.workflowId);
+  try {
+    const r = await run.acts.settleRefund.executeWithOptions(
+      summarized(
+        activityOptions(run.timing, run.timing.stepMaxAttempts),
+        `settle refund from ${event.source} event ${event.eventId} (key ${key})`,
+      ),
+      [
+        {
+          ...run.ref,
+          key,
+          outcome: event.outcome,
+          ...(event.providerRefundId ? { providerRefundId: event.providerRefundId } : {}),
+        },
+      ],
+    );
+    return r.settled && r.outcome ? { outcome: r.outcome, providerRefundId: r.chargeId } : null;
+  } catch (err) {
+    run.state.lastError = `${event.source} event ${event.eventId} could not be applied: ${failureMessage(err)}`;
+    return null;
   }
 }
 
@@ -194,6 +268,8 @@ async function reconcileRefund(run: RefundRun): Promise<RefundOutcome | 'perform
   const deadline = Date.now() + timing.unknownHorizonMs;
   let pause = timing.reconcileInitialMs;
   for (;;) {
+    const fromEvent = await applyRefundEvent(run);
+    if (fromEvent) return fromEvent;
     state.reconcileAttempts++;
     try {
       const r = await run.acts.reconcileRefund.executeWithOptions(
@@ -201,7 +277,7 @@ async function reconcileRefund(run: RefundRun): Promise<RefundOutcome | 'perform
           activityOptions(timing, timing.stepMaxAttempts),
           `reconcile refund #${state.reconcileAttempts} (key ${key})`,
         ),
-        [{ ...run.ref, key }],
+        [{ ...run.ref, key, chargeId: run.input.chargeId }],
       );
       if (r.settled && r.outcome) return { outcome: r.outcome, providerRefundId: r.chargeId };
       if (r.notStarted || r.performAgain) return 'perform_again';
@@ -210,7 +286,8 @@ async function reconcileRefund(run: RefundRun): Promise<RefundOutcome | 'perform
     }
     const remaining = deadline - Date.now();
     if (remaining <= 0) return null;
-    await condition(() => false, Math.min(pause, remaining));
+    // A durable timer, cut short by a settling event.
+    await condition(() => run.event !== undefined, Math.min(pause, remaining));
     pause = Math.min(pause * 2, timing.reconcileMaxMs);
   }
 }
@@ -278,6 +355,9 @@ interface RefundRun {
   tenantTagged: boolean;
   redrives: number;
   redriveRequested: boolean;
+  /** The first provider refund event not yet applied (cleared once the refund has settled). */
+  event: RefundEvent | undefined;
+  settled: boolean;
 }
 
 function openRefundRun(input: RefundWorkflowArgs): RefundRun {
@@ -301,8 +381,14 @@ function openRefundRun(input: RefundWorkflowArgs): RefundRun {
     tenantTagged: typedSearchAttributes.get(TenantIdKey) !== undefined,
     redrives: 0,
     redriveRequested: false,
+    event: undefined,
+    settled: false,
   };
   setHandler(refundStatusQuery, () => run.state);
+  setHandler(refundEventSignal, (event) => {
+    // The first settling word wins; duplicates and late events change nothing.
+    if (!run.settled) run.event ??= event;
+  });
   setHandler(redriveSignal, (request) => {
     if (!run.state.awaitingOperator) return;
     log.info('refund re-drive requested', { actor: request.actor, reason: request.reason });

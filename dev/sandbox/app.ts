@@ -32,7 +32,7 @@ import {
   unixSeconds,
 } from './objects.ts';
 import { traceHttpServer } from '../../src/tracing/index.ts';
-import { registerStripeSurface } from './stripe.ts';
+import { registerStripeSurface, wireConstraint } from './stripe.ts';
 import {
   AuditQuery,
   CreateChargeBody,
@@ -147,6 +147,8 @@ export function buildSandboxApp(deps: SandboxDeps): SandboxApp {
     .setValidatorCompiler(TypeBoxValidatorCompiler);
   // A server span per request when tracing is on, a child of the caller's `traceparent` (src/tracing).
   traceHttpServer(app);
+  // /v1/refunds speaks both wire formats: Stripe's requests (a Bearer key) go to its routes.
+  app.addConstraintStrategy(wireConstraint);
 
   app.setErrorHandler((err: Error & { statusCode?: number; validation?: unknown }, req, reply) => {
     if (err.validation) {
@@ -304,6 +306,7 @@ export function buildSandboxApp(deps: SandboxDeps): SandboxApp {
       scope: 'refunds',
       endpoint: 'refunds.create',
       body,
+      enqueuesEvents: true,
       perform: (key, at) => {
         if (!charge) return refusal(`No such charge: '${body.charge}'.`, 'resource_missing');
         if (charge.status !== 'succeeded')
@@ -328,9 +331,12 @@ export function buildSandboxApp(deps: SandboxDeps): SandboxApp {
           metadata: body.metadata,
           created_at: at,
         };
+        const object = refundObject(refund);
+        // The outbox row commits with the refund: an event exists iff the refund does.
+        const event = { id: newId('evt'), type: `refund.${refund.status}`, object };
         return {
-          response: { status: 200, body: refundObject(refund) },
-          commit: (db: Queryable, completion: KeyCompletion) => commitRefund(db, completion, refund),
+          response: { status: 200, body: object },
+          commit: (db: Queryable, completion: KeyCompletion) => commitRefund(db, completion, refund, event),
         };
       },
     });

@@ -641,8 +641,17 @@ export interface RefundRow {
 
 const REFUND_COLUMNS = `id, idempotency_key, charge_id, amount, currency, status, reason, metadata, created_at`;
 
-/** A refund and the key's completion in one autocommitted statement; false, with nothing written, if the claim was lost. */
-export async function commitRefund(db: Queryable, c: KeyCompletion, r: RefundRow): Promise<boolean> {
+/**
+ * A refund, its webhook event (the outbox row: an event exists iff the refund
+ * does) and the key's completion, in one autocommitted statement; false, with
+ * nothing written, if the claim was lost.
+ */
+export async function commitRefund(
+  db: Queryable,
+  c: KeyCompletion,
+  r: RefundRow,
+  event: { id: string; type: string; object: unknown },
+): Promise<boolean> {
   const { rows } = await db.query<{ owned: boolean }>({
     name: 'sandbox_commit_refund',
     text: `with ${COMPLETE_KEY_CTE},
@@ -651,6 +660,11 @@ export async function commitRefund(db: Queryable, c: KeyCompletion, r: RefundRow
         select $1, $8::text, $9::text, $10::text, $11::int, $12::text, $13::text, $14::text, $15::jsonb,
                $16::timestamptz
           from done
+        returning id),
+      event as (
+        insert into sandbox.webhook_events (account, id, type, object, created_at, next_attempt_at)
+        select $1, $17::text, $18::text, $19::jsonb, $16::timestamptz, $16::timestamptz
+          from refund
         returning id)
       select exists (select 1 from done) as owned`,
     values: [
@@ -664,6 +678,9 @@ export async function commitRefund(db: Queryable, c: KeyCompletion, r: RefundRow
       r.reason,
       JSON.stringify(r.metadata),
       r.created_at,
+      event.id,
+      event.type,
+      JSON.stringify(event.object),
     ],
   });
   return rows[0]!.owned;
@@ -709,6 +726,29 @@ export async function findChargeForRefund(
     [account, chargeId],
   );
   return rows[0] ?? null;
+}
+
+/**
+ * One page of a charge's refunds, newest first (Stripe's list order), made no
+ * later than `visibleBefore` (the Stripe surface's declared listing lag), after
+ * the refund `startingAfter` when given. One row more than `limit` tells the
+ * caller there is more.
+ */
+export async function listRefundsOfCharge(
+  db: Queryable,
+  account: string,
+  f: { chargeId: string; visibleBefore: Date; startingAfter: string | undefined; limit: number },
+): Promise<RefundRow[]> {
+  const { rows } = await db.query<RefundRow>(
+    `select ${REFUND_COLUMNS} from sandbox.refunds r
+      where account = $1 and charge_id = $2 and created_at <= $3
+        and ($4::text is null or (created_at, id) < (select created_at, id from sandbox.refunds
+                                                      where account = $1 and id = $4))
+      order by created_at desc, id desc
+      limit $5`,
+    [account, f.chargeId, f.visibleBefore, f.startingAfter ?? null, f.limit + 1],
+  );
+  return rows;
 }
 
 export async function listRefunds(db: Queryable, account: string, f: AuditFilter): Promise<RefundRow[]> {

@@ -9,6 +9,11 @@
  *   GET  /v1/payment_intents/:id      the PaymentIntent, or 404 resource_missing
  *   GET  /v1/payment_intents/search   query=metadata['k']:'v'; the index lags by
  *                                     `searchLagMs` (a charge younger than that is not found)
+ *   POST /v1/refunds                  form-encoded, payment_intent + amount (+ metadata);
+ *                                     Idempotency-Key required; 200 the refund, 400 when
+ *                                     there is nothing (or not enough) left to refund
+ *   GET  /v1/refunds?payment_intent=  the PaymentIntent's refunds, newest first, paginated
+ *                                     (limit, starting_after); lags like search
  *
  * - Auth: `Authorization: Bearer sk_test_…` (or rk_test_); anything else 401,
  *   a live key included.
@@ -19,15 +24,28 @@
  * - Effects are rows of sandbox.charges (ids `pi_…`), so /_sandbox/charges lists
  *   them with the /v1/charges ones, and the fault endpoints `charges.create` /
  *   `charges.lookup` apply to both surfaces. No new tables.
- * - Events `payment_intent.succeeded` / `payment_intent.payment_failed` go
- *   through the same outbox; the dispatcher signs every delivery with both
+ * - Refunds are rows of sandbox.refunds (scope `refunds`, faults
+ *   `refunds.create` / `refunds.lookup`, audit /_sandbox/refunds), as the
+ *   JSON surface's are. `/v1/refunds` serves both wire formats: a request
+ *   with a Bearer key is Stripe's (the `wire` route constraint below).
+ * - Events `payment_intent.succeeded` / `payment_intent.payment_failed` and
+ *   `refund.created` (Stripe's event for a new refund) go through the same outbox; the dispatcher signs every delivery with both
  *   `Onceflow-Signature` and `Stripe-Signature` (the same scheme).
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Pool, Queryable } from '../../src/db/index.ts';
 import { errorBody, handleIdempotentCreate, handleLookup, sendError, type SandboxContext } from './http.ts';
 import { newId, unixSeconds } from './objects.ts';
-import { commitCharge, type ChargeRow, type KeyCompletion } from './sql.ts';
+import {
+  commitCharge,
+  commitRefund,
+  commitRefusal,
+  findChargeForRefund,
+  listRefundsOfCharge,
+  type ChargeRow,
+  type KeyCompletion,
+  type RefundRow,
+} from './sql.ts';
 
 export interface StripeSurfaceOptions {
   pool: Pool;
@@ -115,17 +133,9 @@ function validateCreate(form: Record<string, unknown>): Validated {
   if (str(form.confirm) !== 'true') {
     return { ok: false, message: 'the sandbox only creates PaymentIntents with confirm=true' };
   }
-  const metadata: Record<string, string> = {};
-  const rawMeta = form.metadata;
-  if (rawMeta !== undefined) {
-    if (typeof rawMeta !== 'object' || rawMeta === null)
-      return { ok: false, message: 'metadata must be a map' };
-    for (const [k, v] of Object.entries(rawMeta)) {
-      if (typeof v !== 'string' || k.length > 40 || v.length > 500) {
-        return { ok: false, message: 'metadata keys are at most 40 characters, values at most 500' };
-      }
-      metadata[k] = v;
-    }
+  const metadata = metadataOf(form.metadata);
+  if (!metadata) {
+    return { ok: false, message: 'metadata is a map; keys are at most 40 characters, values at most 500' };
   }
   const body: Validated & { ok: true } = {
     ok: true,
@@ -140,6 +150,79 @@ function validateCreate(form: Record<string, unknown>): Validated {
   }
   return body;
 }
+
+/** A refund in Stripe's wire format (the fields the adapter reads, and Stripe's nulls for the rest). */
+function stripeRefundObject(r: RefundRow) {
+  return {
+    id: r.id,
+    object: 'refund' as const,
+    amount: r.amount,
+    balance_transaction: null,
+    charge: null,
+    created: unixSeconds(r.created_at),
+    currency: r.currency,
+    metadata: r.metadata,
+    payment_intent: r.charge_id,
+    reason: null,
+    receipt_number: null,
+    source_transfer_reversal: null,
+    status: r.status,
+    transfer_reversal: null,
+  };
+}
+
+type ValidatedRefund =
+  | { ok: true; body: { payment_intent: string; amount: number; metadata: Record<string, string> } }
+  | { ok: false; message: string };
+
+function validateRefund(form: Record<string, unknown>): ValidatedRefund {
+  const pi = str(form.payment_intent);
+  if (!pi) return { ok: false, message: 'the sandbox refunds by payment_intent only' };
+  const amount = Number(str(form.amount));
+  if (!Number.isInteger(amount) || amount < 1 || amount > 99_999_999) {
+    return { ok: false, message: 'amount must be an integer number of minor units, 1..99999999' };
+  }
+  const metadata = metadataOf(form.metadata);
+  if (!metadata) {
+    return { ok: false, message: 'metadata is a map; keys are at most 40 characters, values at most 500' };
+  }
+  return { ok: true, body: { payment_intent: pi, amount, metadata } };
+}
+
+function metadataOf(raw: unknown): Record<string, string> | null {
+  const metadata: Record<string, string> = {};
+  if (raw === undefined) return metadata;
+  if (typeof raw !== 'object' || raw === null) return null;
+  for (const [k, v] of Object.entries(raw)) {
+    if (typeof v !== 'string' || k.length > 40 || v.length > 500) return null;
+    metadata[k] = v;
+  }
+  return metadata;
+}
+
+/**
+ * Which wire format a request speaks: Stripe's carries a Bearer API key, the
+ * sandbox's JSON API none. Routes with `constraints: { wire: 'stripe' }` take
+ * Stripe's requests; an unconstrained route of the same path takes the rest.
+ */
+type ConstraintStrategy = Parameters<FastifyInstance['addConstraintStrategy']>[0];
+type RouteHandler = NonNullable<ReturnType<ReturnType<ConstraintStrategy['storage']>['get']>>;
+
+export const wireConstraint: ConstraintStrategy = {
+  name: 'wire',
+  storage() {
+    const handlers = new Map<unknown, RouteHandler>();
+    return {
+      get: (value) => handlers.get(value) ?? null,
+      set: (value, handler) => void handlers.set(value, handler),
+    };
+  },
+  deriveConstraint: (req) => {
+    const auth = req.headers.authorization;
+    return typeof auth === 'string' && auth.startsWith('Bearer ') ? 'stripe' : undefined;
+  },
+  mustMatchWhenDerived: false,
+};
 
 function authorized(req: FastifyRequest, reply: FastifyReply): boolean {
   const auth = req.headers.authorization ?? '';
@@ -223,6 +306,97 @@ export function registerStripeSurface(
             commit,
           };
         },
+      });
+    });
+
+    // A refund of one of this account's PaymentIntents. As on the JSON surface, the charge and its
+    // refunded total are read before the key is claimed and decided on only by the key's first
+    // request; a refusal is stored under the key (Stripe stores a 400 its handler produced).
+    scope.post('/v1/refunds', { constraints: { wire: 'stripe' } }, async (req, reply) => {
+      if (!authorized(req, reply)) return reply;
+      const v = validateRefund((req.body ?? {}) as Record<string, unknown>);
+      if (!v.ok) return sendError(reply, 400, 'invalid_request_error', v.message);
+      const body = v.body;
+      const charge = body.payment_intent.startsWith('pi_')
+        ? await findChargeForRefund(opts.pool, opts.account, body.payment_intent)
+        : null;
+      const refusal = (message: string, code: string) => ({
+        response: { status: 400, body: errorBody('invalid_request_error', message, { code }) },
+        commit: (db: Queryable, completion: KeyCompletion) => commitRefusal(db, completion),
+      });
+      return handleIdempotentCreate(ctx, req, reply, {
+        scope: 'refunds',
+        endpoint: 'refunds.create',
+        body,
+        enqueuesEvents: true,
+        perform: (key, at) => {
+          if (!charge) return refusal(`No such payment_intent: '${body.payment_intent}'`, 'resource_missing');
+          if (charge.status !== 'succeeded') {
+            return refusal(
+              `PaymentIntent ${body.payment_intent} does not have a successful charge to refund.`,
+              'charge_not_refundable',
+            );
+          }
+          if (charge.refunded + body.amount > charge.amount) {
+            return refusal(
+              `Refund amount (${body.amount}) is greater than the unrefunded amount (${charge.amount - charge.refunded}).`,
+              'amount_too_large',
+            );
+          }
+          const refund: RefundRow = {
+            id: newId('re'),
+            idempotency_key: key,
+            charge_id: body.payment_intent,
+            amount: body.amount,
+            currency: charge.currency,
+            status: 'succeeded',
+            reason: null,
+            metadata: body.metadata,
+            created_at: at,
+          };
+          const object = stripeRefundObject(refund);
+          const event = { id: newId('evt'), type: 'refund.created', object };
+          return {
+            response: { status: 200, body: object },
+            commit: (db: Queryable, completion: KeyCompletion) => commitRefund(db, completion, refund, event),
+          };
+        },
+      });
+    });
+
+    scope.get('/v1/refunds', { constraints: { wire: 'stripe' } }, (req, reply) => {
+      if (!authorized(req, reply)) return reply;
+      const q = (req.query ?? {}) as Record<string, unknown>;
+      const pi = str(q.payment_intent);
+      if (!pi) {
+        return sendError(
+          reply,
+          400,
+          'invalid_request_error',
+          'The sandbox lists refunds by payment_intent only.',
+        );
+      }
+      const limit = Math.min(100, Math.max(1, Number(str(q.limit) ?? 10) || 10));
+      const startingAfter = str(q.starting_after);
+      return handleLookup(ctx, req, reply, 'refunds.lookup', async () => {
+        // Listed like search: a refund younger than the lag is not visible yet (the adapter
+        // declares the listing lagging, so the sandbox lets tests hold it to that).
+        const visibleBefore = new Date(ctx.now().getTime() - opts.searchLagMs);
+        const rows = await listRefundsOfCharge(opts.pool, opts.account, {
+          chargeId: pi,
+          visibleBefore,
+          startingAfter,
+          limit,
+        });
+        return {
+          status: 200,
+          body: {
+            object: 'list',
+            url: '/v1/refunds',
+            has_more: rows.length > limit,
+            data: rows.slice(0, limit).map(stripeRefundObject),
+          },
+        };
       });
     });
 

@@ -224,7 +224,7 @@ export const WebhookAck = Type.Object(
     duplicate: Type.Boolean({ description: 'The event was received before; nothing was done again' }),
     outcome: Type.String({
       description:
-        'signalled, charge_settled (the charge already has its definite outcome; nothing to signal), duplicate, workflow_closed, ignored_event_type, ignored_unknown_order or ignored_mismatch (the event does not name the charge of the order by its key or recorded id, with its amount and currency; nothing was done)',
+        "signalled, charge_settled (the charge already has its definite outcome; nothing to signal), duplicate, workflow_closed, ignored_event_type, ignored_unknown_order or ignored_mismatch (the event does not name the charge of the order by its key or recorded id, with its amount and currency; nothing was done). Refund events: refund_settled (the refund already has its definite outcome), ignored_not_final (a pending refund, or a type its object contradicts), ignored_unknown_refund, or ignored_mismatch (it does not name the refund's provider refund by its key or recorded id, with its amount and currency)",
     }),
   },
   { title: 'WebhookAck' },

@@ -267,7 +267,7 @@ export const SANDBOX_CAPABILITIES: ProviderCapabilities = Object.freeze({
 
 /** The sandbox clients always have their lookups. */
 export type SandboxPaymentProvider = PaymentProvider &
-  Required<Pick<PaymentProvider, 'findChargeByIdempotencyKey'>>;
+  Required<Pick<PaymentProvider, 'findChargeByIdempotencyKey' | 'findRefundByIdempotencyKey'>>;
 export type SandboxEmailProvider = EmailProvider &
   Required<Pick<EmailProvider, 'findMessageByIdempotencyKey'>>;
 

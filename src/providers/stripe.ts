@@ -11,6 +11,12 @@
  *   stored outcome, or performs it if it never happened); after it, and when
  *   the request isn't at hand, by searching the metadata, whose index lags
  *   (src/steps/settle.ts).
+ * - A refund is `refunds.create` on the PaymentIntent, under the refund
+ *   step's downstream key, with that key and the step's operation key in
+ *   metadata. Inside the window a lost answer is replayed under the same key;
+ *   after it (or without the request) the PaymentIntent's refunds are listed
+ *   and matched on both metadata references. That listing is treated like
+ *   search: its "not found" proves nothing until the declared lag has passed.
  * - Who retries: nobody in here. `maxNetworkRetries: 0`, so Temporal and the
  *   ledger are the only retry loops (bounded, visible in the history, and
  *   each one reconciles first). The client's own retries would be safe only
@@ -37,6 +43,8 @@ import {
   type ChargeRequest,
   type PaymentProvider,
   type Refund,
+  type RefundRequest,
+  type RefundSearch,
 } from './types.ts';
 import { notSentCode } from './sandbox.ts';
 
@@ -179,6 +187,62 @@ function providerErrorFromStripe(what: string, err: unknown): ProviderError {
   return new ProviderError('uncertain', message, opts);
 }
 
+/** How many pages of a PaymentIntent's refunds a search reads before it gives up (uncertain). */
+const MAX_REFUND_PAGES = 10;
+
+/**
+ * The create request for a refund: exported so the stripe-mock test sends exactly this.
+ * Our free-text reason goes into metadata: Stripe's own `reason` is an enum
+ * (duplicate, fraudulent, requested_by_customer) with side effects (fraudulent
+ * feeds Radar's block lists), which a customer's words must not choose.
+ */
+export function refundParams(req: RefundRequest, idempotencyKey: string): Stripe.RefundCreateParams {
+  return {
+    payment_intent: req.chargeId,
+    amount: req.amount,
+    metadata: {
+      ...req.metadata,
+      ...(req.reason !== undefined ? { reason: req.reason } : {}),
+      [KEY_METADATA]: idempotencyKey,
+    },
+  };
+}
+
+/** Whether a listed refund is the one made under this key: both references must match, exactly. */
+function refundMatches(r: Stripe.Refund, ref: RefundSearch): boolean {
+  return r.metadata?.[KEY_METADATA] === ref.idempotencyKey && r.metadata?.operation_key === ref.operationKey;
+}
+
+/**
+ * A Stripe refund as a Refund, when its outcome is final: `succeeded`, or
+ * `failed` / `canceled` (definite: the money did not move). `pending` and
+ * `requires_action` are not outcomes yet: uncertain, so the step stays
+ * unknown and is settled later (a search, or a refund.updated event).
+ */
+function refundFromStripe(what: string, r: Stripe.Refund, chargeId: string, key: string): Refund {
+  const metadata = stringMap(r.metadata);
+  const base = {
+    id: r.id,
+    chargeId: typeof r.payment_intent === 'string' ? r.payment_intent : (r.payment_intent?.id ?? chargeId),
+    amount: r.amount,
+    currency: r.currency,
+    idempotencyKey: metadata[KEY_METADATA] ?? key,
+    metadata,
+    created: isoFromUnix(r.created),
+  };
+  if (r.status === 'succeeded') return { ...base, status: 'succeeded' };
+  if (r.status === 'failed' || r.status === 'canceled') {
+    return { ...base, status: 'failed', failureCode: r.failure_reason ?? r.status };
+  }
+  throw new ProviderError(
+    'uncertain',
+    `${what}: refund ${r.id} is ${r.status ?? 'without a status'}, not final`,
+    {
+      code: `refund_${r.status ?? 'unknown'}`,
+    },
+  );
+}
+
 export function createStripePaymentProvider(opts: StripeProviderOptions): PaymentProvider {
   const stripe = createStripeClient(opts);
   return {
@@ -203,25 +267,56 @@ export function createStripePaymentProvider(opts: StripeProviderOptions): Paymen
       return chargeFromPaymentIntent(what, pi, idempotencyKey);
     },
 
-    // Refunds through Stripe are not implemented yet (#27 landed after this adapter): refuse
-    // before sending anything, a definite "nothing happened", so the refund ends `failed` and
-    // its reserved amount is released. Never a guess that could move money.
-    async createRefund(): Promise<Refund> {
-      throw new ProviderError(
-        'rejected',
-        'stripe createRefund: refunds through Stripe are not implemented yet',
-        {
-          code: 'refunds_not_supported',
-        },
-      );
+    async createRefund(req: RefundRequest, idempotencyKey: string): Promise<Refund> {
+      const what = 'stripe createRefund';
+      let refund: Stripe.Refund;
+      try {
+        refund = await stripe.refunds.create(refundParams(req, idempotencyKey), { idempotencyKey });
+      } catch (err) {
+        // A refusal before acting (no such PaymentIntent, more than is left to refund) is a 400:
+        // `rejected`, nothing was refunded. Everything else as for a charge.
+        throw providerErrorFromStripe(what, err);
+      }
+      return refundFromStripe(what, refund, req.chargeId, idempotencyKey);
     },
 
-    async findRefundByIdempotencyKey(): Promise<Refund | null> {
-      throw new ProviderError(
-        'rejected',
-        'stripe findRefundByIdempotencyKey: refunds through Stripe are not implemented yet',
-        { code: 'refunds_not_supported' },
-      );
+    async searchRefund(ref: RefundSearch): Promise<Refund | null> {
+      const what = 'stripe searchRefund';
+      // A PaymentIntent's refunds, newest first, a page at a time; an order has few (its charge caps them).
+      const matches: Stripe.Refund[] = [];
+      let startingAfter: string | undefined;
+      for (let page = 0; page < MAX_REFUND_PAGES; page++) {
+        let list: Stripe.ApiList<Stripe.Refund>;
+        try {
+          list = await stripe.refunds.list({
+            payment_intent: ref.chargeId,
+            limit: 100,
+            ...(startingAfter !== undefined ? { starting_after: startingAfter } : {}),
+          });
+        } catch (err) {
+          throw providerErrorFromStripe(what, err);
+        }
+        matches.push(...list.data.filter((r) => refundMatches(r, ref)));
+        const last = list.data[list.data.length - 1];
+        if (!list.has_more || !last) break;
+        startingAfter = last.id;
+        if (page === MAX_REFUND_PAGES - 1) {
+          // Never a "not found" from a listing we did not read to the end.
+          throw new ProviderError('uncertain', `${what}: more than ${MAX_REFUND_PAGES} pages of refunds`, {
+            code: 'too_many_refunds',
+          });
+        }
+      }
+      if (matches.length === 0) return null;
+      if (matches.length > 1) {
+        // Two refunds under one key: only possible if the key was reused past the window.
+        throw new ProviderError(
+          'uncertain',
+          `${what}: ${matches.length} refunds carry this key (${matches.map((m) => m.id).join(', ')}); an operator must look`,
+          { code: 'ambiguous' },
+        );
+      }
+      return refundFromStripe(what, matches[0]!, ref.chargeId, ref.idempotencyKey);
     },
 
     async searchChargeByIdempotencyKey(idempotencyKey: string): Promise<Charge | null> {

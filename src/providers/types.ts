@@ -101,8 +101,24 @@ export interface PaymentProvider {
    * ProviderError: nothing was refunded. Anything else throws as createCharge.
    */
   createRefund(req: RefundRequest, idempotencyKey: string): Promise<Refund>;
-  /** Reconciliation: the refund made under this key, or null if there is none. */
-  findRefundByIdempotencyKey(idempotencyKey: string): Promise<Refund | null>;
+  /** `lookup` providers: the refund made under this key, or null if there is none (proof). */
+  findRefundByIdempotencyKey?(idempotencyKey: string): Promise<Refund | null>;
+  /**
+   * `search` providers: the refund of `chargeId` that carries this key (and
+   * operation key) as its reference, or null, which may only mean the
+   * provider's listing has not caught up (capabilities.afterWindow.lagMs).
+   * Throws `ProviderError` `uncertain` when the refund it finds is not final yet.
+   */
+  searchRefund?(ref: RefundSearch): Promise<Refund | null>;
+}
+
+/** What a search for a refund needs: the charge it refunds, and the references stored with it. */
+export interface RefundSearch {
+  chargeId: string;
+  /** The downstream key the refund was requested under. */
+  idempotencyKey: string;
+  /** The refund step's operation key (`<refund workflowId>/refund`). */
+  operationKey: string;
 }
 
 export interface RefundRequest {
@@ -119,6 +135,8 @@ export interface RefundRequest {
 export interface Refund {
   id: string;
   status: 'succeeded' | 'failed';
+  /** Set when status is 'failed', e.g. Stripe's failure_reason. */
+  failureCode?: string;
   chargeId: string;
   amount: number;
   currency: string;

@@ -9,6 +9,7 @@
  * charge: every refund that is not `failed` holds its amount in the order's
  * `refunded_amount`, reserved by a conditional update (src/refunds/sql.ts).
  */
+import { defineSignal } from '@temporalio/workflow';
 import { stepKey } from '../lib/keys.ts';
 
 export const REFUND_STATUSES = [
@@ -78,3 +79,24 @@ export interface RefundWorkflowInput {
   customerEmail: string;
   reason: string | null;
 }
+
+/**
+ * A provider's word on the refund, from the payments webhook (a refund event
+ * that names this refund's provider refund: its downstream key or its
+ * recorded refund ID, with its amount and currency).
+ */
+export interface RefundEvent {
+  source: 'webhook' | 'operator';
+  outcome: 'succeeded' | 'failed';
+  /** Provider event ID (webhook) or audit ID (operator). */
+  eventId: string;
+  providerRefundId?: string;
+  reason?: string;
+}
+
+/**
+ * The refund workflow keeps the first settling event while its provider
+ * refund is unsettled and applies it to the step's ledger record; duplicates
+ * and events after the refund has settled change nothing.
+ */
+export const refundEventSignal = defineSignal<[RefundEvent]>('refundEvent');

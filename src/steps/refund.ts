@@ -4,30 +4,37 @@
  * (src/steps/payment.ts), through the same ledger calls: performed only
  * through Ledger.runExternal under a downstream key derived from the step's
  * operation key; an answer that does not prove nothing happened leaves the
- * record `unknown`, reconciled by a lookup under the same key, and performed
+ * record `unknown`, reconciled the way the provider declares it can answer
+ * (src/steps/settle.ts: lookup by key, replay under the same key inside the
+ * window, or a search whose young "not found" proves nothing), and performed
  * again (under the SAME key) only when the provider never saw it and only
  * inside its key window.
  */
 import {
   downstreamKey,
+  isLedgerError,
   type ExternalRunOptions,
   type Ledger,
   type OperationRecord,
   type ReconcileOutcome,
   type Scope,
 } from '../ledger/index.ts';
-import type { PaymentProvider, Refund } from '../providers/types.ts';
+import { ProviderError, type PaymentProvider, type Refund, type RefundRequest } from '../providers/types.ts';
 import { REFUND_OPERATION_TYPES } from '../refunds/contract.ts';
 import { KEY_WINDOW_PASSED, type ReconcileResult } from './payment.ts';
+import { planSettle, stepKeyWindowMs, type SettlePlan } from './settle.ts';
 
-/** What the ledger stores for a provider refund. */
-type RefundJson = { refundId: string; status: 'succeeded' | 'failed' };
+/**
+ * What the ledger stores for a provider refund. refundId is null only when no
+ * refund exists (a search proved it) or an operator settled it without naming one.
+ */
+type RefundJson = { refundId: string | null; status: 'succeeded' | 'failed' };
 
 export interface RefundStepDeps {
   ledger: Ledger;
   payments: PaymentProvider;
-  /** The payment provider's idempotency-key window; default the ledger's (24 h). */
-  keyWindowMs?: number;
+  /** The payment provider's idempotency-key window; default what the provider declares. */
+  keyWindowMs?: number | undefined;
 }
 
 export interface RefundInput {
@@ -49,7 +56,14 @@ export interface RefundResult {
   reconciled: boolean;
 }
 
-function refundScope(ref: { tenantId: string; key: string }): Scope {
+/** The step's reference: its key, and the charge it refunds (a search provider lists that charge's refunds). */
+export interface RefundStepRef {
+  tenantId: string;
+  key: string;
+  chargeId?: string | undefined;
+}
+
+export function refundScope(ref: { tenantId: string; key: string }): Scope {
   return { tenantId: ref.tenantId, operationType: REFUND_OPERATION_TYPES.providerRefund, key: ref.key };
 }
 
@@ -58,13 +72,80 @@ function refundOutcome(refund: Refund) {
   return { state: refund.status, result, providerRef: refund.id } as const;
 }
 
-/** Reconcile: the refund made under the downstream key, or not_found. */
+function missing(what: string): never {
+  throw new ProviderError('rejected', `the payment provider declares ${what} but does not implement it`, {
+    code: 'provider_misconfigured',
+  });
+}
+
+/** One reconciliation's answer, following the plan (as askPayments does for a charge). */
+async function askRefunds(
+  payments: PaymentProvider,
+  plan: SettlePlan,
+  dk: string,
+  ref: RefundStepRef,
+  request: RefundRequest | undefined,
+): Promise<ReconcileOutcome<RefundJson>> {
+  switch (plan.kind) {
+    case 'lookup': {
+      const find = payments.findRefundByIdempotencyKey ?? missing('lookup');
+      const refund = await find.call(payments, dk);
+      return refund ? refundOutcome(refund) : { state: 'not_found' };
+    }
+    case 'replay':
+      // The same request under the same key: the stored outcome, or the refund made now.
+      if (!request) missing('replay without a request');
+      return refundOutcome(await payments.createRefund(request, dk));
+    case 'search': {
+      const search = payments.searchRefund ?? missing('search');
+      const chargeId = ref.chargeId ?? request?.chargeId;
+      if (!chargeId) {
+        // The provider lists refunds per charge: without it, it can't be asked. Stays unknown.
+        return { state: 'pending' };
+      }
+      const refund = await search.call(payments, { chargeId, idempotencyKey: dk, operationKey: ref.key });
+      if (refund) return refundOutcome(refund);
+      // Inside the window, what follows not_found is a perform under the same key: a replay.
+      if (plan.notFoundMayPerform) return { state: 'not_found' };
+      if (!plan.notFoundIsProof) return { state: 'pending' };
+      // Past the window and the lag: no refund exists, and none will be requested under the key again.
+      return { state: 'failed', result: { refundId: null, status: 'failed' } };
+    }
+    case 'none':
+      return { state: 'pending' };
+  }
+}
+
+/** Reconcile: the refund made under the downstream key, asked the way the provider allows. */
 function refundReconciler(
   payments: PaymentProvider,
-): (ctx: { downstreamKey: string }) => Promise<ReconcileOutcome<RefundJson>> {
-  return async ({ downstreamKey: dk }) => {
-    const refund = await payments.findRefundByIdempotencyKey(dk);
-    return refund ? refundOutcome(refund) : { state: 'not_found' };
+  ref: RefundStepRef,
+  opts: { request?: RefundRequest; keyWindowMs?: number | undefined } = {},
+): (ctx: {
+  downstreamKey: string;
+  record?: Pick<OperationRecord, 'createdAt'>;
+}) => Promise<ReconcileOutcome<RefundJson>> {
+  return async ({ downstreamKey: dk, record }) => {
+    const plan = planSettle(payments.capabilities, record, {
+      keyWindowMs: opts.keyWindowMs,
+      canReplay: opts.request !== undefined,
+    });
+    return askRefunds(payments, plan, dk, ref, opts.request);
+  };
+}
+
+function refundRequest(input: RefundInput): RefundRequest {
+  return {
+    chargeId: input.chargeId,
+    amount: input.amount,
+    currency: input.currency,
+    ...(input.reason !== null ? { reason: input.reason } : {}),
+    metadata: {
+      order_id: input.orderId,
+      tenant_id: input.tenantId,
+      refund_id: input.refundId,
+      operation_key: input.key,
+    },
   };
 }
 
@@ -78,6 +159,8 @@ export async function runRefund(
   input: RefundInput,
   opts: Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> = {},
 ): Promise<RefundResult> {
+  const keyWindowMs = stepKeyWindowMs(deps.payments.capabilities, deps.keyWindowMs);
+  const request = refundRequest(input);
   const run = await deps.ledger.runExternal<RefundJson>(
     refundScope(input),
     {
@@ -90,27 +173,10 @@ export async function runRefund(
       },
     },
     {
-      perform: async ({ downstreamKey: dk }) =>
-        refundOutcome(
-          await deps.payments.createRefund(
-            {
-              chargeId: input.chargeId,
-              amount: input.amount,
-              currency: input.currency,
-              ...(input.reason !== null ? { reason: input.reason } : {}),
-              metadata: {
-                order_id: input.orderId,
-                tenant_id: input.tenantId,
-                refund_id: input.refundId,
-                operation_key: input.key,
-              },
-            },
-            dk,
-          ),
-        ),
-      reconcile: refundReconciler(deps.payments),
+      perform: async ({ downstreamKey: dk }) => refundOutcome(await deps.payments.createRefund(request, dk)),
+      reconcile: refundReconciler(deps.payments, input, { request, keyWindowMs }),
     },
-    { ...opts, ...(deps.keyWindowMs !== undefined ? { keyWindowMs: deps.keyWindowMs } : {}) },
+    { ...opts, ...(keyWindowMs !== undefined ? { keyWindowMs } : {}) },
   );
   return {
     outcome: run.state,
@@ -131,23 +197,60 @@ function refundState(record: OperationRecord): ReconcileResult {
 /**
  * Reconciles a provider refund without ever performing it, exactly as
  * reconcileCharge does a charge: no claim means only the provider can say
- * (ask it by the same key); an unresolved record is taken over and looked
- * up; "never saw the key" inside the window means perform again under it.
+ * (ask it by the same key); an unresolved record is taken over and asked
+ * the way the provider allows; "never saw the key" inside the window means
+ * perform again under it. A search provider needs `ref.chargeId`; without
+ * it the refund stays unsettled.
  */
-export async function reconcileRefund(
-  deps: RefundStepDeps,
-  ref: { tenantId: string; key: string },
-): Promise<ReconcileResult> {
+export async function reconcileRefund(deps: RefundStepDeps, ref: RefundStepRef): Promise<ReconcileResult> {
   const scope = refundScope(ref);
+  const keyWindowMs = stepKeyWindowMs(deps.payments.capabilities, deps.keyWindowMs);
   if (!(await deps.ledger.get(scope))) {
-    const refund = await deps.payments.findRefundByIdempotencyKey(downstreamKey(scope));
-    if (refund) return { settled: true, outcome: refund.status, chargeId: refund.id };
+    // No claim: never claimed, released after a definite refusal, or reaped long after it settled.
+    const plan = planSettle(deps.payments.capabilities, 'no_claim', { keyWindowMs, canReplay: false });
+    const answer = await askRefunds(deps.payments, plan, downstreamKey(scope), ref, undefined);
+    if (answer.state === 'succeeded' || answer.state === 'failed') {
+      return { settled: true, outcome: answer.state, chargeId: answer.providerRef ?? null };
+    }
+    if (answer.state === 'pending') return { settled: false, outcome: null, chargeId: null };
     return { settled: false, outcome: null, chargeId: null, notStarted: true };
   }
-  const r = await deps.ledger.reconcileUnresolved<RefundJson>(scope, refundReconciler(deps.payments), {
-    keyWindowMs: deps.keyWindowMs,
-  });
+  const r = await deps.ledger.reconcileUnresolved<RefundJson>(
+    scope,
+    refundReconciler(deps.payments, ref, { keyWindowMs }),
+    { keyWindowMs },
+  );
   const state = refundState(r.record);
   if (r.answer !== 'not_found') return state;
   return r.performable ? { ...state, performAgain: true } : { ...state, error: KEY_WINDOW_PASSED };
+}
+
+/**
+ * Records a provider event (or an operator's decision) about an uncertain
+ * refund. A record already final with the other outcome wins (the provider's
+ * own answer, or an earlier settlement, over a later event): its state is
+ * returned, so a late event never moves a refund backwards.
+ */
+export async function settleRefund(
+  deps: Pick<RefundStepDeps, 'ledger'>,
+  ref: { tenantId: string; key: string },
+  outcome: 'succeeded' | 'failed',
+  providerRefundId: string | null,
+): Promise<ReconcileResult> {
+  const scope = refundScope(ref);
+  try {
+    const result: RefundJson = { refundId: providerRefundId, status: outcome };
+    const { record } = await deps.ledger.settle(scope, {
+      state: outcome,
+      result,
+      ...(providerRefundId ? { providerRef: providerRefundId } : {}),
+    });
+    return refundState(record);
+  } catch (err) {
+    if (isLedgerError(err, 'invalid_state')) {
+      const record = await deps.ledger.get(scope);
+      if (record) return refundState(record);
+    }
+    throw err;
+  }
 }

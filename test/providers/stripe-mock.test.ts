@@ -10,9 +10,10 @@ import {
   createStripeClient,
   createStripePaymentProvider,
   paymentIntentParams,
+  refundParams,
   searchQuery,
 } from '../../src/providers/stripe.ts';
-import { ProviderError, type ChargeRequest } from '../../src/providers/types.ts';
+import { ProviderError, type ChargeRequest, type RefundRequest } from '../../src/providers/types.ts';
 import {
   ensureStripeMock,
   startStripeMock,
@@ -55,6 +56,38 @@ describe('the Stripe adapter’s requests against stripe-mock', () => {
     expect(page.object).toBe('search_result');
   });
 
+  const refund: RefundRequest = {
+    chargeId: 'pi_123',
+    amount: 1000,
+    currency: 'usd',
+    metadata: {
+      order_id: 'ord_1',
+      tenant_id: 'acme',
+      refund_id: 'rf_1',
+      operation_key: 'refund/acme/rf_1/refund',
+    },
+  };
+  const refundKey = 'onceflow:v1:acme:payment.refund:refund/acme/rf_1/refund';
+
+  it.each([
+    ['the minimal refund', refund],
+    ['with a reason (carried in metadata)', { ...refund, reason: 'the customer asked' }],
+  ])('POST /v1/refunds (%s) is accepted', async (_name, req) => {
+    const r = await client().refunds.create(refundParams(req, refundKey), { idempotencyKey: refundKey });
+    expect(r.object).toBe('refund');
+  });
+
+  it('GET /v1/refunds?payment_intent= (the listing a search reads, with its cursor) is accepted', async () => {
+    const page = await client().refunds.list({ payment_intent: 'pi_123', limit: 100 });
+    expect(page.object).toBe('list');
+    const next = await client().refunds.list({
+      payment_intent: 'pi_123',
+      limit: 100,
+      starting_after: 're_123',
+    });
+    expect(next.object).toBe('list');
+  });
+
   it('the adapter itself: its create and search are never refused (a fixture is not a real outcome)', async () => {
     const adapter = createStripePaymentProvider({
       secretKey: 'sk_test_123',
@@ -77,6 +110,21 @@ describe('the Stripe adapter’s requests against stripe-mock', () => {
       expect(e).toBeInstanceOf(ProviderError);
       expect((e as ProviderError).kind).toBe('uncertain');
     });
+    // The refund calls: a fixture refund maps to a Refund or `uncertain`, never to a refusal.
+    const made = await adapter.createRefund(refund, refundKey).then(
+      (r) => r.status,
+      (e: unknown) => e,
+    );
+    if (made instanceof ProviderError) expect(made.kind).toBe('uncertain');
+    else expect(['succeeded', 'failed']).toContain(made);
+    // stripe-mock's fixtures carry no metadata of ours: nothing matches, and nothing is refused.
+    expect(
+      await adapter.searchRefund!({
+        chargeId: 'pi_123',
+        idempotencyKey: refundKey,
+        operationKey: refund.metadata.operation_key!,
+      }),
+    ).toBeNull();
   });
 
   it('stripe-mock does refuse a request Stripe would (the check can fail)', async () => {

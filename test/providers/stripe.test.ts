@@ -113,22 +113,6 @@ describe('the Stripe adapter against the sandbox', () => {
     expect(made.map((c) => c.id)).toEqual([first.id]);
   });
 
-  it('refunds are refused before anything is sent (not implemented yet): definite, so nothing can be refunded twice', async () => {
-    const stripe = stripeAt(sb.url);
-    const req = request();
-    const charge = await stripe.createCharge(req, uniq('dk'));
-    const refused = await caught(
-      stripe.createRefund(
-        { chargeId: charge.id, amount: 100, currency: 'usd', metadata: { order_id: req.metadata.order_id! } },
-        uniq('rk'),
-      ),
-    );
-    expect(refused).toMatchObject({ kind: 'rejected', definite: true, code: 'refunds_not_supported' });
-    expect((await sb.call('GET', `/_sandbox/refunds?order_id=${req.metadata.order_id}`)).body.data).toEqual(
-      [],
-    );
-  });
-
   it('a decline is a definite failed charge, with the decline code', async () => {
     const stripe = stripeAt(sb.url);
     const req = request({ paymentMethod: 'pm_card_chargeDeclinedInsufficientFunds' });

@@ -23,6 +23,7 @@ interface Receipt {
   status: 'succeeded';
   idempotency_key: string;
   order_id: string | null;
+  subject: string | null;
   mail: StoredMail;
   [k: string]: unknown;
 }
@@ -76,7 +77,14 @@ export async function testProviders(opts: {
         const id = m.messageId ?? '';
         if (seen.has(id)) continue;
         seen.add(id);
-        out.push({ id, status: 'succeeded', idempotency_key: id, order_id: order, mail: m });
+        out.push({
+          id,
+          status: 'succeeded',
+          idempotency_key: id,
+          order_id: order,
+          subject: m.subject,
+          mail: m,
+        });
       }
       return out;
     },

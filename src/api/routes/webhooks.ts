@@ -57,6 +57,15 @@
  *    the call does not record it in time (its response was lost, the worker
  *    died), the event is signalled as before, so it still settles an order
  *    that goes to payment_unknown. The wait holds no connection or lock.
+ * 7. Refund events (refund.succeeded / refund.failed from the sandbox;
+ *    refund.created / refund.updated / refund.failed / charge.refund.updated
+ *    from Stripe) take the same path for the refund's own workflow, under
+ *    their own consumer (`refund-workflow-signal`): applied only if the event
+ *    names the refund step's provider refund (its downstream key or recorded
+ *    refund ID, with the refund's amount and currency; webhook-refunds.ts),
+ *    signalled (`refundEvent`) only while the refund can still use it, and a
+ *    refund that has settled never moves (the workflow and the ledger keep
+ *    the first outcome; the refunds table's transitions never leave a final status).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyPluginAsync } from 'fastify';
@@ -86,6 +95,17 @@ import {
 } from '../../webhooks/sql.ts';
 import { downstreamKey, type OperationRecord } from '../../ledger/index.ts';
 import type { OrderRow } from '../../orders/sql.ts';
+import { REFUND_TERMINAL_STATUSES, refundEventSignal, type RefundEvent } from '../../refunds/contract.ts';
+import { getRefund } from '../../refunds/sql.ts';
+import {
+  REFUND_SIGNAL_CONSUMER,
+  SETTLED_REFUND_STATUSES,
+  eventNamesRefund,
+  isRefundEventType,
+  refundEventOutcome,
+  refundFacts,
+  refundStepScope,
+} from './webhook-refunds.ts';
 
 /** The consumer that turns payment events into workflow signals. Another consumer gets its own markers. */
 const ORDER_SIGNAL_CONSUMER = 'order-workflow-signal';
@@ -102,6 +122,8 @@ const SIGNAL_LEASE_MS = SIGNAL_DEADLINE_MS + 1_000;
 interface ChargeEvent {
   id: string;
   type: string;
+  /** The event's data.object, as verified (refund events read it through webhook-refunds.ts). */
+  object: Record<string, unknown>;
   charge: {
     id: string;
     status?: string;
@@ -146,6 +168,7 @@ function parseEvent(raw: Buffer): ChargeEvent {
   return {
     id,
     type,
+    object: obj,
     charge: {
       id: chargeId,
       status: str(obj.status),
@@ -230,6 +253,89 @@ const OUTCOMES: Record<string, PaymentEvent['outcome']> = {
   'payment_intent.payment_failed': 'failed',
 };
 
+type EventBase = {
+  provider: string;
+  eventId: string;
+  consumer: string;
+  eventType: string;
+  tenantId: string | null;
+  orderId: string | null;
+};
+
+/** An event with nothing to signal: recording it is all there is, one autocommitted statement. */
+async function recordOnly(
+  pool: ApiContext['pool'],
+  base: EventBase,
+  why: string,
+  settledOutcome: string,
+): Promise<{ duplicate: boolean; outcome: string }> {
+  const fresh = await withClient(pool, (c) => recordWebhookEvent(c, { ...base, outcome: why }));
+  if (fresh) return { duplicate: false, outcome: why };
+  return { duplicate: true, outcome: why === settledOutcome ? 'duplicate' : why };
+}
+
+/**
+ * Steps a-c of 3. above, for one consumer's signal: record the intent and
+ * take the signal lease, signal within the deadline, record the result. A
+ * signal that fails leaves the event pending with its lease released (503,
+ * the provider retries); a workflow that is gone is `workflow_closed` when
+ * `closed` says it ran and ended, else it is not started yet (503).
+ */
+async function deliverSignal(
+  pool: ApiContext['pool'],
+  d: { base: EventBase; gone: () => boolean; send: () => Promise<void>; closed: () => Promise<boolean> },
+): Promise<{ duplicate: boolean; outcome: string }> {
+  const { base } = d;
+  // a. Record the intent (3.). Another delivery's live attempt: wait for its result, holding nothing.
+  const waitUntil = Date.now() + SIGNAL_LEASE_MS;
+  for (let pause = 10; ; pause = Math.min(pause * 2, 200)) {
+    const claim = await withClient(pool, (c) => claimWebhookSignal(c, base, SIGNAL_LEASE_MS));
+    if (claim.state === 'claimed') break;
+    if (claim.state === 'done') return { duplicate: true, outcome: 'duplicate' };
+    const left = waitUntil - Date.now();
+    if (left <= 0 || d.gone()) throw retryLater('The event is being processed; retry later.', 1);
+    await sleep(Math.min(pause, left));
+  }
+
+  // b. Signal, within a deadline.
+  let result: 'signalled' | 'workflow_closed' = 'signalled';
+  try {
+    await d.send();
+  } catch (err) {
+    const closed = err instanceof WorkflowNotFoundError && (await d.closed());
+    if (!closed) {
+      // Still pending, its lease released: the provider's retry signals again at once.
+      await withClient(pool, (c) => releaseWebhookSignal(c, base)).catch((releaseErr: unknown) =>
+        log.warn('could not release a webhook signal lease; it runs out', {
+          eventId: base.eventId,
+          ...errorFields(releaseErr),
+        }),
+      );
+      // Not started yet (the outbox relay will start it): the provider retries.
+      if (err instanceof WorkflowNotFoundError) {
+        throw retryLater('The workflow is not ready for events yet; retry later.');
+      }
+      throw err;
+    }
+    // Closed workflows can't be signalled; that is fine: what the event is about has settled.
+    result = 'workflow_closed';
+  }
+  // c. Record the result. If this fails, the row stays pending and a redelivery signals again.
+  await withClient(pool, (c) => finishWebhookSignal(c, { ...base, outcome: result }));
+  return { duplicate: false, outcome: result };
+}
+
+/** Anything but a problem we meant is a 503: the provider retries the delivery. */
+function retryableUnlessProblem(eventId: string): (err: unknown) => never {
+  return (err) => {
+    if (!(err instanceof ProblemError)) {
+      log.error('webhook processing failed', { eventId, ...errorFields(err) });
+      throw retryLater('The event could not be processed; retry later.');
+    }
+    throw err;
+  };
+}
+
 export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app, { ctx }) => {
   const { pool, temporal, config, ledger } = ctx;
   // Read while wiring: off loopback, a default secret stops the API at start-up, not at its first webhook.
@@ -246,6 +352,66 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
   const verifyStripe = stripe ? stripeSignatureVerifier(secret) : null;
   const verify = (raw: Buffer | string, header: string | string[] | undefined) =>
     verifyStripe ? verifyStripe(raw, header) : verifyWebhook(secret, raw, header);
+
+  /**
+   * A refund event (src/api/routes/webhook-refunds.ts): found by its metadata, applied only if it
+   * names the refund's provider refund, recorded once per (provider, event id, consumer), and
+   * signalled to the refund's workflow as 3. above; no signal when the step's ledger record
+   * already holds the outcome and the refund waits for no event (as 5. and 6. for a charge).
+   */
+  async function refundEvent(event: ChargeEvent, gone: () => boolean) {
+    const facts = refundFacts(event.object, str);
+    const outcome = refundEventOutcome(event.type, facts.status);
+    const { tenantId, orderId, refundId } = facts;
+    const base: EventBase = {
+      provider: webhookProvider,
+      eventId: event.id,
+      consumer: REFUND_SIGNAL_CONSUMER,
+      eventType: event.type,
+      tenantId: tenantId ?? null,
+      orderId: orderId ?? null,
+    };
+    if (!outcome) return recordOnly(pool, base, 'ignored_not_final', 'refund_settled');
+    const refund =
+      tenantId && orderId && refundId
+        ? await withClient(pool, (c) => getRefund(c, tenantId, orderId, refundId))
+        : null;
+    if (!refund) return recordOnly(pool, base, 'ignored_unknown_refund', 'refund_settled');
+    if (!(await eventNamesRefund(facts, refund, (scope) => ledger.get(scope)))) {
+      log.warn('webhook event does not name the refund; ignored', {
+        eventId: event.id,
+        workflowId: refund.workflow_id,
+      });
+      return recordOnly(pool, base, 'ignored_mismatch', 'refund_settled');
+    }
+    const settled =
+      SETTLED_REFUND_STATUSES.includes(refund.status) &&
+      (await chargeRecordSettled(
+        () => ledger.get(refundStepScope(refund)),
+        // Only a refund not yet answered can still be in flight.
+        refund.status === 'pending' ? config.api.webhookChargeWaitMs : 0,
+        gone,
+      ));
+    if (settled) return recordOnly(pool, base, 'refund_settled', 'refund_settled');
+    const signal: RefundEvent = {
+      source: 'webhook',
+      outcome,
+      eventId: event.id,
+      providerRefundId: facts.id,
+      ...(facts.failureReason ? { reason: facts.failureReason } : {}),
+    };
+    return deliverSignal(pool, {
+      base,
+      gone,
+      send: () =>
+        temporal.withDeadline(Date.now() + SIGNAL_DEADLINE_MS, () =>
+          temporal.workflow.getHandle(refund.workflow_id).signal(refundEventSignal, signal),
+        ),
+      closed: async () =>
+        REFUND_TERMINAL_STATUSES.includes(refund.status) ||
+        Boolean((await withClient(pool, (c) => getOutbox(c, refund.workflow_id)))?.started_at),
+    });
+  }
 
   // Keep the exact bytes: the signature covers them, not a re-serialised object.
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
@@ -304,6 +470,13 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
         throw err;
       }
       const event = parseEvent(raw);
+      // The socket, not the request: a request whose body has been read is already destroyed.
+      const gone = () => request.raw.socket?.destroyed ?? true;
+      if (isRefundEventType(event.type)) {
+        const result = await refundEvent(event, gone).catch(retryableUnlessProblem(event.id));
+        log.info('webhook received', { eventId: event.id, type: event.type, ...result });
+        return reply.send({ received: true, duplicate: result.duplicate, outcome: result.outcome });
+      }
       const outcome = OUTCOMES[event.type];
       const { tenantId, orderId } = event.charge;
 
@@ -322,8 +495,6 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
         order && outcome
           ? !(await eventNamesOrderCharge(event.charge, order, (scope) => ledger.get(scope)))
           : false;
-      // The socket, not the request: a request whose body has been read is already destroyed.
-      const gone = () => request.raw.socket?.destroyed ?? true;
       // Read before the event is recorded: whether a signal could still change anything (5. and 6. above).
       const chargeSettled =
         order && outcome && !mismatch && SETTLED_CHARGE_STATUSES.includes(order.status)
@@ -374,68 +545,28 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
                 workflowId: order?.workflow_id,
               });
             }
-            const fresh = await withClient(pool, (c) => recordWebhookEvent(c, { ...base, outcome: why }));
-            if (fresh) return { duplicate: false, outcome: why };
-            return { duplicate: true, outcome: why === 'charge_settled' ? 'duplicate' : why };
+            return recordOnly(pool, base, why, 'charge_settled');
           }
 
-          // a. Record the intent (3.). Another delivery's live attempt: wait for its result, holding nothing.
-          const waitUntil = Date.now() + SIGNAL_LEASE_MS;
-          for (let pause = 10; ; pause = Math.min(pause * 2, 200)) {
-            const claim = await withClient(pool, (c) => claimWebhookSignal(c, base, SIGNAL_LEASE_MS));
-            if (claim.state === 'claimed') break;
-            if (claim.state === 'done') return { duplicate: true, outcome: 'duplicate' };
-            const left = waitUntil - Date.now();
-            if (left <= 0 || gone()) throw retryLater('The event is being processed; retry later.', 1);
-            await sleep(Math.min(pause, left));
-          }
-
-          // b. Signal, within a deadline.
-          const signal: PaymentEvent = {
-            source: 'webhook',
-            outcome,
-            eventId: event.id,
-            chargeId: event.charge.id,
-            ...(event.charge.failureCode ? { reason: event.charge.failureCode } : {}),
-          };
-          let result: 'signalled' | 'workflow_closed' = 'signalled';
-          try {
-            await temporal.withDeadline(Date.now() + SIGNAL_DEADLINE_MS, () =>
-              temporal.workflow.getHandle(order.workflow_id).signal(paymentEventSignal, signal),
-            );
-          } catch (err) {
-            const closed =
-              err instanceof WorkflowNotFoundError &&
-              (TERMINAL_STATUSES.includes(order.status) ||
-                Boolean((await withClient(pool, (c) => getOutbox(c, order.workflow_id)))?.started_at));
-            if (!closed) {
-              // Still pending, its lease released: the provider's retry signals again at once.
-              await withClient(pool, (c) => releaseWebhookSignal(c, base)).catch((releaseErr: unknown) =>
-                log.warn('could not release a webhook signal lease; it runs out', {
+          return deliverSignal(pool, {
+            base,
+            gone,
+            send: () =>
+              temporal.withDeadline(Date.now() + SIGNAL_DEADLINE_MS, () =>
+                temporal.workflow.getHandle(order.workflow_id).signal(paymentEventSignal, {
+                  source: 'webhook',
+                  outcome,
                   eventId: event.id,
-                  ...errorFields(releaseErr),
+                  chargeId: event.charge.id,
+                  ...(event.charge.failureCode ? { reason: event.charge.failureCode } : {}),
                 }),
-              );
-              // Not started yet (the outbox relay will start it): the provider retries.
-              if (err instanceof WorkflowNotFoundError) {
-                throw retryLater('The order is not ready for events yet; retry later.');
-              }
-              throw err;
-            }
-            // Closed workflows can't be signalled; that is fine: the order is settled already.
-            result = 'workflow_closed';
-          }
-          // c. Record the result. If this fails, the row stays pending and a redelivery signals again.
-          await withClient(pool, (c) => finishWebhookSignal(c, { ...base, outcome: result }));
-          return { duplicate: false, outcome: result };
+              ),
+            closed: async () =>
+              TERMINAL_STATUSES.includes(order.status) ||
+              Boolean((await withClient(pool, (c) => getOutbox(c, order.workflow_id)))?.started_at),
+          });
         },
-      ).catch((err: unknown) => {
-        if (!(err instanceof ProblemError)) {
-          log.error('webhook processing failed', { eventId: event.id, ...errorFields(err) });
-          throw retryLater('The event could not be processed; retry later.');
-        }
-        throw err;
-      });
+      ).catch(retryableUnlessProblem(event.id));
       log.info('webhook received', { eventId: event.id, type: event.type, ...result });
       return reply.send({ received: true, duplicate: result.duplicate, outcome: result.outcome });
     },

@@ -15,12 +15,18 @@
  * parks in `needs_attention` until an operator re-drives it. Entering
  * `failed` gives the refund's amount back to the order (src/refunds/sql.ts).
  *
+ * Operators (src/ops/operator.ts): a re-drive is the `redrive` update
+ * (refused unless parked) or the older signal; an operator's resolution or
+ * reconcile sends `refundEvent`, a wake-up only: the outcome is read from the
+ * provider refund's ledger record under its own key, never from the signal.
+ *
  * Visibility: TenantId, and the status under the OrderStatus keyword prefixed
  * with `refund:` (e.g. `refund:succeeded`), so the UI's list shows where each
  * refund is while no order query (`OrderStatus = 'needs_attention'`) ever
  * matches a refund.
  */
 import {
+  ApplicationFailure,
   condition,
   defineQuery,
   log,
@@ -40,8 +46,15 @@ import {
   redriveSignal,
   searchableText,
   TenantIdKey,
+  type RedriveRequest,
 } from '../src/orders/contract.ts';
-import { refundStepKeys, type RefundStatus, type RefundWorkflowInput } from '../src/refunds/contract.ts';
+import {
+  refundEventSignal,
+  refundRedriveUpdate,
+  refundStepKeys,
+  type RefundStatus,
+  type RefundWorkflowInput,
+} from '../src/refunds/contract.ts';
 import {
   activityOptions,
   externalActivityOptions,
@@ -210,7 +223,9 @@ async function reconcileRefund(run: RefundRun): Promise<RefundOutcome | 'perform
     }
     const remaining = deadline - Date.now();
     if (remaining <= 0) return null;
-    await condition(() => false, Math.min(pause, remaining));
+    // An operator's word (refundEvent) cuts the pause short: the next lookup reads the settled record.
+    await condition(() => run.operatorWord, Math.min(pause, remaining));
+    run.operatorWord = false;
     pause = Math.min(pause * 2, timing.reconcileMaxMs);
   }
 }
@@ -256,12 +271,17 @@ async function needsAttention(run: RefundRun, lastError: string): Promise<void> 
   await waitForOperator(run);
 }
 
-/** Waits for a re-drive (the order's `redrive` signal); each one opens a new key epoch for status writes. */
+/**
+ * Waits for a re-drive (the `redrive` update or signal) or an operator's word
+ * on the outcome (refundEvent); each opens a new key epoch for status writes.
+ */
 async function waitForOperator(run: RefundRun): Promise<void> {
   run.state.awaitingOperator = true;
-  await condition(() => run.redriveRequested);
+  // A word that came while the parking status was being written still counts: not reset here.
+  await condition(() => run.redriveRequested || run.operatorWord);
   run.state.awaitingOperator = false;
   run.redriveRequested = false;
+  run.operatorWord = false;
   run.redrives++;
 }
 
@@ -278,6 +298,8 @@ interface RefundRun {
   tenantTagged: boolean;
   redrives: number;
   redriveRequested: boolean;
+  /** An operator settled the provider refund's record (refundEvent): look again now. */
+  operatorWord: boolean;
 }
 
 function openRefundRun(input: RefundWorkflowArgs): RefundRun {
@@ -301,12 +323,49 @@ function openRefundRun(input: RefundWorkflowArgs): RefundRun {
     tenantTagged: typedSearchAttributes.get(TenantIdKey) !== undefined,
     redrives: 0,
     redriveRequested: false,
+    operatorWord: false,
   };
   setHandler(refundStatusQuery, () => run.state);
-  setHandler(redriveSignal, (request) => {
-    if (!run.state.awaitingOperator) return;
-    log.info('refund re-drive requested', { actor: request.actor, reason: request.reason });
+  const acceptRedrive = ({ actor, reason }: RedriveRequest) => {
+    log.info('refund re-drive requested', { actor, reason });
     run.redriveRequested = true;
+  };
+  setHandler(
+    refundRedriveUpdate,
+    (request) => {
+      acceptRedrive(request);
+      return { status: run.state.status, lastError: run.state.lastError, redrives: run.redrives + 1 };
+    },
+    {
+      // Before anything is written to the history: a refused re-drive leaves no trace here.
+      validator: (request) => {
+        if (!request?.actor?.trim() || !request?.reason?.trim()) {
+          throw ApplicationFailure.create({
+            type: FAILURE.redriveRefused,
+            message: 're-drive refused: actor and reason are required',
+            nonRetryable: true,
+          });
+        }
+        if (!run.state.awaitingOperator || run.redriveRequested) {
+          throw ApplicationFailure.create({
+            type: FAILURE.redriveRefused,
+            message:
+              `re-drive refused: the refund workflow is not parked (status ${run.state.status}` +
+              `${run.redriveRequested ? ', a re-drive is already under way' : ''}); ` +
+              'only a workflow waiting for an operator can be re-driven',
+            nonRetryable: true,
+          });
+        }
+      },
+    },
+  );
+  // The older signal form cannot refuse; it is honoured only while parked.
+  setHandler(redriveSignal, (request) => {
+    if (run.state.awaitingOperator) acceptRedrive(request);
+  });
+  setHandler(refundEventSignal, (event) => {
+    log.info('operator word on the refund', { source: event.source, eventId: event.eventId });
+    run.operatorWord = true;
   });
   return run;
 }

@@ -9,7 +9,9 @@
  * charge: every refund that is not `failed` holds its amount in the order's
  * `refunded_amount`, reserved by a conditional update (src/refunds/sql.ts).
  */
+import { defineSignal, defineUpdate } from '@temporalio/workflow';
 import { stepKey } from '../lib/keys.ts';
+import type { RedriveRequest } from '../orders/contract.ts';
 
 export const REFUND_STATUSES = [
   'pending',
@@ -78,3 +80,38 @@ export interface RefundWorkflowInput {
   customerEmail: string;
   reason: string | null;
 }
+
+/** What a refund's re-drive update answers: the refund as it was parked. */
+export interface RefundRedriveAccepted {
+  status: RefundStatus;
+  lastError: string | null;
+  /** How many re-drives this workflow has had, this one included. */
+  redrives: number;
+}
+
+/**
+ * Operator re-drive of a parked refund, as an Update under the order's name
+ * (`redrive`): its validator refuses (FAILURE.redriveRefused) unless the
+ * workflow waits for an operator, so a re-drive is never silently dropped.
+ */
+export const refundRedriveUpdate = defineUpdate<RefundRedriveAccepted, [RedriveRequest]>('redrive');
+
+/**
+ * An operator's word on a refund's provider outcome (ops resolve, or a
+ * reconcile that settled it). Only a wake-up: the ledger record of the
+ * provider refund already holds the outcome, and the workflow reads it from
+ * there under the step's own key, so a duplicate or late signal changes
+ * nothing.
+ */
+export interface RefundEvent {
+  source: 'operator';
+  outcome: 'succeeded' | 'failed';
+  /** `audit:<audit row id>`. */
+  eventId: string;
+  actor?: string;
+  reason?: string;
+}
+export const refundEventSignal = defineSignal<[RefundEvent]>('refundEvent');
+
+/** A refund's step key as the operator sees it: `refund/<tenant>/<refundId>/<step>`. */
+export const REFUND_KEY = /^refund\/([^/]+)\/([^/]+)\//;

@@ -20,8 +20,8 @@ import type { PaymentProvider, Refund } from '../providers/types.ts';
 import { REFUND_OPERATION_TYPES } from '../refunds/contract.ts';
 import { KEY_WINDOW_PASSED, type ReconcileResult } from './payment.ts';
 
-/** What the ledger stores for a provider refund. */
-type RefundJson = { refundId: string; status: 'succeeded' | 'failed' };
+/** What the ledger stores for a provider refund (refundId null: an operator resolved it without one). */
+type RefundJson = { refundId: string | null; status: 'succeeded' | 'failed' };
 
 export interface RefundStepDeps {
   ledger: Ledger;
@@ -58,14 +58,27 @@ function refundOutcome(refund: Refund) {
   return { state: refund.status, result, providerRef: refund.id } as const;
 }
 
-/** Reconcile: the refund made under the downstream key, or not_found. */
-function refundReconciler(
+/** Reconcile: the refund made under the downstream key, or not_found. The operator's too. */
+export function refundReconciler(
   payments: PaymentProvider,
 ): (ctx: { downstreamKey: string }) => Promise<ReconcileOutcome<RefundJson>> {
   return async ({ downstreamKey: dk }) => {
     const refund = await payments.findRefundByIdempotencyKey(dk);
     return refund ? refundOutcome(refund) : { state: 'not_found' };
   };
+}
+
+/** The provider's refund under a downstream key, for the operator's view of a refund step. */
+export function findRefund(payments: PaymentProvider, dk: string): Promise<Refund | null> {
+  return payments.findRefundByIdempotencyKey(dk);
+}
+
+/**
+ * What an operator's resolution stores: the shape the step itself stores, so
+ * the workflow replays it like any provider answer.
+ */
+export function settledRefund(outcome: 'succeeded' | 'failed', refundId: string | null): RefundJson {
+  return { refundId, status: outcome };
 }
 
 /**

@@ -214,7 +214,9 @@ describe('refunds: the operator recovery path', () => {
       'select action, actor, source, reason from audit_log where operation_key = $1 order by id',
       [r.key],
     );
-    expect(rows).toEqual([{ action: 'reconcile', actor: 'erin', source: 'cli', reason: 'provider was down' }]);
+    expect(rows).toEqual([
+      { action: 'reconcile', actor: 'erin', source: 'cli', reason: 'provider was down' },
+    ]);
   });
 
   it('resolve (admin API): needs a reason, is refused when the provider contradicts it, and a failed refund gives its amount back', async () => {

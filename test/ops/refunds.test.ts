@@ -10,6 +10,10 @@
  * should have.
  */
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
@@ -33,6 +37,9 @@ const admin = { authorization: `Bearer ${ADMIN_TOKEN}` };
 const TENANT = 'acme';
 let stack: OrderStack;
 let app: FastifyInstance;
+/** The admin routes over real HTTP, for the CLI's --api-url path. */
+let adminUrl: string;
+let tokenFile: string;
 
 beforeAll(async () => {
   stack = await startOrderStack();
@@ -51,7 +58,10 @@ beforeAll(async () => {
       authFailure: { max: 1000, windowMs: 60_000 },
     }),
   );
-  await app.ready();
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  adminUrl = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+  tokenFile = path.join(mkdtempSync(path.join(os.tmpdir(), 'refops-')), 'token');
+  writeFileSync(tokenFile, `${ADMIN_TOKEN}\n`);
 });
 afterAll(async () => {
   await app?.close();
@@ -297,6 +307,24 @@ describe('refunds: the operator recovery path', () => {
     const missing = await redrive('re_nosuchrefund');
     expect(missing.statusCode).toBe(404);
     expect(missing.json()).toMatchObject({ type: 'https://onceflow.dev/problems/not-found' });
+    // The CLI through the admin API: the same refusal, exit 1, the problem as its error.
+    const overApi = await runOps(
+      [
+        'redrive-refund',
+        TENANT,
+        r.refundId,
+        '--reason',
+        'from the CLI',
+        '--json',
+        '--api-url',
+        adminUrl,
+        '--token-file',
+        tokenFile,
+      ],
+      sandbox(),
+    );
+    expect(overApi.code).toBe(1);
+    expect(JSON.parse(overApi.stderr)).toMatchObject({ error: { code: 'invalid_state' } });
 
     expect(await sandboxRefunds(r.orderId)).toHaveLength(1);
     const audit = await auditRows(r.workflowId);
@@ -305,12 +333,14 @@ describe('refunds: the operator recovery path', () => {
       ['redrive', 'frank', 'cli'],
       ['redrive_requested', 'admin-token', 'api'],
       ['redrive_refused', 'admin-token', 'api'],
+      ['redrive_requested', 'admin-token', 'api'],
+      ['redrive_refused', 'admin-token', 'api'],
     ]);
     const listed = await app.inject({
       method: 'GET',
       url: `/admin/audit?workflowId=${encodeURIComponent(r.workflowId)}`,
       headers: admin,
     });
-    expect(listed.json<{ data: AuditEntry[] }>().data).toHaveLength(4);
+    expect(listed.json<{ data: AuditEntry[] }>().data).toHaveLength(6);
   });
 });

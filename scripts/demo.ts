@@ -4,7 +4,12 @@
  * product trustworthy:
  *
  *   charges at the provider = paid orders, receipts = completed orders,
- *   no order charged or emailed twice, every order terminal or needs_attention.
+ *   no order charged or emailed twice, every order terminal or needs_attention;
+ *   and for the refunds it makes on a few completed orders: no refund total
+ *   above the charge (at the provider, in the API's refunds, in the order's
+ *   refundedAmount), one provider refund per succeeded refund and none for a
+ *   failed one (counted at the sandbox's audit, GET /_sandbox/refunds?order_id=),
+ *   every refund terminal.
  *
  * It submits ~200 orders from 2 tenants, retries ~20% of requests with the
  * same key, reuses a few keys with a different body, turns on every kind of
@@ -364,6 +369,8 @@ const REFUND_ORDERS = 10;
 interface RefundsDone {
   /** Every refund the API accepted, in its last view, with the amount its order was charged. */
   refunds: { refund: Refund; charged: number }[];
+  /** Each refunded order as the API shows it once its refunds are terminal. */
+  orders: { orderId: string; charged: number; refundedAmount: number }[];
   /** Refunds that would have gone past the charge, refused with 422 refund-exceeds-charge. */
   refusedOverCharge: number;
   /** How many were planned to be refused. */
@@ -381,7 +388,12 @@ async function refundSome(
   deadline: number,
 ): Promise<RefundsDone> {
   const chosen = planned.filter((p) => finals.get(p.index)?.status === 'completed').slice(0, REFUND_ORDERS);
-  const done: RefundsDone = { refunds: [], refusedOverCharge: 0, plannedOverCharge: chosen.length };
+  const done: RefundsDone = {
+    refunds: [],
+    orders: [],
+    refusedOverCharge: 0,
+    plannedOverCharge: chosen.length,
+  };
   let n = 0;
   await pool(chosen, 8, async (p) => {
     const order = finals.get(p.index)!;
@@ -412,12 +424,63 @@ async function refundSome(
       }
       done.refunds.push({ refund: view, charged: order.amount });
     }
+    const after = await client.getOrder(order.id);
+    done.orders.push({ orderId: order.id, charged: order.amount, refundedAmount: after.refundedAmount });
     progress('refunded', ++n, chosen.length);
   });
   return done;
 }
 
 const REFUND_TERMINAL = new Set(['succeeded', 'failed', 'needs_attention']);
+
+type ProviderRefund = { id: string; amount: number; status: string; metadata?: { refund_id?: string } };
+
+/**
+ * The refund invariants, per refunded order, counted at the provider's own
+ * audit (`/_sandbox/refunds?order_id=`): what was really refunded.
+ */
+async function checkRefunds(done: RefundsDone): Promise<{
+  overCharge: string[];
+  notOne: string[];
+  moving: number;
+  atProvider: number;
+}> {
+  const overCharge: string[] = [];
+  const notOne: string[] = [];
+  let atProvider = 0;
+  for (const order of done.orders) {
+    const provider = (
+      (await sandbox(`/_sandbox/refunds?order_id=${encodeURIComponent(order.orderId)}`)) as {
+        data: ProviderRefund[];
+      }
+    ).data;
+    atProvider += provider.length;
+    const refunds = done.refunds.filter((r) => r.refund.orderId === order.orderId).map((r) => r.refund);
+    const refundedAtProvider = provider
+      .filter((p) => p.status === 'succeeded')
+      .reduce((sum, p) => sum + p.amount, 0);
+    const held = refunds.filter((r) => r.status !== 'failed').reduce((sum, r) => sum + r.amount, 0);
+    if (refundedAtProvider > order.charged)
+      overCharge.push(`${order.orderId}: provider refunded ${refundedAtProvider} of ${order.charged}`);
+    if (held > order.charged)
+      overCharge.push(`${order.orderId}: refunds not failed hold ${held} of ${order.charged}`);
+    if (order.refundedAmount > order.charged)
+      overCharge.push(`${order.orderId}: refundedAmount ${order.refundedAmount} of ${order.charged}`);
+
+    const ours = new Set(refunds.map((r) => r.id));
+    for (const p of provider) {
+      if (!ours.has(p.metadata?.refund_id ?? ''))
+        notOne.push(`${order.orderId}: provider refund ${p.id} of no refund`);
+    }
+    for (const r of refunds) {
+      const made = provider.filter((p) => p.metadata?.refund_id === r.id && p.status === 'succeeded').length;
+      const want = r.status === 'succeeded' ? 1 : r.status === 'failed' ? 0 : made > 1 ? 1 : made;
+      if (made !== want) notOne.push(`${r.id} (${r.status}): ${made} provider refunds`);
+    }
+  }
+  const moving = done.refunds.filter((r) => !REFUND_TERMINAL.has(r.refund.status)).length;
+  return { overCharge, notOne, moving, atProvider };
+}
 
 async function report(
   planned: Planned[],
@@ -447,29 +510,8 @@ async function report(
   const receipts = ours(messages).filter(
     (m) => !(m as { metadata?: { refund_id?: string } }).metadata?.refund_id,
   );
-  const providerRefunds = (
-    (await sandbox('/_sandbox/refunds')) as {
-      data: { amount: number; status: string; order_id?: string; metadata?: { refund_id?: string } }[];
-    }
-  ).data;
-  const ourRefunds = new Map(refundsDone.refunds.map((r) => [r.refund.id, r]));
-  const providerOf = new Map<string, number>();
-  for (const pr of providerRefunds) {
-    const id = pr.metadata?.refund_id ?? '';
-    if (ourRefunds.has(id)) providerOf.set(id, (providerOf.get(id) ?? 0) + 1);
-  }
-  const refundedAtProvider = new Map<string, number>();
-  for (const pr of providerRefunds) {
-    if (!ourRefunds.has(pr.metadata?.refund_id ?? '') || pr.status !== 'succeeded') continue;
-    const order = pr.order_id ?? '';
-    refundedAtProvider.set(order, (refundedAtProvider.get(order) ?? 0) + pr.amount);
-  }
-  const chargedOf = new Map(refundsDone.refunds.map((r) => [r.refund.orderId, r.charged]));
-  const overRefunded = [...refundedAtProvider].filter(([o, sum]) => sum > (chargedOf.get(o) ?? 0)).length;
+  const refundChecks = await checkRefunds(refundsDone);
   const succeededRefunds = refundsDone.refunds.filter((r) => r.refund.status === 'succeeded');
-  const refundsTwice = [...providerOf.values()].filter((n) => n > 1).length;
-  const refundsMissing = succeededRefunds.filter((r) => providerOf.get(r.refund.id) !== 1).length;
-  const refundsMoving = refundsDone.refunds.filter((r) => !REFUND_TERMINAL.has(r.refund.status)).length;
 
   const byStatus = new Map<string, number>();
   for (const o of finals.values()) byStatus.set(o.status, (byStatus.get(o.status) ?? 0) + 1);
@@ -499,19 +541,22 @@ async function report(
     ['every order terminal or needs_attention', notSettled.length === 0, `${notSettled.length} still moving`],
     ['every order was created', finals.size === planned.length, `${finals.size}/${planned.length}`],
     ['no unexpected HTTP answers', counts.unexpected.length === 0, `${counts.unexpected.length}`],
-    ['no order refunded above its charge', overRefunded === 0, `${overRefunded}`],
     [
-      'one provider refund per succeeded refund',
-      refundsMissing === 0,
-      `${refundsMissing} without exactly one`,
+      'no refund total above the charge (provider, refunds, refundedAmount)',
+      refundChecks.overCharge.length === 0,
+      `${refundChecks.overCharge.length}${refundChecks.overCharge.length ? `: ${refundChecks.overCharge.slice(0, 3).join('; ')}` : ''}`,
     ],
-    ['no refund made twice at the provider', refundsTwice === 0, `${refundsTwice}`],
+    [
+      'one provider refund per refund (succeeded: 1, failed: 0, none unaccounted)',
+      refundChecks.notOne.length === 0,
+      `${refundChecks.notOne.length}${refundChecks.notOne.length ? `: ${refundChecks.notOne.slice(0, 3).join('; ')}` : ''}`,
+    ],
     [
       'refunds past the charge refused (422)',
       refundsDone.refusedOverCharge === refundsDone.plannedOverCharge,
       `${refundsDone.refusedOverCharge}/${refundsDone.plannedOverCharge}`,
     ],
-    ['every refund terminal', refundsMoving === 0, `${refundsMoving} still moving`],
+    ['every refund terminal', refundChecks.moving === 0, `${refundChecks.moving} still moving`],
   ];
 
   const rows: [string, string | number][] = [
@@ -531,7 +576,7 @@ async function report(
     ['orders whose charge took more than one attempt', reconciled.length],
     ['refunds accepted (two of one amount per order)', refundsDone.refunds.length],
     ['refunds succeeded', succeededRefunds.length],
-    ['refunds at the provider', [...providerOf.values()].reduce((a, b) => a + b, 0)],
+    ['refunds at the provider', refundChecks.atProvider],
   ];
   const width = Math.max(...rows.map(([k]) => k.length)) + 2;
   console.log('\n' + '='.repeat(width + 10));

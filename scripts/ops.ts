@@ -65,7 +65,7 @@ function resolvedText(
     (r.signalled ? `; workflow ${r.workflowId} signalled` : '') +
     (r.signalError
       ? `\nwarning: the ledger is settled but the workflow was not signalled: ${r.signalError}. ` +
-        `If the order is in needs_attention, re-drive it.`
+        `If the order or refund is in needs_attention, re-drive it.`
       : '')
   );
 }
@@ -165,7 +165,11 @@ command('reconcile', 'Ask the provider now, by the downstream key, and store its
   .argument('<key>', 'operation key')
   .option('--reason <text>', 'why, recorded in the audit log', reasonText);
 
-command('resolve', 'Settle an unknown outcome by hand (reason required); signals the order', { actor: true })
+command(
+  'resolve',
+  'Settle an unknown outcome by hand (reason required); signals the order or refund workflow',
+  { actor: true },
+)
   .argument('<tenant>', 'tenant ID')
   .argument('<type>', 'operation type')
   .argument('<key>', 'operation key')
@@ -176,11 +180,16 @@ command('resolve', 'Settle an unknown outcome by hand (reason required); signals
   )
   .requiredOption('--reason <text>', 'why (required), recorded in the audit log', reasonText)
   .option('--charge-id <id>', "the provider's charge ID, if known")
-  .option('--provider-ref <id>', "the provider's object ID (charge or message), if known");
+  .option('--provider-ref <id>', "the provider's object ID (charge, refund or message), if known");
 
 command('redrive', 'Re-drive an order in needs_attention (reason required)', { actor: true })
   .argument('<tenant>', 'tenant ID')
   .argument('<orderId>', 'order ID')
+  .requiredOption('--reason <text>', 'why (required), recorded in the audit log', reasonText);
+
+command('redrive-refund', 'Re-drive a refund in needs_attention (reason required)', { actor: true })
+  .argument('<tenant>', 'tenant ID')
+  .argument('<refundId>', 'refund ID')
   .requiredOption('--reason <text>', 'why (required), recorded in the audit log', reasonText);
 
 command('attention', 'Orders in needs_attention, and refunds in refund_unknown or needs_attention')
@@ -226,6 +235,34 @@ function reconcileLine(r: {
 }
 
 // ------------------------------------------------------------------ output
+
+/** The refunds that follow the orders in `attention` (none: nothing). */
+function refundTable(refunds: Record<string, unknown>[]): string {
+  if (refunds.length === 0) return '';
+  return `\n\nRefunds:\n${table(refunds, [
+    'tenantId',
+    'orderId',
+    'refundId',
+    'status',
+    'amount',
+    'updatedAt',
+    'lastError',
+    'operationKey',
+    'temporalUiUrl',
+  ])}`;
+}
+
+function refundRedriveText(
+  workflowId: string,
+  parkedAs: { status: string; lastError: string | null },
+  auditId: string,
+  url: string,
+): string {
+  return (
+    `re-drive accepted by ${workflowId} (parked: ${parkedAs.status}` +
+    `${parkedAs.lastError ? `, ${parkedAs.lastError}` : ''}); audit #${auditId}\n${url}`
+  );
+}
 
 function cell(v: unknown): string {
   if (v === null || v === undefined) return '-';
@@ -421,6 +458,24 @@ async function main(
       );
       return 0;
     }
+    case 'redrive-refund': {
+      const [, refundId] = rest as [string, string];
+      const r = await operator.redriveRefund(tenantId, refundId, { actor, reason: values.reason! });
+      const url = operator.temporalUiUrl(r.workflowId);
+      out(
+        {
+          workflowId: r.workflowId,
+          refundId: r.refund.refundId,
+          orderId: r.refund.orderId,
+          status: r.refund.status,
+          auditId: r.audit.id,
+          parkedAs: r.accepted,
+          temporalUiUrl: url,
+        },
+        refundRedriveText(r.workflowId, r.accepted, r.audit.id, url),
+      );
+      return 0;
+    }
     case 'attention': {
       const { items, visibilityError } = await operator.listAttentionDetailed({
         tenantId: values.tenant || undefined,
@@ -443,20 +498,7 @@ async function main(
         'lastError',
         'temporalUiUrl',
       ]);
-      const refundTable =
-        refunds.length === 0
-          ? ''
-          : `\n\nRefunds:\n${table(refunds as unknown as Record<string, unknown>[], [
-              'tenantId',
-              'orderId',
-              'refundId',
-              'status',
-              'amount',
-              'updatedAt',
-              'lastError',
-              'temporalUiUrl',
-            ])}`;
-      out([...items, ...refunds], `${orders}${refundTable}`);
+      out([...items, ...refunds], `${orders}${refundTable(refunds as unknown as Record<string, unknown>[])}`);
       return 0;
     }
     case 'audit': {
@@ -571,14 +613,30 @@ async function apiMain(
       );
       return 0;
     }
+    case 'redrive-refund': {
+      const [, refundId] = rest as [string, string];
+      const r = (await api.post(
+        `/admin/refunds/${encodeURIComponent(tenant)}/${encodeURIComponent(refundId)}/redrive`,
+        { reason: values.reason },
+      )) as {
+        workflowId: string;
+        auditId: string;
+        parkedAs: { status: string; lastError: string | null };
+        temporalUiUrl: string;
+      };
+      out(r, refundRedriveText(r.workflowId, r.parkedAs, r.auditId, r.temporalUiUrl));
+      return 0;
+    }
     case 'attention': {
       const r = (await api.get('/admin/attention', { tenant: values.tenant, limit: values.limit })) as {
         data: Record<string, unknown>[];
+        refunds?: Record<string, unknown>[];
         visibilityError?: string | null;
       };
       if (r.visibilityError) warn(`${r.visibilityError}; listing order rows only`);
+      const refunds = r.refunds ?? [];
       out(
-        r.data,
+        [...r.data, ...refunds],
         table(r.data, [
           'tenantId',
           'orderId',
@@ -588,7 +646,7 @@ async function apiMain(
           'updatedAt',
           'lastError',
           'temporalUiUrl',
-        ]),
+        ]) + refundTable(refunds),
       );
       return 0;
     }

@@ -21,12 +21,18 @@
  * a late or reordered event never moves it backwards. Entering `failed`
  * gives the refund's amount back to the order (src/refunds/sql.ts).
  *
+ * Operators (src/ops/operator.ts): a re-drive is the `redrive` update
+ * (refused unless parked) or the older signal; an operator's resolution or
+ * reconcile sends `refundEvent`, a wake-up only: the outcome is read from the
+ * provider refund's ledger record under its own key, never from the signal.
+ *
  * Visibility: TenantId, and the status under the OrderStatus keyword prefixed
  * with `refund:` (e.g. `refund:succeeded`), so the UI's list shows where each
  * refund is while no order query (`OrderStatus = 'needs_attention'`) ever
  * matches a refund.
  */
 import {
+  ApplicationFailure,
   condition,
   defineQuery,
   log,
@@ -46,9 +52,11 @@ import {
   redriveSignal,
   searchableText,
   TenantIdKey,
+  type RedriveRequest,
 } from '../src/orders/contract.ts';
 import {
   refundEventSignal,
+  refundRedriveUpdate,
   refundStepKeys,
   type RefundEvent,
   type RefundStatus,
@@ -286,7 +294,7 @@ async function reconcileRefund(run: RefundRun): Promise<RefundOutcome | 'perform
     }
     const remaining = deadline - Date.now();
     if (remaining <= 0) return null;
-    // A durable timer, cut short by a settling event.
+    // A durable timer, cut short by a settling event (a provider's webhook or an operator's word).
     await condition(() => run.event !== undefined, Math.min(pause, remaining));
     pause = Math.min(pause * 2, timing.reconcileMaxMs);
   }
@@ -333,10 +341,16 @@ async function needsAttention(run: RefundRun, lastError: string): Promise<void> 
   await waitForOperator(run);
 }
 
-/** Waits for a re-drive (the order's `redrive` signal); each one opens a new key epoch for status writes. */
+/**
+ * Waits for a re-drive (the `redrive` update or signal) or, while the refund
+ * is unsettled, a settling word on its outcome (refundEvent: a provider's
+ * webhook or an operator's resolve), which the caller's next step applies or
+ * reads from the ledger; each opens a new key epoch for status writes.
+ */
 async function waitForOperator(run: RefundRun): Promise<void> {
   run.state.awaitingOperator = true;
-  await condition(() => run.redriveRequested);
+  // A word that came while the parking status was being written still counts: not reset here.
+  await condition(() => run.redriveRequested || run.event !== undefined);
   run.state.awaitingOperator = false;
   run.redriveRequested = false;
   run.redrives++;
@@ -386,13 +400,47 @@ function openRefundRun(input: RefundWorkflowArgs): RefundRun {
   };
   setHandler(refundStatusQuery, () => run.state);
   setHandler(refundEventSignal, (event) => {
-    // The first settling word wins; duplicates and late events change nothing.
+    // The first settling word wins; duplicates and late events change nothing. An operator's
+    // word (resolve, or a reconcile that settled it) is applied the same way: its outcome is
+    // already the ledger record's, which settleRefund keeps.
     if (!run.settled) run.event ??= event;
   });
-  setHandler(redriveSignal, (request) => {
-    if (!run.state.awaitingOperator) return;
-    log.info('refund re-drive requested', { actor: request.actor, reason: request.reason });
+  const acceptRedrive = ({ actor, reason }: RedriveRequest) => {
+    log.info('refund re-drive requested', { actor, reason });
     run.redriveRequested = true;
+  };
+  setHandler(
+    refundRedriveUpdate,
+    (request) => {
+      acceptRedrive(request);
+      return { status: run.state.status, lastError: run.state.lastError, redrives: run.redrives + 1 };
+    },
+    {
+      // Before anything is written to the history: a refused re-drive leaves no trace here.
+      validator: (request) => {
+        if (!request?.actor?.trim() || !request?.reason?.trim()) {
+          throw ApplicationFailure.create({
+            type: FAILURE.redriveRefused,
+            message: 're-drive refused: actor and reason are required',
+            nonRetryable: true,
+          });
+        }
+        if (!run.state.awaitingOperator || run.redriveRequested) {
+          throw ApplicationFailure.create({
+            type: FAILURE.redriveRefused,
+            message:
+              `re-drive refused: the refund workflow is not parked (status ${run.state.status}` +
+              `${run.redriveRequested ? ', a re-drive is already under way' : ''}); ` +
+              'only a workflow waiting for an operator can be re-driven',
+            nonRetryable: true,
+          });
+        }
+      },
+    },
+  );
+  // The older signal form cannot refuse; it is honoured only while parked.
+  setHandler(redriveSignal, (request) => {
+    if (run.state.awaitingOperator) acceptRedrive(request);
   });
   return run;
 }

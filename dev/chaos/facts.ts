@@ -8,9 +8,16 @@
 import pg from 'pg';
 import type { Connection } from '@temporalio/client';
 import { Client } from '@temporalio/client';
-import { selectOrderIdsByCustomerPrefix, selectOrderOutcomes, selectOutboxWorkflowIds } from './sql.ts';
+import {
+  selectOrderIdsByCustomerPrefix,
+  selectOrderOutcomes,
+  selectOutboxWorkflowIds,
+  selectRefundOutcomes,
+} from './sql.ts';
 import { selectAllChargeEffects, selectAllMessageEffects } from '../sandbox/sql.ts';
-import type { MoneyEffect, OrderFact } from './invariants.ts';
+import { downstreamKey } from '../../src/ledger/index.ts';
+import { REFUND_OPERATION_TYPES, refundStepKeys } from '../../src/refunds/contract.ts';
+import type { MoneyEffect, OrderFact, ProviderRefundEffect, RefundFact } from './invariants.ts';
 
 export async function withDb<T>(url: string, cb: (c: pg.Client) => Promise<T>): Promise<T> {
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5_000 });
@@ -37,6 +44,8 @@ export async function readOrders(
         status: r.status,
         lastError: r.last_error,
         ageAtLastUpdate: Math.round(r.age),
+        amount: r.amount,
+        refundedAmount: r.refunded_amount,
       },
     ]),
   );
@@ -71,6 +80,57 @@ export async function readMoney(db: pg.Client): Promise<{ charges: MoneyEffect[]
         status: 'sent',
       })),
   };
+}
+
+/**
+ * These refunds' rows, and the downstream keys their receipts are sent under
+ * (so the order-receipt checks can tell a refund receipt, which names its
+ * order too, from a second order receipt).
+ */
+export async function readRefunds(
+  db: pg.Client,
+  refundIds: readonly string[],
+): Promise<{ refunds: Map<string, RefundFact>; receiptKeys: Set<string> }> {
+  const rows = await selectRefundOutcomes(db, refundIds);
+  return {
+    refunds: new Map(
+      rows.map((r) => [
+        r.id,
+        { refundId: r.id, orderId: r.order_id, amount: r.amount, status: r.status, lastError: r.last_error },
+      ]),
+    ),
+    receiptKeys: new Set(
+      rows.map((r) =>
+        downstreamKey({
+          tenantId: r.tenant_id,
+          operationType: REFUND_OPERATION_TYPES.receipt,
+          key: refundStepKeys.receipt(r.workflow_id),
+        }),
+      ),
+    ),
+  };
+}
+
+/** Every refund the provider made, from its audit (GET /_sandbox/refunds): money really given back. */
+export async function readProviderRefunds(sandboxUrl: string): Promise<ProviderRefundEffect[]> {
+  const res = await fetch(`${sandboxUrl}/_sandbox/refunds`, { signal: AbortSignal.timeout(15_000) });
+  if (!res.ok) throw new Error(`the sandbox's refund audit answered HTTP ${res.status}`);
+  const { data } = (await res.json()) as {
+    data: {
+      idempotency_key: string;
+      order_id: string | null;
+      amount: number;
+      status: string;
+      metadata?: { refund_id?: string };
+    }[];
+  };
+  return data.map((r) => ({
+    idempotencyKey: r.idempotency_key,
+    orderId: r.order_id,
+    refundId: r.metadata?.refund_id ?? null,
+    amount: r.amount,
+    status: r.status,
+  }));
 }
 
 /** Workflow ids Temporal has an execution for (any status). */

@@ -12,6 +12,11 @@
  * - settled: an order is settled when it is terminal (completed, rejected) or
  *   parked in needs_attention with a reason an operator can act on. Anything
  *   else after the settle bound is stuck.
+ * - refund submission: one refund a client wanted for a completed order, with
+ *   its own Idempotency-Key, retried under it like an order. A refund is
+ *   settled when it is succeeded, failed or needs_attention; the provider's
+ *   own refunds (its audit, /_sandbox/refunds) are the ground truth of money
+ *   given back.
  */
 
 export type ViolationKind =
@@ -22,6 +27,12 @@ export type ViolationKind =
   | 'not_accepted'
   | 'stuck_order'
   | 'unexpected_outcome'
+  /** One refund's Idempotency-Key named two refunds, or one refund was made twice at the provider. */
+  | 'double_refund'
+  /** More given back (or held for refunds that are not failed) than the order was charged. */
+  | 'over_refund'
+  /** A refund a 202 named has no row, or is not terminal after the settle bound. */
+  | 'stuck_refund'
   | 'process_exited'
   /** The harness could not bring a killed component back (e.g. a worker that never polled again). */
   | 'restart_failed'
@@ -49,6 +60,9 @@ export interface OrderFact {
   workflowId: string;
   status: string;
   lastError: string | null;
+  /** What the order charged, and what its refunds that are not failed hold (orders.refunded_amount). */
+  amount?: number;
+  refundedAmount?: number;
   /** Seconds from the order's creation to its row's last update (for a settled order: how long it took). */
   ageAtLastUpdate?: number;
 }
@@ -68,6 +82,38 @@ interface ProcessFact {
   unexpectedExits: string[];
 }
 
+export interface RefundSubmission {
+  clientKey: string;
+  orderId: string;
+  amount: number;
+  /** Distinct refund ids returned by 202 responses for this key (more than one is a duplicate refund). */
+  refundIds: string[];
+  /** 422 refund-exceeds-charge: the refund did not fit (never a violation by itself). */
+  refused?: boolean;
+  /** Set when the client stopped retrying without a 202 or a 422. */
+  gaveUp?: string;
+}
+
+export interface RefundFact {
+  refundId: string;
+  orderId: string;
+  amount: number;
+  status: string;
+  lastError: string | null;
+}
+
+/** A refund the provider made (its audit): ground truth of money given back. */
+export interface ProviderRefundEffect {
+  idempotencyKey: string;
+  orderId: string | null;
+  /** The refund it was made for (the metadata the step sends). */
+  refundId: string | null;
+  amount: number;
+  status: string;
+}
+
+export const REFUND_SETTLED: ReadonlySet<string> = new Set(['succeeded', 'failed', 'needs_attention']);
+
 export interface Facts {
   /** Order rows by order id (only this scenario's orders need to be present). */
   orders: ReadonlyMap<string, OrderFact>;
@@ -82,6 +128,12 @@ export interface Facts {
   /** Order ids created in the database for this scenario's customers, whether or not a client saw a 202. */
   ordersForScenario: readonly string[];
   processes: readonly ProcessFact[];
+  /** Refund rows by refund id (this scenario's refunds). */
+  refunds?: ReadonlyMap<string, RefundFact>;
+  /** Every refund in the provider's audit. */
+  providerRefunds?: readonly ProviderRefundEffect[];
+  /** The messages sent under this scenario's refund receipts' downstream keys (apart from `messages`). */
+  refundReceipts?: readonly MoneyEffect[];
 }
 
 /** Payment methods the sandbox declines; every other one the harness uses succeeds. */
@@ -182,8 +234,132 @@ export function checkMoney(
   return violations;
 }
 
-/** The full verdict for one scenario's submissions. */
-export function checkScenario(submissions: readonly Submission[], facts: Facts): Verdict {
+/**
+ * The refund invariants: each refund a 202 named exists and is settled; one
+ * key, one refund; exactly one provider refund per succeeded refund and none
+ * for a failed one (none twice in any case); and per order, never more given
+ * back, or held by refunds that are not failed, than was charged.
+ */
+export function checkRefunds(
+  submissions: readonly RefundSubmission[],
+  facts: Pick<Facts, 'orders' | 'refunds' | 'providerRefunds' | 'refundReceipts'>,
+): Violation[] {
+  const violations: Violation[] = [];
+  for (const [key, list] of groupBy(facts.refundReceipts ?? [], (m) => m.idempotencyKey)) {
+    if (list.length > 1) {
+      violations.push({
+        kind: 'double_receipt',
+        subject: key,
+        detail: `${list.length} refund receipts under one idempotency key`,
+      });
+    }
+  }
+  const rows = facts.refunds ?? new Map<string, RefundFact>();
+  const provider = facts.providerRefunds ?? [];
+  const accepted = new Set<string>();
+  for (const s of submissions) {
+    if (s.refundIds.length > 1) {
+      violations.push({
+        kind: 'double_refund',
+        subject: s.clientKey,
+        detail: `one Idempotency-Key got ${s.refundIds.length} different refunds: ${s.refundIds.join(', ')}`,
+      });
+    }
+    if (s.refundIds.length === 0 && !s.refused && s.gaveUp !== undefined) {
+      violations.push({
+        kind: 'not_accepted',
+        subject: s.clientKey,
+        detail: `refund of ${s.orderId}: the client never got a 202 or a 422: ${s.gaveUp}`,
+      });
+    }
+    for (const id of s.refundIds) accepted.add(id);
+  }
+  const byKey = groupBy(provider, (p) => p.idempotencyKey);
+  for (const [key, list] of byKey) {
+    if (list.length > 1 && list.some((p) => p.refundId !== null && accepted.has(p.refundId))) {
+      violations.push({
+        kind: 'double_refund',
+        subject: key,
+        detail: `${list.length} provider refunds under one idempotency key`,
+      });
+    }
+  }
+  const byRefund = groupBy(
+    provider.filter((p) => p.status === 'succeeded'),
+    (p) => p.refundId,
+  );
+  for (const id of accepted) {
+    const row = rows.get(id);
+    if (!row) {
+      violations.push({
+        kind: 'stuck_refund',
+        subject: id,
+        detail: 'a 202 was returned but there is no refund row',
+      });
+      continue;
+    }
+    if (!REFUND_SETTLED.has(row.status)) {
+      violations.push({
+        kind: 'stuck_refund',
+        subject: id,
+        detail:
+          `still ${row.status} after the settle bound` +
+          (row.lastError ? ` (last error: ${row.lastError.slice(0, 120)})` : ''),
+      });
+    }
+    const made = byRefund.get(id)?.length ?? 0;
+    const keys = new Set((byRefund.get(id) ?? []).map((p) => p.idempotencyKey)).size;
+    if (keys > 1) {
+      violations.push({
+        kind: 'double_refund',
+        subject: id,
+        detail: `${made} provider refunds under ${keys} keys`,
+      });
+    } else if (row.status === 'succeeded' && made !== 1) {
+      violations.push({
+        kind: 'unexpected_outcome',
+        subject: id,
+        detail: `refund succeeded with ${made} provider refunds (expected 1)`,
+      });
+    } else if (row.status === 'failed' && made !== 0) {
+      violations.push({
+        kind: 'unexpected_outcome',
+        subject: id,
+        detail: `refund failed although the provider refunded it (${made})`,
+      });
+    }
+  }
+  const orderIds = new Set(submissions.map((s) => s.orderId));
+  for (const orderId of orderIds) {
+    const order = facts.orders.get(orderId);
+    if (order?.amount === undefined) continue;
+    const given = provider
+      .filter((p) => p.orderId === orderId && p.status === 'succeeded')
+      .reduce((sum, p) => sum + p.amount, 0);
+    const held = [...rows.values()]
+      .filter((r) => r.orderId === orderId && r.status !== 'failed')
+      .reduce((sum, r) => sum + r.amount, 0);
+    const over: string[] = [];
+    if (given > order.amount) over.push(`the provider refunded ${given}`);
+    if (held > order.amount) over.push(`refunds not failed hold ${held}`);
+    if ((order.refundedAmount ?? 0) > order.amount) over.push(`refunded_amount is ${order.refundedAmount}`);
+    if (over.length) {
+      violations.push({
+        kind: 'over_refund',
+        subject: orderId,
+        detail: `${over.join(', ')} of a ${order.amount} charge`,
+      });
+    }
+  }
+  return violations;
+}
+
+/** The full verdict for one scenario's submissions (and its refunds, if it made any). */
+export function checkScenario(
+  submissions: readonly Submission[],
+  facts: Facts,
+  refundSubmissions: readonly RefundSubmission[] = [],
+): Verdict {
   const violations: Violation[] = [];
   const counts = {
     submitted: submissions.length,
@@ -304,6 +480,7 @@ export function checkScenario(submissions: readonly Submission[], facts: Facts):
   }
 
   violations.push(...checkMoney(facts.charges, facts.messages, scope));
+  violations.push(...checkRefunds(refundSubmissions, facts));
 
   for (const p of facts.processes) {
     for (const exit of p.unexpectedExits) {

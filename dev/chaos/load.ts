@@ -7,8 +7,12 @@
  *
  * Some intents are deliberately sent again after their 202, as a client whose
  * response was lost would: the replay must name the same order.
+ *
+ * A share of the orders that complete get one or two refunds (at once, each
+ * under its own Idempotency-Key, retried under it the same way), placed while
+ * the fault may still run: the refund load of the fault scenarios.
  */
-import type { Submission } from './invariants.ts';
+import type { RefundSubmission, Submission } from './invariants.ts';
 
 export interface LoadOptions {
   apiUrl: string;
@@ -30,7 +34,12 @@ export interface LoadStats {
   requests: number;
   retries: number;
   replays: number;
+  /** Refund requests among `requests`. */
+  refundRequests: number;
 }
+
+/** Every third order that should complete gets refunds. */
+const refundsOrder = (i: number, paymentMethod: string) => i % 3 === 1 && paymentMethod === 'pm_card_visa';
 
 /** Customer id prefix that identifies a scenario's orders in the database. */
 export function customerPrefix(tag: string, scenario: string): string {
@@ -57,9 +66,14 @@ function retryAfterMs(header: string | null): number | undefined {
   return Number.isFinite(secs) && secs >= 0 ? Math.min(secs * 1000, 30_000) : undefined;
 }
 
-export async function runLoad(opts: LoadOptions): Promise<{ submissions: Submission[]; stats: LoadStats }> {
-  const stats: LoadStats = { requests: 0, retries: 0, replays: 0 };
+export async function runLoad(opts: LoadOptions): Promise<{
+  submissions: Submission[];
+  refunds: RefundSubmission[];
+  stats: LoadStats;
+}> {
+  const stats: LoadStats = { requests: 0, retries: 0, replays: 0, refundRequests: 0 };
   const submissions: Submission[] = [];
+  const refundTasks: Promise<RefundSubmission[]>[] = [];
   const started = Date.now();
   let next = 0;
 
@@ -121,6 +135,12 @@ export async function runLoad(opts: LoadOptions): Promise<{ submissions: Submiss
       }
       if (send + 1 < sends) await sleep(200 + opts.rng() * 800, opts.signal);
     }
+    const orderId = submission.orderIds[0];
+    if (orderId && refundsOrder(i, paymentMethod)) {
+      // Decided now, from the seeded rng, so the same seed gives the same refund mix.
+      const plan = { count: opts.rng() < 0.5 ? 2 : 1, resend: opts.rng() < 0.2 };
+      refundTasks.push(refundWhenCompleted(opts, stats, orderId, i, plan));
+    }
     return submission;
   };
 
@@ -134,7 +154,120 @@ export async function runLoad(opts: LoadOptions): Promise<{ submissions: Submiss
     }
   };
   await Promise.all(Array.from({ length: Math.max(1, opts.concurrency) }, client));
-  return { submissions: submissions.filter(Boolean), stats };
+  const refunds = (await Promise.all(refundTasks)).flat();
+  return { submissions: submissions.filter(Boolean), refunds, stats };
+}
+
+/**
+ * Waits (long-polling GET /v1/orders/{id}) until the order completes, then
+ * asks for `count` refunds of a third of its amount each, at once, each under
+ * its own key and retried under it; `resend` sends each again after its 202,
+ * as a client whose response was lost would. An order that ends otherwise, or
+ * never completes before the client gives up, gets no refund (the order's own
+ * verdict covers it).
+ */
+async function refundWhenCompleted(
+  opts: LoadOptions,
+  stats: LoadStats,
+  orderId: string,
+  i: number,
+  plan: { count: number; resend: boolean },
+): Promise<RefundSubmission[]> {
+  let amount: number | undefined;
+  for (let attempt = 1; amount === undefined; attempt++) {
+    if (opts.signal.aborted || Date.now() > opts.giveUpAt()) return [];
+    try {
+      const res = await fetch(`${opts.apiUrl}/v1/orders/${orderId}?wait=10`, {
+        headers: { authorization: `Bearer ${opts.apiKey}` },
+        signal: AbortSignal.any([opts.signal, AbortSignal.timeout(20_000)]),
+      });
+      const text = await res.text();
+      if (res.ok) {
+        const order = JSON.parse(text) as { status: string; amount: number };
+        if (order.status === 'completed') amount = order.amount;
+        else if (order.status === 'rejected' || order.status === 'needs_attention') return [];
+        else continue; // the long poll ended before a terminal status: ask again at once
+      }
+    } catch {
+      /* the API may be down: ask again after a pause */
+    }
+    await sleep(backoff(attempt, opts.rng), opts.signal);
+  }
+  const each = Math.max(1, Math.floor(amount / 3));
+  return Promise.all(
+    Array.from({ length: plan.count }, (_, n) =>
+      placeRefund(opts, stats, {
+        clientKey: `chaos-${opts.tag}-${opts.scenario}-${i}-refund-${n}`,
+        orderId,
+        amount: each,
+        sends: plan.resend ? 2 : 1,
+      }),
+    ),
+  );
+}
+
+async function placeRefund(
+  opts: LoadOptions,
+  stats: LoadStats,
+  r: { clientKey: string; orderId: string; amount: number; sends: number },
+): Promise<RefundSubmission> {
+  const submission: RefundSubmission = {
+    clientKey: r.clientKey,
+    orderId: r.orderId,
+    amount: r.amount,
+    refundIds: [],
+  };
+  const body = JSON.stringify({ amount: r.amount, reason: 'chaos' });
+  for (let send = 0; send < r.sends; send++) {
+    for (let attempt = 1; ; attempt++) {
+      if (opts.signal.aborted) {
+        submission.gaveUp ??= 'harness stopped';
+        return submission;
+      }
+      if (Date.now() > opts.giveUpAt()) {
+        submission.gaveUp ??= `gave up after ${attempt - 1} attempts`;
+        return submission;
+      }
+      stats.requests++;
+      stats.refundRequests++;
+      if (attempt > 1) stats.retries++;
+      let wait: number;
+      try {
+        const res = await fetch(`${opts.apiUrl}/v1/orders/${r.orderId}/refunds`, {
+          method: 'POST',
+          headers: {
+            authorization: `Bearer ${opts.apiKey}`,
+            'content-type': 'application/json',
+            'idempotency-key': r.clientKey,
+          },
+          body,
+          signal: AbortSignal.any([opts.signal, AbortSignal.timeout(15_000)]),
+        });
+        const text = await res.text();
+        if (res.status === 202) {
+          const id = (JSON.parse(text) as { id: string }).id;
+          if (!submission.refundIds.includes(id)) submission.refundIds.push(id);
+          if (res.headers.get('idempotent-replayed') === 'true') stats.replays++;
+          break;
+        }
+        if (res.status === 422 && text.includes('refund-exceeds-charge')) {
+          submission.refused = true;
+          return submission;
+        }
+        if (res.status === 409 || res.status === 429 || res.status >= 500) {
+          wait = retryAfterMs(res.headers.get('retry-after')) ?? backoff(attempt, opts.rng);
+        } else {
+          submission.gaveUp = `HTTP ${res.status}: ${text.slice(0, 200)}`;
+          return submission;
+        }
+      } catch {
+        wait = backoff(attempt, opts.rng); // network error or timeout: the request may or may not have landed
+      }
+      await sleep(wait, opts.signal);
+    }
+    if (send + 1 < r.sends) await sleep(200 + opts.rng() * 800, opts.signal);
+  }
+  return submission;
 }
 
 function backoff(attempt: number, rng: () => number): number {

@@ -53,7 +53,10 @@ or database, sandbox provider, two workers, API) on free ports, drives orders
 through the HTTP API while injecting one fault per scenario, and checks after
 each: no double charge or receipt, no lost order, every order settled
 (completed, rejected, or needs_attention with a reason) within the settle
-bound, and no onceflow process exited on its own. Exit 0 when every scenario
+bound, and no onceflow process exited on its own. Every third completed order
+gets one or two refunds: each refund settled (succeeded, failed or
+needs_attention), one provider refund per succeeded refund and none for a
+failed one, and never more refunded than charged. Exit 0 when every scenario
 passes, 1 on any violation, 2 on bad usage.
 
 options:

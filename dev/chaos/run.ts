@@ -3,8 +3,25 @@
  * has cleared, wait (at most the settle bound) for every accepted order to
  * settle; then gather the facts and judge them (invariants.ts).
  */
-import { checkScenario, settlementOf, type Submission, type Verdict, type Violation } from './invariants.ts';
-import { readMoney, readOrders, readOrdersForCustomers, readOutbox, readWorkflows, withDb } from './facts.ts';
+import {
+  checkScenario,
+  REFUND_SETTLED,
+  settlementOf,
+  type RefundSubmission,
+  type Submission,
+  type Verdict,
+  type Violation,
+} from './invariants.ts';
+import {
+  readMoney,
+  readOrders,
+  readOrdersForCustomers,
+  readOutbox,
+  readProviderRefunds,
+  readRefunds,
+  readWorkflows,
+  withDb,
+} from './facts.ts';
 import { customerPrefix, runLoad, seededRandom, sleep, type LoadStats } from './load.ts';
 import type { ChaosOptions } from './options.ts';
 import { httpOk, waitUntil } from './processes.ts';
@@ -23,8 +40,10 @@ export interface ScenarioResult {
     rejected: number;
     attention: number;
     stuck: number;
+    /** Refunds accepted (202) for this scenario's completed orders. */
+    refunds: number;
   };
-  /** Seconds from the fault clearing until every accepted order was settled; null if they never all did. */
+  /** Seconds from the fault clearing until every accepted order (and refund) was settled; null if they never all did. */
   settledAfterSeconds: number | null;
   /** The slowest settled order, from its creation to its settlement. */
   slowestOrderSeconds: number | null;
@@ -33,7 +52,15 @@ export interface ScenarioResult {
   load?: LoadStats;
 }
 
-const emptyCounts = () => ({ submitted: 0, accepted: 0, completed: 0, rejected: 0, attention: 0, stuck: 0 });
+const emptyCounts = () => ({
+  submitted: 0,
+  accepted: 0,
+  completed: 0,
+  rejected: 0,
+  attention: 0,
+  stuck: 0,
+  refunds: 0,
+});
 
 /** Before a scenario: everything up and answering, so one scenario's fault never leaks into the next. */
 async function ensureHealthy(stack: ChaosStack): Promise<void> {
@@ -106,13 +133,20 @@ export async function runScenario(
     await clearSandboxFaults(stack.sandboxUrl).catch(() => undefined);
   }
   log(`${name}: fault cleared (${note}); waiting up to ${options.settleSeconds} s for every order to settle`);
-  const { submissions, stats } = await load;
+  const { submissions, refunds, stats } = await load;
   const deadline = clearedAt + options.settleSeconds * 1000;
-  const settledAfterSeconds = await waitForSettlement(stack, submissions, clearedAt, deadline, signal);
+  const settledAfterSeconds = await waitForSettlement(
+    stack,
+    submissions,
+    refunds,
+    clearedAt,
+    deadline,
+    signal,
+  );
 
   let verdict: Verdict;
   try {
-    verdict = await judge(stack, submissions, customerPrefix(tag, name));
+    verdict = await judge(stack, submissions, refunds, customerPrefix(tag, name));
   } catch (err) {
     // Facts that can't be read prove nothing either way: the scenario fails, and the run goes on.
     const detail = `could not read the facts: ${err instanceof Error ? err.message : String(err)}`;
@@ -133,7 +167,7 @@ export async function runScenario(
     ...base,
     status,
     note,
-    counts: verdict.counts,
+    counts: { ...verdict.counts, refunds: refunds.reduce((n, r) => n + r.refundIds.length, 0) },
     settledAfterSeconds,
     slowestOrderSeconds: verdict.slowestSeconds,
     seconds,
@@ -142,19 +176,27 @@ export async function runScenario(
   };
 }
 
-/** Polls until every accepted order is settled, or the deadline passes. Returns seconds after `clearedAt`, or null. */
+/** Polls until every accepted order and refund is settled, or the deadline passes. Returns seconds after `clearedAt`, or null. */
 async function waitForSettlement(
   stack: ChaosStack,
   submissions: readonly Submission[],
+  refundSubmissions: readonly RefundSubmission[],
   clearedAt: number,
   deadline: number,
   signal: AbortSignal,
 ): Promise<number | null> {
   const ids = submissions.flatMap((s) => s.orderIds);
+  const refundIds = refundSubmissions.flatMap((r) => r.refundIds);
   for (;;) {
     try {
-      const orders = await withDb(stack.db.url, (db) => readOrders(db, ids));
-      if (ids.every((id) => settlementOf(orders.get(id)) !== 'stuck')) {
+      const [orders, { refunds }] = await withDb(
+        stack.db.url,
+        async (db) => [await readOrders(db, ids), await readRefunds(db, refundIds)] as const,
+      );
+      if (
+        ids.every((id) => settlementOf(orders.get(id)) !== 'stuck') &&
+        refundIds.every((id) => REFUND_SETTLED.has(refunds.get(id)?.status ?? ''))
+      ) {
         return Math.max(0, Math.round((Date.now() - clearedAt) / 1000));
       }
     } catch {
@@ -165,19 +207,34 @@ async function waitForSettlement(
   }
 }
 
-async function judge(stack: ChaosStack, submissions: readonly Submission[], prefix: string) {
+async function judge(
+  stack: ChaosStack,
+  submissions: readonly Submission[],
+  refundSubmissions: readonly RefundSubmission[],
+  prefix: string,
+) {
   const ids = submissions.flatMap((s) => s.orderIds);
   const facts = await withDb(stack.db.url, async (db) => {
     const orders = await readOrders(db, ids);
     const workflowIds = [...orders.values()].map((o) => o.workflowId);
+    const { refunds, receiptKeys } = await readRefunds(
+      db,
+      refundSubmissions.flatMap((r) => r.refundIds),
+    );
+    const money = await readMoney(db);
     return {
       orders,
       workflowIds,
       outbox: await readOutbox(db, workflowIds),
       ordersForScenario: await readOrdersForCustomers(db, prefix),
-      ...(await readMoney(db)),
+      charges: money.charges,
+      // Refund receipts name their order too; they are checked once per key, apart from order receipts.
+      messages: money.messages.filter((m) => !receiptKeys.has(m.idempotencyKey)),
+      refundReceipts: money.messages.filter((m) => receiptKeys.has(m.idempotencyKey)),
+      refunds,
     };
   });
+  const providerRefunds = await readProviderRefunds(stack.sandboxUrl);
   const connection = await stack.temporalConnection();
   let workflows: Set<string>;
   try {
@@ -199,7 +256,7 @@ async function judge(stack: ChaosStack, submissions: readonly Submission[], pref
     const pgProc = stack.db.cluster.proc;
     processes.push({ name: 'postgres', alive: pgProc.alive, unexpectedExits: pgProc.takeUnexpectedExits() });
   }
-  return checkScenario(submissions, { ...facts, workflows, processes });
+  return checkScenario(submissions, { ...facts, workflows, processes, providerRefunds }, refundSubmissions);
 }
 
 function collectExits(stack: ChaosStack): Violation[] {

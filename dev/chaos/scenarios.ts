@@ -146,7 +146,7 @@ export const SCENARIO_TABLE: Record<ScenarioName, Scenario> = {
   'provider-faults': {
     name: 'provider-faults',
     fault: (o) =>
-      `rolling sandbox faults (fail_before, fail_after, drop_after, delay past the client timeout) for ${o.faultSeconds} s`,
+      `rolling sandbox faults on charges, messages and refunds (fail_before, fail_after, drop_after, delay past the client timeout) for ${o.faultSeconds} s`,
     activeMs: (o) => o.faultSeconds * 1000,
     async run(ctx) {
       const end = Date.now() + ctx.options.faultSeconds * 1000;
@@ -156,6 +156,8 @@ export const SCENARIO_TABLE: Record<ScenarioName, Scenario> = {
         'charges.lookup',
         'messages.create',
         'messages.lookup',
+        'refunds.create',
+        'refunds.lookup',
       ];
       const kinds = ['fail_before', 'fail_after', 'drop_after', 'delay'];
       let injected = 0;

@@ -3,24 +3,29 @@
  * fault. They live here, not in the tables' SQL modules, because they serve
  * only the harness and must not ship; each is a plain read, and the tables'
  * writers are still only their own modules (src/orders/sql.ts,
- * src/outbox/sql.ts).
+ * src/outbox/sql.ts, src/refunds/sql.ts).
  */
 import type { Queryable } from '../../src/db/index.ts';
+
+interface OrderOutcomeRow {
+  id: string;
+  workflow_id: string;
+  status: string;
+  last_error: string | null;
+  age: number;
+  amount: number;
+  refunded_amount: number;
+}
 
 /** Where these orders ended up, and how long after creation they last moved (seconds). */
 export async function selectOrderOutcomes(
   db: Queryable,
   orderIds: readonly string[],
-): Promise<{ id: string; workflow_id: string; status: string; last_error: string | null; age: number }[]> {
-  const { rows } = await db.query<{
-    id: string;
-    workflow_id: string;
-    status: string;
-    last_error: string | null;
-    age: number;
-  }>(
+): Promise<OrderOutcomeRow[]> {
+  const { rows } = await db.query<OrderOutcomeRow>(
     `select id, workflow_id, status, last_error,
-            extract(epoch from updated_at - created_at)::float8 as age
+            extract(epoch from updated_at - created_at)::float8 as age,
+            amount::float8 as amount, refunded_amount::float8 as refunded_amount
        from orders where id = any($1::text[])`,
     [orderIds],
   );
@@ -49,4 +54,27 @@ export async function selectOutboxWorkflowIds(
     [workflowIds],
   );
   return rows.map((r) => r.workflow_id);
+}
+
+/** Where these refunds ended up. */
+export async function selectRefundOutcomes(
+  db: Queryable,
+  refundIds: readonly string[],
+): Promise<
+  {
+    tenant_id: string;
+    id: string;
+    order_id: string;
+    workflow_id: string;
+    amount: number;
+    status: string;
+    last_error: string | null;
+  }[]
+> {
+  const { rows } = await db.query(
+    `select tenant_id, id, order_id, workflow_id, amount::float8 as amount, status, last_error
+       from refunds where id = any($1::text[])`,
+    [refundIds],
+  );
+  return rows;
 }

@@ -261,6 +261,23 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/admin/refunds/{tenant}/{id}/redrive': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** Re-drive a parked refund (reason required); refused (409) unless its workflow is parked */
+    post: operations['redriveRefund'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/admin/attention': {
     parameters: {
       query?: never;
@@ -268,7 +285,7 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** Orders in needs_attention, with their last error */
+    /** Orders in needs_attention, and refunds in refund_unknown or needs_attention, with their last error */
     get: operations['listAttention'];
     put?: never;
     post?: never;
@@ -370,6 +387,8 @@ export interface components {
     /** AttentionList */
     AttentionList: {
       data: components['schemas']['AttentionItem'][];
+      /** @description Refunds in refund_unknown (being reconciled) or needs_attention, oldest update first */
+      refunds: components['schemas']['RefundAttentionItem'][];
       /** @description Set when Temporal visibility could not be read */
       visibilityError?: string;
     };
@@ -724,11 +743,55 @@ export interface components {
       /** Format: date-time */
       updatedAt: string;
     };
+    /** RefundAttentionItem */
+    RefundAttentionItem: {
+      /** @enum {string} */
+      kind: 'refund';
+      tenantId: string;
+      orderId: string;
+      refundId: string;
+      workflowId: string;
+      status: string;
+      amount: number;
+      currency: string;
+      lastError: string | null;
+      /** Format: date-time */
+      updatedAt: string;
+      temporalUiUrl: string;
+      /** @description The provider refund step's operation key (type payment.refund), for reconcile and resolve */
+      operationKey: string;
+    };
     /** RefundList */
     RefundList: {
       /** @enum {string} */
       object: 'list';
       data: components['schemas']['Refund'][];
+    };
+    /** RefundRedriveOutcome */
+    RefundRedriveOutcome: {
+      workflowId: string;
+      refundId: string;
+      orderId: string;
+      status: string;
+      auditId: string;
+      parkedAs: components['schemas']['RefundRedriveParkedAs'];
+      temporalUiUrl: string;
+    };
+    /** RefundRedriveParkedAs */
+    RefundRedriveParkedAs: {
+      status: string;
+      lastError: string | null;
+      redrives: number;
+    };
+    /** RefundRedriveRequest */
+    RefundRedriveRequest: {
+      /**
+       * @deprecated
+       * @description Ignored. The audit log records the actor from the credential: a named operator's token gives its name, the shared admin token gives 'admin-token'.
+       */
+      actor?: string;
+      /** @description Why (required for decisions), recorded in the audit log */
+      reason: string;
     };
     /**
      * RefundStatus
@@ -2162,6 +2225,123 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Seconds until the current window ends */
           'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  redriveRefund: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        /** @description Tenant ID */
+        tenant: string;
+        /** @description Refund ID */
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['RefundRedriveRequest'];
+      };
+    };
+    responses: {
+      /** @description The refund workflow took the re-drive */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['RefundRedriveOutcome'];
+        };
+      };
+      /** @description A parameter or body field is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing, wrong or revoked admin credential (admin-unauthorized) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description No such refund */
+      404: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Not in a state this action applies to (operation-state), or a live attempt holds it (operation-in-progress, with Retry-After) */
+      409: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited, or too many failed admin credentials; retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description The provider or Temporal is unavailable; nothing was changed */
+      503: {
+        headers: {
           [name: string]: unknown;
         };
         content: {

@@ -41,17 +41,28 @@ import {
   type OrderStatus,
 } from '../orders/model.ts';
 import { listParkedWorkflows, type ParkedWorkflow } from '../orders/attention.ts';
-import type { RefundStatus } from '../refunds/contract.ts';
-import { selectRefundsNeedingAttention } from '../refunds/sql.ts';
+import {
+  REFUND_KEY,
+  REFUND_OPERATION_TYPES,
+  refundEventSignal,
+  refundRedriveUpdate,
+  refundStepKeys,
+  refundWorkflowId,
+  type RefundRedriveAccepted,
+  type RefundStatus,
+} from '../refunds/contract.ts';
+import { getRefundById, selectRefundsNeedingAttention, type RefundRow } from '../refunds/sql.ts';
 import type {
   Charge,
   EmailProvider,
   Message,
   PaymentProvider,
   ProviderCapabilities,
+  Refund,
 } from '../providers/types.ts';
 import { keyWindowLeftMs, previewRedrive, type RedrivePreview } from './preview.ts';
 import { chargeReconciler, findCharge, settledCharge } from '../steps/payment.ts';
+import { findRefund, refundReconciler, settledRefund } from '../steps/refund.ts';
 import { findMessage, receiptKeyWindowMs, receiptReconciler, settledReceipt } from '../steps/receipt.ts';
 import { FAILURE, paymentEventSignal, redriveUpdate, type RedriveAccepted } from '../orders/contract.ts';
 import {
@@ -163,8 +174,8 @@ export interface ProviderView {
   /** The downstream key the lookup used. */
   lookedUpBy: string | null;
   found: boolean;
-  /** The provider's object (a Charge or a Message), as the provider reports it now. */
-  object: Charge | Message | null;
+  /** The provider's object (a Charge, a Refund or a Message), as the provider reports it now. */
+  object: Charge | Refund | Message | null;
   /** Set when the lookup failed; the rest of the story is still shown. */
   error?: string;
 }
@@ -202,7 +213,10 @@ export interface ReconcileResult extends ActionResult {
 
 export interface ResolveResult extends ActionResult {
   workflowId: string | null;
-  /** True when the order workflow was told (paymentEvent signal, source 'operator'). */
+  /**
+   * True when the workflow was told: an order's by the paymentEvent signal, a refund's by the
+   * refundEvent signal (source 'operator').
+   */
   signalled: boolean;
   /** Why the workflow was not signalled, if it should have been. The ledger change stands either way. */
   signalError?: string;
@@ -217,6 +231,46 @@ export interface RedriveResult {
   intent: AuditEntry;
   /** The workflow's answer to the re-drive update: where it was parked. */
   accepted: RedriveAccepted;
+}
+
+/** A refund as the operator's tools show it. */
+interface RefundSummary {
+  tenantId: string;
+  orderId: string;
+  refundId: string;
+  workflowId: string;
+  status: RefundStatus;
+  amount: number;
+  currency: string;
+  providerRefundId: string | null;
+  lastError: string | null;
+  updatedAt: Date;
+}
+
+function refundSummary(r: RefundRow): RefundSummary {
+  return {
+    tenantId: r.tenant_id,
+    orderId: r.order_id,
+    refundId: r.id,
+    workflowId: r.workflow_id,
+    status: r.status,
+    amount: Number(r.amount),
+    currency: r.currency,
+    providerRefundId: r.provider_refund_id,
+    lastError: r.last_error,
+    updatedAt: r.updated_at,
+  };
+}
+
+export interface RefundRedriveResult {
+  refund: RefundSummary;
+  workflowId: string;
+  /** The result row (`redrive`). */
+  audit: AuditEntry;
+  /** The intent row (`redrive_requested`), committed before Temporal was called. */
+  intent: AuditEntry;
+  /** The workflow's answer to the re-drive update: where it was parked. */
+  accepted: RefundRedriveAccepted;
 }
 
 export interface AttentionItem extends OrderSummary {
@@ -241,6 +295,8 @@ export interface RefundAttentionItem {
   lastError: string | null;
   updatedAt: Date;
   temporalUiUrl: string;
+  /** The provider refund step's operation key (type payment.refund): what reconcile and resolve take. */
+  operationKey: string;
 }
 
 export interface AttentionList {
@@ -249,14 +305,31 @@ export interface AttentionList {
   visibilityError?: string;
 }
 
-const EXTERNAL_TYPES = new Set<string>([OPERATION_TYPES.charge, OPERATION_TYPES.receipt]);
+const EXTERNAL_TYPES = new Set<string>([
+  OPERATION_TYPES.charge,
+  OPERATION_TYPES.receipt,
+  REFUND_OPERATION_TYPES.providerRefund,
+  REFUND_OPERATION_TYPES.receipt,
+]);
 const ORDER_KEY = /^order\/([^/]+)\/([^/]+)\//;
 
-/** The order workflow a step key belongs to (`order/<tenant>/<order>/...`), or null for other keys. */
+/**
+ * The workflow a step key belongs to: an order's (`order/<tenant>/<order>/...`)
+ * or a refund's (`refund/<tenant>/<refund>/...`); null for other keys.
+ */
 function workflowIdForKey(scope: Scope): string | null {
-  const m = ORDER_KEY.exec(scope.key);
-  if (!m || m[1] !== scope.tenantId) return null;
-  return orderWorkflowId(m[1], m[2]!);
+  const order = ORDER_KEY.exec(scope.key);
+  if (order && order[1] === scope.tenantId) return orderWorkflowId(order[1], order[2]!);
+  const refund = REFUND_KEY.exec(scope.key);
+  if (refund && refund[1] === scope.tenantId) return refundWorkflowId(refund[1], refund[2]!);
+  return null;
+}
+
+function isRefundScope(scope: Scope): boolean {
+  return (
+    scope.operationType === REFUND_OPERATION_TYPES.providerRefund ||
+    scope.operationType === REFUND_OPERATION_TYPES.receipt
+  );
 }
 
 export function defaultActor(): string {
@@ -353,7 +426,7 @@ export class Operator {
     const workflowId = workflowIdForKey(scope);
     const [provider, order, audit] = await Promise.all([
       this.#providerView(scope.operationType, dk),
-      workflowId
+      workflowId && !isRefundScope(scope)
         ? withClient(this.#deps.pool, async (c) => {
             const row = await selectOrderByWorkflowId(c, workflowId);
             return row ? orderSummary(row) : null;
@@ -382,7 +455,7 @@ export class Operator {
   async reconcileNow(scope: Scope, opts: ActorOptions & { reason?: string }): Promise<ReconcileResult> {
     const actor = requireText(opts.actor, 'actor', 200);
     const reason = opts.reason?.trim() ? requireText(opts.reason, 'reason') : null;
-    const reconcile = this.#reconciler(scope.operationType);
+    const reconcile = await this.#reconciler(scope);
     const before = await this.#get(scope);
     let after: OperationRecord;
     let error: string | undefined;
@@ -422,6 +495,14 @@ export class Operator {
         },
       }),
     );
+    // A refund's workflow reconciles on timers, or waits parked: tell it the record is settled now.
+    if (
+      before.state !== after.state &&
+      isFinal(after.state) &&
+      scope.operationType === REFUND_OPERATION_TYPES.providerRefund
+    ) {
+      await this.#tellRefund(scope, after.state as 'succeeded' | 'failed', audit, actor, reason ?? undefined);
+    }
     return {
       before,
       after,
@@ -496,7 +577,9 @@ export class Operator {
 
     let signalled = false;
     let signalError: string | undefined;
-    if (workflowId && scope.operationType === OPERATION_TYPES.charge) {
+    if (workflowId && scope.operationType === REFUND_OPERATION_TYPES.providerRefund) {
+      ({ signalled, signalError } = await this.#tellRefund(scope, outcome, audit, actor, reason));
+    } else if (workflowId && scope.operationType === OPERATION_TYPES.charge) {
       try {
         await this.#temporal(() =>
           this.#deps.temporal.workflow.getHandle(workflowId).signal(paymentEventSignal, {
@@ -554,42 +637,96 @@ export class Operator {
     const actor = requireText(opts.actor, 'actor', 200);
     requireText(tenantId, 'tenant', 200);
     requireText(orderId, 'order ID', 200);
-    const source = opts.source ?? this.#deps.source ?? 'cli';
     const row = await withClient(this.#deps.pool, (c) => getOrder(c, tenantId, orderId));
     if (!row) throw new OpsError('not_found', `no order ${orderId} for tenant ${tenantId}`);
     const order = orderSummary(row);
+    const { audit, intent, accepted } = await this.#redriveWorkflow({
+      tenantId,
+      workflowId: order.workflowId,
+      what: 'order',
+      rowStatus: order.status,
+      view: orderView(order),
+      opts: { ...opts, actor, reason },
+      send: (handle) => handle.executeUpdate(redriveUpdate, { args: [{ actor, reason }] }),
+    });
+    return { order, workflowId: order.workflowId, audit, intent, accepted };
+  }
+
+  /**
+   * Re-drives a parked refund (`refund/<tenant>/<refundId>`), exactly as an
+   * order is re-driven: the intent row, the `redrive` update (refused unless
+   * the refund workflow waits for an operator), the result row. The workflow
+   * resumes under the same keys: an uncertain provider refund is reconciled
+   * by its key, and made again only if the provider never saw it.
+   */
+  async redriveRefund(
+    tenantId: string,
+    refundId: string,
+    opts: ActorOptions & { reason: string },
+  ): Promise<RefundRedriveResult> {
+    const reason = requireText(opts.reason, 'reason');
+    const actor = requireText(opts.actor, 'actor', 200);
+    requireText(tenantId, 'tenant', 200);
+    requireText(refundId, 'refund ID', 200);
+    const row = await withClient(this.#deps.pool, (c) => getRefundById(c, tenantId, refundId));
+    if (!row) throw new OpsError('not_found', `no refund ${refundId} for tenant ${tenantId}`);
+    const refund = refundSummary(row);
+    const { audit, intent, accepted } = await this.#redriveWorkflow({
+      tenantId,
+      workflowId: refund.workflowId,
+      what: 'refund',
+      rowStatus: refund.status,
+      view: refundView(refund),
+      opts: { ...opts, actor, reason },
+      send: (handle) => handle.executeUpdate(refundRedriveUpdate, { args: [{ actor, reason }] }),
+    });
+    return { refund, workflowId: refund.workflowId, audit, intent, accepted };
+  }
+
+  /**
+   * The re-drive's audit trail around one Temporal update (see redrive): the
+   * intent row commits first, the update is sent with a deadline, its result
+   * is a second row.
+   */
+  async #redriveWorkflow<A>(r: {
+    tenantId: string;
+    workflowId: string;
+    what: 'order' | 'refund';
+    rowStatus: string;
+    view: { [k: string]: Json };
+    opts: ActorOptions & { reason: string };
+    send: (handle: ReturnType<Client['workflow']['getHandle']>) => Promise<A>;
+  }): Promise<{ audit: AuditEntry; intent: AuditEntry; accepted: A }> {
+    const { actor, reason } = r.opts;
+    const source = r.opts.source ?? this.#deps.source ?? 'cli';
     const entry = (action: AuditAction, after: { [k: string]: Json }) =>
       withClient(this.#deps.pool, (c) =>
         insertAudit(c, {
           actor,
           source,
-          actorCredential: opts.actorCredential ?? 'self_declared',
+          actorCredential: r.opts.actorCredential ?? 'self_declared',
           action,
           reason,
-          tenantId,
+          tenantId: r.tenantId,
           operationType: null,
           operationKey: null,
-          workflowId: order.workflowId,
-          before: orderView(order),
-          after: { ...orderView(order), ...after },
+          workflowId: r.workflowId,
+          before: r.view,
+          after: { ...r.view, ...after },
         }),
       );
     // The row itself moves when the workflow resumes; what this action changes is the workflow.
     const intent = await entry('redrive_requested', {
-      redrive: { update: 'redrive', workflowId: order.workflowId },
+      redrive: { update: 'redrive', workflowId: r.workflowId },
     });
     const result = (action: AuditAction, outcome: string, more: { [k: string]: Json } = {}) =>
       entry(action, { redrive: { requestId: intent.id, outcome, ...more } });
 
-    let accepted: RedriveAccepted;
+    let accepted: A;
     try {
-      accepted = await this.#temporal(() =>
-        this.#deps.temporal.workflow
-          .getHandle(order.workflowId)
-          .executeUpdate(redriveUpdate, { args: [{ actor, reason }] }),
-      );
+      accepted = await this.#temporal(() => r.send(this.#deps.temporal.workflow.getHandle(r.workflowId)));
     } catch (err) {
-      const opsErr = redriveError(err, order.status, intent.id);
+      const opsErr = redriveError(err, r.what, r.rowStatus, intent.id);
       const refused = opsErr.code === 'invalid_state';
       // Best effort: the intent row already says the re-drive was asked for.
       await result(refused ? 'redrive_refused' : 'redrive_unknown', refused ? 'refused' : 'unknown', {
@@ -607,7 +744,44 @@ export class Operator {
         { cause: err },
       );
     }
-    return { order, workflowId: order.workflowId, audit, intent, accepted };
+    return { audit, intent, accepted };
+  }
+
+  /**
+   * Tells a refund's workflow that its provider refund's record is settled
+   * (refundEvent, a wake-up: the workflow reads the outcome from the ledger).
+   * After the ledger change committed; a failure here leaves that change
+   * standing and is reported, never thrown.
+   */
+  async #tellRefund(
+    scope: Scope,
+    outcome: 'succeeded' | 'failed',
+    audit: AuditEntry,
+    actor: string,
+    reason: string | undefined,
+  ): Promise<{ signalled: boolean; signalError?: string }> {
+    const workflowId = workflowIdForKey(scope);
+    if (!workflowId) return { signalled: false };
+    try {
+      await this.#temporal(() =>
+        this.#deps.temporal.workflow.getHandle(workflowId).signal(refundEventSignal, {
+          source: 'operator',
+          outcome,
+          eventId: `audit:${audit.id}`,
+          actor,
+          ...(reason ? { reason } : {}),
+        }),
+      );
+      return { signalled: true };
+    } catch (err) {
+      return {
+        signalled: false,
+        signalError:
+          err instanceof WorkflowNotFoundError
+            ? 'the refund workflow is not running (finished or never started)'
+            : message(err),
+      };
+    }
   }
 
   /**
@@ -693,6 +867,7 @@ export class Operator {
       lastError: r.last_error,
       updatedAt: r.updated_at,
       temporalUiUrl: this.temporalUiUrl(r.workflow_id),
+      operationKey: refundStepKeys.refund(r.workflow_id),
     }));
   }
 
@@ -794,7 +969,7 @@ export class Operator {
     if (!EXTERNAL_TYPES.has(scope.operationType)) return;
     let provider: ReconcileOutcome<Json>;
     try {
-      provider = await this.#reconciler(scope.operationType)({ downstreamKey: downstreamKey(scope) });
+      provider = await (await this.#reconciler(scope))({ downstreamKey: downstreamKey(scope) });
     } catch {
       return;
     }
@@ -837,19 +1012,41 @@ export class Operator {
     return this.#deps.temporal.withDeadline(deadline, fn);
   }
 
-  /** The lookup that reconciles an operation type, by the downstream key (the steps' own). */
-  #reconciler(operationType: string): (ctx: { downstreamKey: string }) => Promise<ReconcileOutcome<Json>> {
+  /** The lookup that reconciles an operation, by the downstream key (the steps' own). */
+  async #reconciler(
+    scope: Scope,
+  ): Promise<(ctx: { downstreamKey: string }) => Promise<ReconcileOutcome<Json>>> {
+    const { operationType } = scope;
     const keyWindowMs = this.#deps.providerKeyWindowMs;
     if (operationType === OPERATION_TYPES.charge)
       return chargeReconciler(this.#deps.payments, { keyWindowMs });
-    if (operationType === OPERATION_TYPES.receipt)
+    if (operationType === OPERATION_TYPES.receipt || operationType === REFUND_OPERATION_TYPES.receipt)
       return receiptReconciler(this.#deps.email, {
         keyWindowMs: receiptKeyWindowMs(this.#deps.email, keyWindowMs),
       });
+    if (operationType === REFUND_OPERATION_TYPES.providerRefund) {
+      // A provider that lists refunds per charge (Stripe, after its key window) needs the order's charge.
+      return refundReconciler(
+        this.#deps.payments,
+        { tenantId: scope.tenantId, key: scope.key, chargeId: await this.#refundChargeId(scope) },
+        { keyWindowMs },
+      );
+    }
     throw new OpsError(
       'invalid_input',
       `operation type ${operationType} has no provider to reconcile with (only ${[...EXTERNAL_TYPES].join(', ')})`,
     );
+  }
+
+  /** The charge a refund step refunds (its order's), or undefined when the key names no known refund. */
+  async #refundChargeId(scope: Scope): Promise<string | undefined> {
+    const m = REFUND_KEY.exec(scope.key);
+    if (!m) return undefined;
+    return withClient(this.#deps.pool, async (c) => {
+      const refund = await getRefundById(c, scope.tenantId, m[2]!);
+      if (!refund) return undefined;
+      return (await getOrder(c, scope.tenantId, refund.order_id))?.charge_id ?? undefined;
+    });
   }
 
   /**
@@ -859,12 +1056,13 @@ export class Operator {
    */
   #settledResult(operationType: string, outcome: 'succeeded' | 'failed', ref: string | undefined): Json {
     if (operationType === OPERATION_TYPES.charge) return settledCharge(outcome, ref ?? null);
-    if (operationType === OPERATION_TYPES.receipt) {
+    if (operationType === REFUND_OPERATION_TYPES.providerRefund) return settledRefund(outcome, ref ?? null);
+    if (operationType === OPERATION_TYPES.receipt || operationType === REFUND_OPERATION_TYPES.receipt) {
       if (outcome === 'failed') {
         throw new OpsError(
           'invalid_input',
           'a receipt cannot be resolved as failed: reconcile it (the provider does not know the key) and ' +
-            're-drive the order, which sends it under the same key',
+            're-drive its workflow, which sends it under the same key',
         );
       }
       return settledReceipt(ref ?? null);
@@ -877,17 +1075,19 @@ export class Operator {
 
   async #providerView(operationType: string, dk: string | null): Promise<ProviderView> {
     const provider =
-      operationType === OPERATION_TYPES.charge
+      operationType === OPERATION_TYPES.charge || operationType === REFUND_OPERATION_TYPES.providerRefund
         ? 'payments'
-        : operationType === OPERATION_TYPES.receipt
+        : operationType === OPERATION_TYPES.receipt || operationType === REFUND_OPERATION_TYPES.receipt
           ? 'email'
           : null;
     if (!provider || !dk) return { provider: null, lookedUpBy: null, found: false, object: null };
     try {
       const object =
-        provider === 'payments'
-          ? await findCharge(this.#deps.payments, dk)
-          : await findMessage(this.#deps.email, dk);
+        operationType === REFUND_OPERATION_TYPES.providerRefund
+          ? await findRefund(this.#deps.payments, dk)
+          : provider === 'payments'
+            ? await findCharge(this.#deps.payments, dk)
+            : await findMessage(this.#deps.email, dk);
       return { provider, lookedUpBy: dk, found: object !== null, object };
     } catch (err) {
       return { provider, lookedUpBy: dk, found: false, object: null, error: message(err) };
@@ -901,16 +1101,23 @@ function nextStep(
   answer: 'settled' | 'pending' | 'not_found' | 'skipped',
   performable: boolean,
 ): string | undefined {
-  const what = scope.operationType === OPERATION_TYPES.receipt ? 'receipt' : 'charge';
+  const what =
+    scope.operationType === OPERATION_TYPES.receipt || scope.operationType === REFUND_OPERATION_TYPES.receipt
+      ? 'receipt'
+      : scope.operationType === REFUND_OPERATION_TYPES.providerRefund
+        ? 'refund'
+        : 'charge';
+  const owner = REFUND_KEY.test(scope.key) ? 'refund' : 'order';
   if (answer === 'not_found') {
     if (!performable) {
+      const act = what === 'charge' ? 'charge' : what === 'refund' ? 'refund' : 'send';
       return (
         `the provider never saw this ${what}'s key, but the record is past the provider's key window: ` +
-        `performing it again could ${what === 'charge' ? 'charge' : 'send'} twice; resolve it by hand`
+        `performing it again could ${act} twice; resolve it by hand`
       );
     }
     return (
-      `the provider never saw this ${what}'s key: the order workflow (or a re-drive of a parked order) ` +
+      `the provider never saw this ${what}'s key: the ${owner} workflow (or a re-drive of a parked ${owner}) ` +
       'performs it under the same key'
     );
   }
@@ -923,11 +1130,11 @@ function nextStep(
  * vocabulary. `invalid_state` only when the workflow's answer proves nothing
  * ran; anything else (deadline, unreachable) is `unavailable`: it may still run.
  */
-function redriveError(err: unknown, rowStatus: string, intentId: string): OpsError {
+function redriveError(err: unknown, what: 'order' | 'refund', rowStatus: string, intentId: string): OpsError {
   if (err instanceof WorkflowUpdateFailedError) {
     const cause = err.cause;
     if (cause instanceof ApplicationFailure && cause.type === FAILURE.redriveRefused) {
-      return new OpsError('invalid_state', `${cause.message} (order row: ${rowStatus})`, { cause: err });
+      return new OpsError('invalid_state', `${cause.message} (${what} row: ${rowStatus})`, { cause: err });
     }
     return new OpsError('invalid_state', `the workflow refused the re-drive: ${message(cause ?? err)}`, {
       cause: err,
@@ -936,7 +1143,7 @@ function redriveError(err: unknown, rowStatus: string, intentId: string): OpsErr
   if (err instanceof WorkflowNotFoundError) {
     return new OpsError(
       'invalid_state',
-      `the order workflow is not running (order row: ${rowStatus}); nothing to re-drive`,
+      `the ${what} workflow is not running (${what} row: ${rowStatus}); nothing to re-drive`,
       { cause: err },
     );
   }
@@ -987,6 +1194,17 @@ function auditView(r: OperationRecord): { [k: string]: Json } {
     leaseExpiresAt: r.leaseExpiresAt?.toISOString() ?? null,
     updatedAt: r.updatedAt.toISOString(),
     completedAt: r.completedAt?.toISOString() ?? null,
+  };
+}
+
+function refundView(r: RefundSummary): { [k: string]: Json } {
+  return {
+    orderId: r.orderId,
+    status: r.status,
+    amount: r.amount,
+    providerRefundId: r.providerRefundId,
+    lastError: r.lastError,
+    updatedAt: r.updatedAt.toISOString(),
   };
 }
 

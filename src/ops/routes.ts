@@ -41,6 +41,7 @@ import {
   OperationList,
   OperationStory,
   RedriveOutcome,
+  RefundRedriveOutcome,
   ReconcileOutcome,
   RedrivePreview,
   ResolveOutcome,
@@ -459,12 +460,52 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
       async (request) => operator.redrivePreview(request.params.tenant, request.params.id),
     );
 
+    app.post(
+      '/admin/refunds/:tenant/:id/redrive',
+      {
+        schema: {
+          operationId: 'redriveRefund',
+          summary: 'Re-drive a parked refund (reason required); refused (409) unless its workflow is parked',
+          tags,
+          security,
+          params: Type.Object({ tenant: Tenant, id: visible(100, 'Refund ID') }),
+          body: Type.Object(
+            { actor: Type.Optional(Actor), reason: Reason },
+            { additionalProperties: false, title: 'RefundRedriveRequest' },
+          ),
+          response: {
+            200: ok('The refund workflow took the re-drive', RefundRedriveOutcome),
+            ...errors,
+            404: problemResponse('No such refund', RATE_LIMIT_HEADERS),
+            ...refused,
+          },
+        },
+      },
+      async (request) => {
+        const r = await operator.redriveRefund(request.params.tenant, request.params.id, {
+          ...who(request),
+          reason: request.body.reason,
+          source: 'api',
+        });
+        return {
+          workflowId: r.workflowId,
+          refundId: r.refund.refundId,
+          orderId: r.refund.orderId,
+          status: r.refund.status,
+          auditId: r.audit.id,
+          parkedAs: r.accepted,
+          temporalUiUrl: operator.temporalUiUrl(r.workflowId),
+        };
+      },
+    );
+
     app.get(
       '/admin/attention',
       {
         schema: {
           operationId: 'listAttention',
-          summary: 'Orders in needs_attention, with their last error',
+          summary:
+            'Orders in needs_attention, and refunds in refund_unknown or needs_attention, with their last error',
           tags,
           security,
           querystring: Type.Object({ tenant: Type.Optional(Tenant), limit: Type.Optional(Limit) }),
@@ -472,11 +513,12 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
         },
       },
       async (request) => {
-        const { items, visibilityError } = await operator.listAttentionDetailed({
-          tenantId: request.query.tenant,
-          limit: request.query.limit,
-        });
-        return { data: items, visibilityError };
+        const query = { tenantId: request.query.tenant, limit: request.query.limit };
+        const [{ items, visibilityError }, refunds] = await Promise.all([
+          operator.listAttentionDetailed(query),
+          operator.listRefundAttention(query),
+        ]);
+        return { data: items, refunds, visibilityError };
       },
     );
 

@@ -167,6 +167,47 @@ export const RedriveOutcome = Type.Object(
   { title: 'RedriveOutcome' },
 );
 
+export const RefundRedriveOutcome = Type.Object(
+  {
+    workflowId: Str,
+    refundId: Str,
+    orderId: Str,
+    status: Str,
+    auditId: Str,
+    parkedAs: Type.Object(
+      {
+        status: Str,
+        lastError: Nullable(Str),
+        redrives: Type.Integer(),
+      },
+      { title: 'RefundRedriveParkedAs' },
+    ),
+    temporalUiUrl: Str,
+  },
+  { title: 'RefundRedriveOutcome' },
+);
+
+const RefundAttentionItem = Type.Object(
+  {
+    kind: Type.Literal('refund'),
+    tenantId: Str,
+    orderId: Str,
+    refundId: Str,
+    workflowId: Str,
+    status: Str,
+    amount: Type.Integer(),
+    currency: Str,
+    lastError: Nullable(Str),
+    updatedAt: DateTime,
+    temporalUiUrl: Str,
+    operationKey: Type.String({
+      description:
+        "The provider refund step's operation key (type payment.refund), for reconcile and resolve",
+    }),
+  },
+  { title: 'RefundAttentionItem' },
+);
+
 const AttentionItem = Type.Object(
   {
     ...orderFields,
@@ -179,6 +220,9 @@ const AttentionItem = Type.Object(
 export const AttentionList = Type.Object(
   {
     data: Type.Array(AttentionItem),
+    refunds: Type.Array(RefundAttentionItem, {
+      description: 'Refunds in refund_unknown (being reconciled) or needs_attention, oldest update first',
+    }),
     visibilityError: Type.Optional(
       Type.String({ description: 'Set when Temporal visibility could not be read' }),
     ),

@@ -9,8 +9,9 @@
  * charge: every refund that is not `failed` holds its amount in the order's
  * `refunded_amount`, reserved by a conditional update (src/refunds/sql.ts).
  */
-import { defineSignal } from '@temporalio/workflow';
+import { defineSignal, defineUpdate } from '@temporalio/workflow';
 import { stepKey } from '../lib/keys.ts';
+import type { RedriveRequest } from '../orders/contract.ts';
 
 export const REFUND_STATUSES = [
   'pending',
@@ -88,9 +89,10 @@ export interface RefundWorkflowInput {
 export interface RefundEvent {
   source: 'webhook' | 'operator';
   outcome: 'succeeded' | 'failed';
-  /** Provider event ID (webhook) or audit ID (operator). */
+  /** Provider event ID (webhook) or `audit:<audit row id>` (an operator's resolve or reconcile). */
   eventId: string;
   providerRefundId?: string;
+  actor?: string;
   reason?: string;
 }
 
@@ -100,3 +102,21 @@ export interface RefundEvent {
  * and events after the refund has settled change nothing.
  */
 export const refundEventSignal = defineSignal<[RefundEvent]>('refundEvent');
+
+/** What a refund's re-drive update answers: the refund as it was parked. */
+export interface RefundRedriveAccepted {
+  status: RefundStatus;
+  lastError: string | null;
+  /** How many re-drives this workflow has had, this one included. */
+  redrives: number;
+}
+
+/**
+ * Operator re-drive of a parked refund, as an Update under the order's name
+ * (`redrive`): its validator refuses (FAILURE.redriveRefused) unless the
+ * workflow waits for an operator, so a re-drive is never silently dropped.
+ */
+export const refundRedriveUpdate = defineUpdate<RefundRedriveAccepted, [RedriveRequest]>('redrive');
+
+/** A refund's step key as the operator sees it: `refund/<tenant>/<refundId>/<step>`. */
+export const REFUND_KEY = /^refund\/([^/]+)\/([^/]+)\//;

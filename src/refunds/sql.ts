@@ -238,3 +238,16 @@ export function refundTransitionStatement(t: RefundTransition): LocalStatement {
     values: [t.tenantId, t.refundId, t.to, t.providerRefundId, t.lastError, sourcesOf(t.to)],
   });
 }
+
+/** One refund by its ID alone (the operator names a refund by tenant and ID; the primary key). */
+export async function getRefundById(
+  db: Queryable,
+  tenantId: string,
+  refundId: string,
+): Promise<RefundRow | null> {
+  const { rows } = await db.query<RefundRow>(
+    `select ${REFUND_COLUMNS} from refunds where tenant_id = $1 and id = $2`,
+    [tenantId, refundId],
+  );
+  return rows[0] ?? null;
+}

@@ -116,8 +116,8 @@ async function askRefunds(
   }
 }
 
-/** Reconcile: the refund made under the downstream key, asked the way the provider allows. */
-function refundReconciler(
+/** Reconcile: the refund made under the downstream key, asked the way the provider allows. The operator's too. */
+export function refundReconciler(
   payments: PaymentProvider,
   ref: RefundStepRef,
   opts: { request?: RefundRequest; keyWindowMs?: number | undefined } = {},
@@ -147,6 +147,23 @@ function refundRequest(input: RefundInput): RefundRequest {
       operation_key: input.key,
     },
   };
+}
+
+/**
+ * The provider's refund under a downstream key, for the operator's view of a
+ * refund step; null also when the provider has no lookup by key (Stripe: the
+ * step's reconcile asks it the way it can, see refundReconciler).
+ */
+export async function findRefund(payments: PaymentProvider, dk: string): Promise<Refund | null> {
+  return payments.findRefundByIdempotencyKey ? payments.findRefundByIdempotencyKey(dk) : null;
+}
+
+/**
+ * What an operator's resolution stores: the shape the step itself stores, so
+ * the workflow replays it like any provider answer.
+ */
+export function settledRefund(outcome: 'succeeded' | 'failed', refundId: string | null): RefundJson {
+  return { refundId, status: outcome };
 }
 
 /**

@@ -123,6 +123,7 @@ it('tenant routes use the apiKey scheme, admin routes the separate adminToken sc
     'listOperations',
     'reconcileOperation',
     'redriveOrder',
+    'redriveRefund',
     'resolveOperation',
   ]);
   for (const { op } of admin) expect(op.security).toEqual([{ adminToken: [] }]);

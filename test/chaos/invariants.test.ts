@@ -6,10 +6,14 @@
 import { describe, expect, it } from 'vitest';
 import {
   checkMoney,
+  checkRefunds,
   checkScenario,
   type Facts,
   type MoneyEffect,
   type OrderFact,
+  type ProviderRefundEffect,
+  type RefundFact,
+  type RefundSubmission,
   type Submission,
 } from '../../dev/chaos/invariants.ts';
 import { parseChaosArgs, SCENARIOS, UsageError } from '../../dev/chaos/options.ts';
@@ -162,6 +166,127 @@ describe('chaos invariant checker', () => {
     const charges = [charge('a'), charge('a'), charge('b')];
     expect(checkMoney(charges, [], new Set(['b']))).toEqual([]);
     expect(checkMoney(charges, [], new Set(['a']))).toHaveLength(1);
+  });
+});
+
+/** o1 (charged 3000) with two refunds of 1000: r1 succeeded (made once), r2 failed (never made). */
+function refunded() {
+  const { submissions, facts } = healthy();
+  facts.orders.set('o1', { ...order('o1', 'completed'), amount: 3000, refundedAmount: 1000 });
+  const refundSubmissions: RefundSubmission[] = [
+    { clientKey: 'rk1', orderId: 'o1', amount: 1000, refundIds: ['r1'] },
+    { clientKey: 'rk2', orderId: 'o1', amount: 1000, refundIds: ['r2'] },
+  ];
+  const refundRow = (id: string, status: string): RefundFact => ({
+    refundId: id,
+    orderId: 'o1',
+    amount: 1000,
+    status,
+    lastError: status === 'failed' ? 'declined' : null,
+  });
+  const made = (id: string, key = `refund/acme/${id}/refund`): ProviderRefundEffect => ({
+    idempotencyKey: key,
+    orderId: 'o1',
+    refundId: id,
+    amount: 1000,
+    status: 'succeeded',
+  });
+  const refunds = new Map([
+    ['r1', refundRow('r1', 'succeeded')],
+    ['r2', refundRow('r2', 'failed')],
+  ]);
+  return {
+    submissions,
+    refundSubmissions,
+    refundRow,
+    made,
+    facts: {
+      ...facts,
+      refunds,
+      providerRefunds: [made('r1')],
+      refundReceipts: [receipt('o1', 'refund/acme/r1/receipt')],
+    },
+  };
+}
+
+describe('chaos refund invariants', () => {
+  it('passes healthy refunds: one provider refund for the succeeded one, none for the failed one', () => {
+    const w = refunded();
+    expect(checkScenario(w.submissions, w.facts, w.refundSubmissions).violations).toEqual([]);
+    // A refund the charge could not hold was refused with 422: not a violation.
+    const refusedToo = [
+      ...w.refundSubmissions,
+      { clientKey: 'rk3', orderId: 'o1', amount: 9000, refundIds: [], refused: true },
+    ];
+    expect(checkRefunds(refusedToo, w.facts)).toEqual([]);
+  });
+
+  it('flags a refund made twice: under one key, under two keys, or one Idempotency-Key naming two refunds', () => {
+    const sameKey = refunded();
+    sameKey.facts.providerRefunds = [sameKey.made('r1'), sameKey.made('r1')];
+    expect(kinds({ violations: checkRefunds(sameKey.refundSubmissions, sameKey.facts) })).toContain(
+      'double_refund',
+    );
+
+    const twoKeys = refunded();
+    twoKeys.facts.providerRefunds = [twoKeys.made('r1'), twoKeys.made('r1', 'another-key')];
+    expect(checkRefunds(twoKeys.refundSubmissions, twoKeys.facts)).toContainEqual(
+      expect.objectContaining({ kind: 'double_refund', subject: 'r1' }),
+    );
+
+    const twoRefunds = refunded();
+    twoRefunds.refundSubmissions[0] = { ...twoRefunds.refundSubmissions[0]!, refundIds: ['r1', 'r3'] };
+    expect(checkRefunds(twoRefunds.refundSubmissions, twoRefunds.facts)).toContainEqual(
+      expect.objectContaining({ kind: 'double_refund', subject: 'rk1' }),
+    );
+  });
+
+  it('flags a succeeded refund the provider never made, and a failed one it did make', () => {
+    const missing = refunded();
+    missing.facts.providerRefunds = [];
+    expect(checkRefunds(missing.refundSubmissions, missing.facts)).toContainEqual(
+      expect.objectContaining({ kind: 'unexpected_outcome', subject: 'r1' }),
+    );
+    const madeAnyway = refunded();
+    madeAnyway.facts.providerRefunds = [madeAnyway.made('r1'), madeAnyway.made('r2')];
+    expect(checkRefunds(madeAnyway.refundSubmissions, madeAnyway.facts)).toContainEqual(
+      expect.objectContaining({ kind: 'unexpected_outcome', subject: 'r2' }),
+    );
+  });
+
+  it('flags more refunded than charged: at the provider, held by refunds not failed, or in refunded_amount', () => {
+    const atProvider = refunded();
+    atProvider.facts.providerRefunds = [{ ...atProvider.made('r1'), amount: 3001 }];
+    expect(checkRefunds(atProvider.refundSubmissions, atProvider.facts)).toContainEqual(
+      expect.objectContaining({ kind: 'over_refund', subject: 'o1' }),
+    );
+
+    const held = refunded();
+    held.facts.refunds.set('r2', { ...held.refundRow('r2', 'needs_attention'), amount: 2500 });
+    expect(kinds({ violations: checkRefunds(held.refundSubmissions, held.facts) })).toEqual(['over_refund']);
+
+    const column = refunded();
+    column.facts.orders.set('o1', { ...order('o1', 'completed'), amount: 3000, refundedAmount: 3500 });
+    expect(checkRefunds(column.refundSubmissions, column.facts)).toContainEqual(
+      expect.objectContaining({ kind: 'over_refund', detail: expect.stringContaining('refunded_amount') }),
+    );
+  });
+
+  it('flags a refund without its row, one not settled, one never accepted, and a refund receipt sent twice', () => {
+    const w = refunded();
+    w.facts.refunds.delete('r2');
+    w.facts.refunds.set('r1', w.refundRow('r1', 'refund_unknown'));
+    w.facts.providerRefunds = [];
+    w.facts.refundReceipts = [receipt('o1', 'k'), receipt('o1', 'k')];
+    const subs = [
+      ...w.refundSubmissions,
+      { clientKey: 'rk4', orderId: 'o1', amount: 1, refundIds: [], gaveUp: 'HTTP 400' },
+    ];
+    const found = checkRefunds(subs, w.facts);
+    expect(found).toContainEqual(expect.objectContaining({ kind: 'stuck_refund', subject: 'r1' }));
+    expect(found).toContainEqual(expect.objectContaining({ kind: 'stuck_refund', subject: 'r2' }));
+    expect(found).toContainEqual(expect.objectContaining({ kind: 'not_accepted', subject: 'rk4' }));
+    expect(found).toContainEqual(expect.objectContaining({ kind: 'double_receipt', subject: 'k' }));
   });
 });
 

@@ -193,7 +193,11 @@ export interface Config {
   workerVersioning: {
     /** ONCEFLOW_WORKER_VERSIONING=off: an unversioned worker, which runs every run on its task queue. Default on. */
     enabled: boolean;
-    /** ONCEFLOW_WORKER_DEPLOYMENT: the Worker Deployment's name (default `onceflow`; no `.` or `:`). */
+    /**
+     * ONCEFLOW_WORKER_DEPLOYMENT: the Worker Deployment's name (no `.` or `:`). Default: the task
+     * queue's name (`onceflow-orders`): the worker serves one task queue, and stacks on separate
+     * task queues (tests, benchmarks) never share a Current Version.
+     */
     deploymentName: string;
     /** ONCEFLOW_WORKER_BUILD_ID; unset: the package version and the workflow code's hash (defaultBuildId). */
     buildId: string | undefined;
@@ -520,12 +524,12 @@ function oneOf<T extends string>(env: NodeJS.ProcessEnv, name: string, values: r
   return raw as T;
 }
 
-function workerVersioning(env: NodeJS.ProcessEnv): Config['workerVersioning'] {
-  const deploymentName = env.ONCEFLOW_WORKER_DEPLOYMENT?.trim() || 'onceflow';
+function workerVersioning(env: NodeJS.ProcessEnv, taskQueue: string): Config['workerVersioning'] {
+  const deploymentName = env.ONCEFLOW_WORKER_DEPLOYMENT?.trim() || taskQueue;
   // Temporal writes a version as <deployment>:<build ID> (and <deployment>.<build ID> before).
   if (/[.:]/.test(deploymentName)) {
     throw new ConfigError(
-      `ONCEFLOW_WORKER_DEPLOYMENT must not contain '.' or ':', got ${JSON.stringify(deploymentName)}`,
+      `ONCEFLOW_WORKER_DEPLOYMENT (default: TEMPORAL_TASK_QUEUE) must not contain '.' or ':', got ${JSON.stringify(deploymentName)}`,
     );
   }
   const buildId = env.ONCEFLOW_WORKER_BUILD_ID?.trim() || undefined;
@@ -736,7 +740,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
     ledgerLeaseMs: duration(env, 'LEDGER_LEASE_MS', 15_000),
     workflowBundlePath: env.WORKFLOW_BUNDLE_PATH || undefined,
     workerSmokeWorkflow: onOff(env, 'WORKER_SMOKE_WORKFLOW', false),
-    workerVersioning: workerVersioning(env),
+    workerVersioning: workerVersioning(env, env.TEMPORAL_TASK_QUEUE || 'onceflow-orders'),
     demo: {
       apiUrl: env.DEMO_API_URL || `http://127.0.0.1:${ports.api}`,
       acmeKey: env.DEMO_ACME_KEY || undefined,

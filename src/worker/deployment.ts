@@ -2,7 +2,7 @@
  * Worker Versioning (docs/UPGRADING.md, "Deploying workflow changes").
  *
  * Terminology (Temporal's):
- * - a **Worker Deployment** is the service (`ONCEFLOW_WORKER_DEPLOYMENT`, default `onceflow`);
+ * - a **Worker Deployment** is the service (`ONCEFLOW_WORKER_DEPLOYMENT`, default the task queue's name, `onceflow-orders`);
  * - a **Deployment Version** is one build of it: deployment name + **build ID**
  *   (`ONCEFLOW_WORKER_BUILD_ID`, default `<package version>-<hash of the workflow code>`);
  * - the deployment's **Current Version** receives every new workflow run on its task queues;

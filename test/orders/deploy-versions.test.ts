@@ -177,3 +177,42 @@ it('orders held on version A finish on A while version B, a changed command sequ
     await replayError(nextReleaseBundle, await fresh[0]!.handle.fetchHistory(), fresh[0]!.workflowId),
   ).toBeUndefined();
 }, 240_000);
+
+it('an order started by an unversioned worker (the release before this one) finishes on the first versioned release', async () => {
+  // The release before Worker Versioning ran unversioned workers; their open runs must move to the
+  // first version made current (docs/UPGRADING.md, "Upgrading from a release without versioning").
+  const before = await startOrderStack();
+  try {
+    await before.fault('messages.create', 'fail_before', 1000);
+    const order = await before.startOrder();
+    await untilWorkflow(order.handle, (s) => s.awaitingOperator, 'parked on the failing receipt');
+    await before.clearFaults();
+    expect(await versioningOf(order.handle)).toEqual({ behavior: undefined, buildId: undefined });
+    await before.stopWorker();
+
+    const first: DeploymentVersion = { deploymentName: uniq('onceflow-upgrade'), buildId: 'first-versioned' };
+    const worker = await before.startVersionedWorker({
+      deployment: first,
+      workflowBundlePath: workflowBundlePath(),
+      identity: 'worker-first-versioned',
+    });
+    try {
+      expect(
+        await promoteVersion(before.client.workflowService, 'default', first, {
+          identity: 'deploy-versions.test',
+        }),
+      ).toEqual({ promoted: true });
+      await order.handle.signal(redriveSignal, { actor: 'deploy-versions.test', reason: 'email is back' });
+      expect((await order.handle.result()).status).toBe('completed');
+      const where = whereItRan(await order.handle.fetchHistory());
+      expect(where.workflowTaskBuildIds).toEqual(['(unversioned)', first.buildId]);
+      expect(where.failedWorkflowTasks).toBe(0);
+      expect(await before.charges(order.input.orderId)).toHaveLength(1);
+      expect(await before.messages(order.input.orderId)).toHaveLength(1);
+    } finally {
+      await worker.stop();
+    }
+  } finally {
+    await before.close();
+  }
+}, 180_000);

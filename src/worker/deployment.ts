@@ -37,7 +37,7 @@ const FAILED_PRECONDITION = 9;
 const ABORTED = 10;
 
 /** Why `promoteVersion` did or did not make the version current. */
-export type Promotion =
+type Promotion =
   | { promoted: true }
   | { promoted: false; why: 'already current' | 'activated before' | 'a newer version is current' };
 

@@ -18,7 +18,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { Worker } from '@temporalio/worker';
-import { temporal } from '@temporalio/proto';
+import proto, { type temporal } from '@temporalio/proto';
 import type { WorkflowHandle } from '@temporalio/client';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { uniq, workflowBundlePath } from '../support/env.ts';
@@ -28,7 +28,7 @@ import { promoteVersion, type DeploymentVersion } from '../../src/worker/deploym
 import { redriveSignal } from '../../src/orders/contract.ts';
 
 const NEXT_RELEASE = path.resolve(import.meta.dirname, 'fixtures/next-release-workflows.ts');
-const { VERSIONING_BEHAVIOR_PINNED } = temporal.api.enums.v1.VersioningBehavior;
+const { VERSIONING_BEHAVIOR_PINNED } = proto.temporal.api.enums.v1.VersioningBehavior;
 
 let stack: OrderStack;
 let bundleDir: string;

@@ -217,7 +217,7 @@ function javascriptMigration(text: string): { sql: string; transaction: boolean;
       problems.push(`pgm.${m[1]}(...) is not checked for locks: write the statement with pgm.sql`);
       continue;
     }
-    const arg = /^\s*(`(?:[^`\\]|\\.)*`|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\s*\)/.exec(
+    const arg = /^\s*(`(?:[^`\\]|\\.)*`|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\s*,?\s*\)/.exec(
       code.slice(m.index + m[0].length),
     );
     if (!arg || arg[1]!.includes('${')) {

@@ -359,7 +359,11 @@ async function join(): Promise<void> {
     DATABASE_URL: config.databaseUrl,
     LOG_PRETTY: (config.logPretty ?? process.stdout.isTTY === true) ? 'on' : 'off',
   });
-  // The smoke workflow runs on the deployment's current version: this checkout's, if it is new.
+  // A worker is ready once polling with its version settled (made current if it is a new build);
+  // then the smoke workflow runs on the deployment's current version.
+  const bind = config.metricsBindHost;
+  const host = ['0.0.0.0', '::'].includes(bind) ? '127.0.0.1' : bind.includes(':') ? `[${bind}]` : bind;
+  for (const w of workerSlots) await waitForHttp(`http://${host}:${w.metricsPort}/readyz`, 120_000);
   await selfCheck(address, config.temporal.uiUrl);
   supervising = true;
   say('');

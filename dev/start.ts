@@ -250,6 +250,7 @@ async function main(): Promise<void> {
   if (mail) startService('mail', 'dev/mail/main.ts', env);
   if (mail) await waitForHttp(`${mail.mailboxUrl}/healthz`, 30_000);
   startWorkers(env);
+  await workersReady();
   // Returns once a worker has run the smoke workflow: a worker is up and polling.
   await selfCheck(temporalAddress, uiUrl);
   if (counts.apiProcesses > 1) {
@@ -342,6 +343,17 @@ function startWorkers(env: NodeJS.ProcessEnv): void {
 }
 
 /**
+ * Waits for every worker's /readyz: polling, with its version settled (a new build made current,
+ * src/worker/deployment.ts). Before that a run started now could be routed to the version that
+ * was current before this one (a previous run's build, whose workers are gone).
+ */
+async function workersReady(): Promise<void> {
+  const bind = config.metricsBindHost;
+  const host = ['0.0.0.0', '::'].includes(bind) ? '127.0.0.1' : bind.includes(':') ? `[${bind}]` : bind;
+  for (const w of workerSlots) await waitForHttp(`http://${host}:${w.metricsPort}/readyz`, 120_000);
+}
+
+/**
  * --join: this checkout's workers beside a running stack (its Temporal, Postgres, sandbox and API
  * belong to the `npm start` that runs them). Migrations first: the new release's, online-safe, run
  * while the old release keeps writing (docs/UPGRADING.md).
@@ -359,11 +371,8 @@ async function join(): Promise<void> {
     DATABASE_URL: config.databaseUrl,
     LOG_PRETTY: (config.logPretty ?? process.stdout.isTTY === true) ? 'on' : 'off',
   });
-  // A worker is ready once polling with its version settled (made current if it is a new build);
-  // then the smoke workflow runs on the deployment's current version.
-  const bind = config.metricsBindHost;
-  const host = ['0.0.0.0', '::'].includes(bind) ? '127.0.0.1' : bind.includes(':') ? `[${bind}]` : bind;
-  for (const w of workerSlots) await waitForHttp(`http://${host}:${w.metricsPort}/readyz`, 120_000);
+  // Then the smoke workflow runs on the deployment's current version: this checkout's, if it is new.
+  await workersReady();
   await selfCheck(address, config.temporal.uiUrl);
   supervising = true;
   say('');

@@ -53,12 +53,17 @@ const program = createCommand(
     positiveInt,
     config.apiProcesses,
   )
+  .option(
+    '--join',
+    "join a stack that is already running (another checkout's npm start, at TEMPORAL_ADDRESS): " +
+      'migrate, then start only the workers, e.g. the next release beside the running one (docs/UPGRADING.md)',
+  )
   .addHelpText(
     'after',
     '\nRun as: npm start -- [options]. Ports and the rest come from the environment (README).',
   );
 parseCli(program);
-const counts = program.opts<{ workers: number; apiProcesses: number }>();
+const counts = program.opts<{ workers: number; apiProcesses: number; join?: boolean }>();
 const say = (line: string) => process.stdout.write(`[onceflow] ${line}\n`);
 
 /**
@@ -144,12 +149,7 @@ async function main(): Promise<void> {
     [config.ports.apiMetrics, 'API metrics (API_METRICS_PORT)'],
     [config.ports.sandbox, 'sandbox providers (SANDBOX_PORT)'],
   ];
-  for (const w of workerSlots) {
-    const which = counts.workers > 1 ? `${w.name} ` : 'worker ';
-    const plus = w.index ? ` + ${2 * w.index}` : '';
-    ports.push([w.metricsPort, `${which}metrics (WORKER_METRICS_PORT${plus})`]);
-    ports.push([w.sdkMetricsPort, `${which}SDK metrics (WORKER_SDK_METRICS_PORT${plus})`]);
-  }
+  ports.push(...workerPorts());
   const serverPorts =
     config.temporal.backend === 'postgres'
       ? derivedServerPorts(config.ports.temporal, config.ports.temporalUi)
@@ -249,15 +249,8 @@ async function main(): Promise<void> {
   const mail = localMail(config, process.env); // EMAIL_PROVIDER=smtp without SMTP_URL
   if (mail) startService('mail', 'dev/mail/main.ts', env);
   if (mail) await waitForHttp(`${mail.mailboxUrl}/healthz`, 30_000);
-  for (const w of workerSlots) {
-    startService(w.name, 'src/worker/main.ts', {
-      ...env,
-      WORKER_SMOKE_WORKFLOW: 'on', // the self-check below runs the smoke workflow
-      WORKER_METRICS_PORT: String(w.metricsPort),
-      WORKER_SDK_METRICS_PORT: String(w.sdkMetricsPort),
-      ...(counts.workers > 1 ? { ONCEFLOW_PROCESS: w.name } : {}),
-    });
-  }
+  startWorkers(env);
+  await workersReady();
   // Returns once a worker has run the smoke workflow: a worker is up and polling.
   await selfCheck(temporalAddress, uiUrl);
   if (counts.apiProcesses > 1) {
@@ -320,6 +313,74 @@ async function main(): Promise<void> {
   say('');
 }
 
+/** The worker slots' metrics ports, named for "port in use" messages. */
+function workerPorts(): [number, string][] {
+  return workerSlots.flatMap((w): [number, string][] => {
+    const which = counts.workers > 1 ? `${w.name} ` : 'worker ';
+    const plus = w.index ? ` + ${2 * w.index}` : '';
+    return [
+      [w.metricsPort, `${which}metrics (WORKER_METRICS_PORT${plus})`],
+      [w.sdkMetricsPort, `${which}SDK metrics (WORKER_SDK_METRICS_PORT${plus})`],
+    ];
+  });
+}
+
+/**
+ * The worker processes. Each polls as this checkout's Deployment Version (src/worker/deployment.ts:
+ * ONCEFLOW_WORKER_BUILD_ID, or the package version and the workflow code's hash) and makes it
+ * current when it is a new build, so the workers of another checkout (--join) run beside them.
+ */
+function startWorkers(env: NodeJS.ProcessEnv): void {
+  for (const w of workerSlots) {
+    startService(w.name, 'src/worker/main.ts', {
+      ...env,
+      WORKER_SMOKE_WORKFLOW: 'on', // the self-check runs the smoke workflow
+      WORKER_METRICS_PORT: String(w.metricsPort),
+      WORKER_SDK_METRICS_PORT: String(w.sdkMetricsPort),
+      ...(counts.workers > 1 ? { ONCEFLOW_PROCESS: w.name } : {}),
+    });
+  }
+}
+
+/**
+ * Waits for every worker's /readyz: polling, with its version settled (a new build made current,
+ * src/worker/deployment.ts). Before that a run started now could be routed to the version that
+ * was current before this one (a previous run's build, whose workers are gone).
+ */
+async function workersReady(): Promise<void> {
+  const bind = config.metricsBindHost;
+  const host = ['0.0.0.0', '::'].includes(bind) ? '127.0.0.1' : bind.includes(':') ? `[${bind}]` : bind;
+  for (const w of workerSlots) await waitForHttp(`http://${host}:${w.metricsPort}/readyz`, 120_000);
+}
+
+/**
+ * --join: this checkout's workers beside a running stack (its Temporal, Postgres, sandbox and API
+ * belong to the `npm start` that runs them). Migrations first: the new release's, online-safe, run
+ * while the old release keeps writing (docs/UPGRADING.md).
+ */
+async function join(): Promise<void> {
+  for (const [port, what] of workerPorts()) await assertPortFree(port, what);
+  const address = config.temporal.address;
+  say(`joining the stack at ${address} (Postgres ${redactUrl(config.databaseUrl)})...`);
+  await waitForTemporal(address, 60_000, undefined, say, undefined, config.temporal.namespace);
+  const applied = await migrate(config.databaseUrl, (m) => say(m));
+  say(applied.length ? `applied migrations: ${applied.join(', ')}` : 'database schema is up to date');
+  startWorkers({
+    ...process.env,
+    TEMPORAL_ADDRESS: address,
+    DATABASE_URL: config.databaseUrl,
+    LOG_PRETTY: (config.logPretty ?? process.stdout.isTTY === true) ? 'on' : 'off',
+  });
+  // Then the smoke workflow runs on the deployment's current version: this checkout's, if it is new.
+  await workersReady();
+  await selfCheck(address, config.temporal.uiUrl);
+  supervising = true;
+  say('');
+  say(`${counts.workers} worker${counts.workers > 1 ? 's' : ''} joined. Ctrl-C stops them (only them).`);
+  for (const w of workerSlots) say(`  ${w.name.padEnd(20)}metrics on port ${w.metricsPort}`);
+  say('');
+}
+
 /** Runs the smoke workflow once: proves Temporal -> worker -> Postgres end to end, and shows in the UI. */
 async function selfCheck(address: string, uiUrl: string): Promise<void> {
   const connection = await Connection.connect(connectionSettings(address));
@@ -339,7 +400,7 @@ async function selfCheck(address: string, uiUrl: string): Promise<void> {
   }
 }
 
-main().catch(async (err: unknown) => {
+(counts.join ? join() : main()).catch(async (err: unknown) => {
   const message = err instanceof PortInUseError || err instanceof Error ? err.message : String(err);
   process.stderr.write(`[onceflow] cannot start: ${message}\n`);
   await shutdown(1);

@@ -193,6 +193,27 @@ export interface Config {
   workflowBundlePath: string | undefined;
   /** WORKER_SMOKE_WORKFLOW=on: the worker also registers the smoke probe (`npm start` sets it). Default off. */
   workerSmokeWorkflow: boolean;
+  /**
+   * Worker Versioning (src/worker/deployment.ts; docs/UPGRADING.md says when to use which setting).
+   */
+  workerVersioning: {
+    /** ONCEFLOW_WORKER_VERSIONING=off: an unversioned worker, which runs every run on its task queue. Default on. */
+    enabled: boolean;
+    /**
+     * ONCEFLOW_WORKER_DEPLOYMENT: the Worker Deployment's name (no `.` or `:`). Default: the task
+     * queue's name (`onceflow-orders`): the worker serves one task queue, and stacks on separate
+     * task queues (tests, benchmarks) never share a Current Version.
+     */
+    deploymentName: string;
+    /** ONCEFLOW_WORKER_BUILD_ID; unset: the package version and the workflow code's hash (defaultBuildId). */
+    buildId: string | undefined;
+    /**
+     * ONCEFLOW_WORKER_PROMOTE: `auto` (default) makes a new build current once its worker polls
+     * (promoteVersion); `never` leaves that to the deploy pipeline (`temporal worker deployment
+     * set-current-version`).
+     */
+    promote: 'auto' | 'never';
+  };
   /** `npm run demo`: where it finds the API, and keys replacing the seeded demo tenants' published ones. */
   demo: {
     /** DEMO_API_URL; default the local API on API_PORT. */
@@ -509,6 +530,26 @@ function oneOf<T extends string>(env: NodeJS.ProcessEnv, name: string, values: r
   return raw as T;
 }
 
+function workerVersioning(env: NodeJS.ProcessEnv, taskQueue: string): Config['workerVersioning'] {
+  const deploymentName = env.ONCEFLOW_WORKER_DEPLOYMENT?.trim() || taskQueue;
+  // Temporal writes a version as <deployment>:<build ID> (and <deployment>.<build ID> before).
+  if (/[.:]/.test(deploymentName)) {
+    throw new ConfigError(
+      `ONCEFLOW_WORKER_DEPLOYMENT (default: TEMPORAL_TASK_QUEUE) must not contain '.' or ':', got ${JSON.stringify(deploymentName)}`,
+    );
+  }
+  const buildId = env.ONCEFLOW_WORKER_BUILD_ID?.trim() || undefined;
+  if (buildId !== undefined && (buildId.length > 255 || /\s/.test(buildId))) {
+    throw new ConfigError('ONCEFLOW_WORKER_BUILD_ID must be at most 255 characters, without spaces');
+  }
+  return {
+    enabled: onOff(env, 'ONCEFLOW_WORKER_VERSIONING', true),
+    deploymentName,
+    buildId,
+    promote: oneOf(env, 'ONCEFLOW_WORKER_PROMOTE', ['auto', 'never'] as const, 'auto'),
+  };
+}
+
 function httpUrl(name: string, raw: string): string {
   let url: URL;
   try {
@@ -706,6 +747,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
     ledgerLeaseMs: duration(env, 'LEDGER_LEASE_MS', 15_000),
     workflowBundlePath: env.WORKFLOW_BUNDLE_PATH || undefined,
     workerSmokeWorkflow: onOff(env, 'WORKER_SMOKE_WORKFLOW', false),
+    workerVersioning: workerVersioning(env, env.TEMPORAL_TASK_QUEUE || 'onceflow-orders'),
     demo: {
       apiUrl: env.DEMO_API_URL || `http://127.0.0.1:${ports.api}`,
       acmeKey: env.DEMO_ACME_KEY || undefined,

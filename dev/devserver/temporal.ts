@@ -44,10 +44,15 @@ const DEV_SERVER_SQLITE_PRAGMAS: Readonly<Record<string, string>> = {
  * workflow task schedules an activity on the worker's own task queue, the
  * server hands the activity task back in the workflow task's completion
  * instead of via matching and a second poll (the SDK asks for it by
- * default; the server flag is off unless set).
+ * default; the server flag is off unless set). Worker Versioning (Worker
+ * Deployments, docs/UPGRADING.md) as on the Postgres-backed server
+ * (ops/temporal/dynamicconfig.yaml): on by default in server 1.29, set
+ * explicitly because the deploy story depends on it.
  */
 const DEV_SERVER_DYNAMIC_CONFIG: Readonly<Record<string, string>> = {
   'system.enableActivityEagerExecution': 'true',
+  'system.enableDeploymentVersions': 'true',
+  'frontend.workerVersioningWorkflowAPIs': 'true',
   'matching.numTaskqueueReadPartitions': '1',
   'matching.numTaskqueueWritePartitions': '1',
 };

@@ -115,6 +115,21 @@ function workflowBundleHash(
   return hash.digest('hex').slice(0, 16);
 }
 
+/**
+ * The build ID a worker polls as unless ONCEFLOW_WORKER_BUILD_ID names one
+ * (src/worker/deployment.ts): the package version and the hash of the
+ * production workflow code (the untraced entry; the traced and smoke
+ * variants emit the same commands). A change to the workflow code is a new
+ * Deployment Version by itself, so it can never run Pinned orders of the
+ * code before it; a change to activities alone keeps the version.
+ */
+export function defaultBuildId(): string {
+  const { version } = JSON.parse(fs.readFileSync(path.join(PACKAGE_ROOT, 'package.json'), 'utf8')) as {
+    version: string;
+  };
+  return `${version}-${workflowBundleHash(WORKFLOWS_PATH, [])}`;
+}
+
 export interface EnsuredBundle {
   path: string;
   hash: string;

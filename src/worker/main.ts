@@ -9,6 +9,8 @@ import { ensureRetentionSchedule } from '../retention/schedule.ts';
 import { loadConfig } from '../config.ts';
 import { connectionSettings } from '../temporal/connection.ts';
 import { createWorker, timeoutOrderingProblem } from './worker.ts';
+import { defaultBuildId } from './bundle.ts';
+import { promoteVersion, type DeploymentVersion } from './deployment.ts';
 import { workerReadiness } from './health.ts';
 import { configureLogging, log, temporalSdkLogger } from '../log.ts';
 import { createMetrics, startMetricsServer } from '../metrics/index.ts';
@@ -58,6 +60,11 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
     await NativeConnection.connect(connectionSettings(config.temporal.address)),
     (c) => c.close(),
   );
+  // Worker Versioning (src/worker/deployment.ts): this build's version, its runs Pinned to it.
+  const versioning = config.workerVersioning;
+  const deployment: DeploymentVersion | undefined = versioning.enabled
+    ? { deploymentName: versioning.deploymentName, buildId: versioning.buildId ?? defaultBuildId() }
+    : undefined;
   const worker = await createWorker({
     connection,
     namespace: config.temporal.namespace,
@@ -65,13 +72,14 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
     deps: { pool, ledger, ...configuredProviders(config) },
     ...(config.workflowBundlePath ? { workflowBundlePath: config.workflowBundlePath } : {}),
     smoke: config.workerSmokeWorkflow,
+    ...(deployment ? { deployment } : {}),
     overrides: { shutdownGraceTime: '10 seconds' },
     log: (line) => log.info(line),
     tracing,
   });
-  current.worker = worker;
+  const client = openTemporalClient(resources, config);
   // The retention Schedule is created once, by whichever worker starts first.
-  const created = await ensureRetentionSchedule(openTemporalClient(resources, config), {
+  const created = await ensureRetentionSchedule(client, {
     taskQueue: config.temporal.taskQueue,
     windowMs: config.retention.windowMs,
     intervalMs: config.retention.intervalMs,
@@ -82,12 +90,35 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
   });
   // A signal during start-up: nothing is running yet, so just close what is open.
   if (stopping.aborted) return;
+  // worker.run() also handles SIGINT/SIGTERM itself (the SDK's graceful shutdown) and resolves once drained.
+  // It starts polling at once: a version exists on the server only from its first poll.
+  const running = worker.run();
+  if (deployment && versioning.promote === 'auto') {
+    try {
+      const promotion = await promoteVersion(client.workflowService, config.temporal.namespace, deployment, {
+        identity: `onceflow-worker ${config.processName ?? 'worker'} pid ${process.pid}`,
+      });
+      log.info(promotion.promoted ? 'made this version current' : 'left the current version as it is', {
+        ...deployment,
+        ...(promotion.promoted ? {} : { why: promotion.why }),
+      });
+    } catch (err) {
+      // Not ready, and the worker must not go on polling a version no new run can reach unnoticed.
+      worker.shutdown();
+      await running.catch(() => undefined);
+      throw err;
+    }
+  }
+  // Ready (/readyz) once polling and its version is settled: a worker whose version no run can reach is not.
+  current.worker = worker;
   started();
   log.info('worker started', {
     address: config.temporal.address,
     namespace: config.temporal.namespace,
     taskQueue: config.temporal.taskQueue,
+    ...(deployment
+      ? { deployment: deployment.deploymentName, buildId: deployment.buildId }
+      : { versioning: 'off' }),
   });
-  // worker.run() also handles SIGINT/SIGTERM itself (the SDK's graceful shutdown) and resolves once drained.
-  await worker.run();
+  await running;
 });

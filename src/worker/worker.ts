@@ -6,6 +6,7 @@ import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker
 import { createActivities, type ActivityDeps } from '../../activities/index.ts';
 import { DEFAULT_TIMING } from '../../workflows/policies.ts';
 import { ensureWorkflowBundle } from './bundle.ts';
+import { workerDeploymentOptions, type DeploymentVersion } from './deployment.ts';
 import { UNTRACED_WORKER, type Tracing } from '../tracing/index.ts';
 
 /** Below this a lease renewal (every third of the lease) can't be trusted to beat a slow database round trip. */
@@ -56,6 +57,11 @@ export interface CreateWorkerOptions {
    * workflowBundlePath, the bundle must be built with `smoke` too.
    */
   smoke?: boolean;
+  /**
+   * The Deployment Version this worker polls as, its runs Pinned to it (src/worker/deployment.ts).
+   * Without it the worker is unversioned: it runs whatever its task queue hands it.
+   */
+  deployment?: DeploymentVersion;
   overrides?: Partial<WorkerOptions>;
   log?: (line: string) => void;
   /**
@@ -111,6 +117,7 @@ export async function createWorker(opts: CreateWorkerOptions): Promise<Worker> {
     activities: createActivities(opts.deps, { smoke: opts.smoke ?? false }),
     ...(opts.tracing?.worker ?? UNTRACED_WORKER),
     ...WORKER_TUNING,
+    ...(opts.deployment ? { workerDeploymentOptions: workerDeploymentOptions(opts.deployment) } : {}),
     ...opts.overrides,
   });
 }

@@ -138,6 +138,9 @@ describe('Temporal server on Postgres: config', () => {
     expect(dynamic['system.enableActivityEagerExecution'][0].value).toBe(true);
     // The operator re-drive is a Workflow Update.
     expect(dynamic['frontend.enableUpdateWorkflowExecution'][0].value).toBe(true);
+    // Worker Versioning (docs/UPGRADING.md): workers poll as Deployment Versions, runs are Pinned.
+    expect(dynamic['system.enableDeploymentVersions'][0].value).toBe(true);
+    expect(dynamic['frontend.workerVersioningWorkflowAPIs'][0].value).toBe(true);
     expect(config.dynamicConfigClient.filepath).toBe(files.dynamicConfigFile);
     // The same file compose mounts (test/ops-assets/compose.test.ts), byte for byte.
     expect(fs.readFileSync(files.dynamicConfigFile, 'utf8')).toBe(

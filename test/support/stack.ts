@@ -19,6 +19,7 @@ import type { OrderTiming } from '../../workflows/policies.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { nativeConnection, temporalClient, testPool, uniq, workflowBundlePath } from './env.ts';
 import type { orderWorkflow } from '../../workflows/order.ts';
+import type { DeploymentVersion } from '../../src/worker/deployment.ts';
 
 /** Short timeouts so fault tests finish in seconds. Lease > start-to-close > provider timeout. */
 export const TEST_TIMING: Partial<OrderTiming> = {
@@ -70,6 +71,16 @@ export interface OrderStack {
   ): Promise<{ status: string; charge_id: string | null; last_error: string | null; reason: string | null }>;
   startWorker(): Promise<void>;
   stopWorker(): Promise<void>;
+  /**
+   * One more worker on this stack's task queue, beside (or instead of) the one startWorker
+   * runs: polling as a Deployment Version (src/worker/deployment.ts) and running the given
+   * bundle (a test-only variant of the workflows), under an identity of its own.
+   */
+  startVersionedWorker(opts: {
+    deployment: DeploymentVersion;
+    workflowBundlePath: string;
+    identity: string;
+  }): Promise<{ stop(): Promise<void> }>;
   close(): Promise<void>;
 }
 
@@ -109,6 +120,12 @@ export async function startOrderStack(
     sandboxUrl: sandbox.url,
     timeoutMs: providerOptions.timeoutMs,
     keyWindowMs: opts.sandboxKeyRetentionMs,
+  });
+  const activityDeps = (): ActivityDeps => ({
+    pool,
+    ledger,
+    payments: real.payments ?? createSandboxPaymentProvider(providerOptions),
+    email: real.email ?? createSandboxEmailProvider(providerOptions),
   });
   const stack: OrderStack = {
     taskQueue,
@@ -184,12 +201,7 @@ export async function startOrderStack(
     },
     async startWorker() {
       connection ??= await nativeConnection();
-      const deps: ActivityDeps = {
-        pool,
-        ledger,
-        payments: real.payments ?? createSandboxPaymentProvider(providerOptions),
-        email: real.email ?? createSandboxEmailProvider(providerOptions),
-      };
+      const deps = activityDeps();
       const wrap = opts.wrapActivities;
       worker = await createWorker({
         connection,
@@ -211,6 +223,26 @@ export async function startOrderStack(
         },
       });
       running = worker.run();
+    },
+    async startVersionedWorker({ deployment, workflowBundlePath: bundle, identity }) {
+      connection ??= await nativeConnection();
+      const versioned = await createWorker({
+        connection,
+        namespace: 'default',
+        taskQueue,
+        workflowBundlePath: bundle,
+        smoke: true,
+        deps: activityDeps(),
+        deployment,
+        overrides: { shutdownGraceTime: '2 seconds', identity },
+      });
+      const run = versioned.run();
+      return {
+        async stop() {
+          if (versioned.getState() === 'RUNNING') versioned.shutdown();
+          await run;
+        },
+      };
     },
     async stopWorker() {
       if (worker && worker.getState() === 'RUNNING') worker.shutdown();

@@ -6,6 +6,9 @@
  * truth for receipts, one per Message-ID (a resend of one receipt under the
  * at-least-once policy carries the same Message-ID, so it is the same receipt).
  */
+import { downstreamKey } from '../../src/ledger/index.ts';
+import { OPERATION_TYPES } from '../../src/orders/model.ts';
+import { REFUND_OPERATION_TYPES } from '../../src/refunds/contract.ts';
 import { startMailServer, type RunningMailServer } from '../mail/server.ts';
 import type { MoneyEffect } from './invariants.ts';
 
@@ -22,13 +25,30 @@ export async function applyChaosProviders(providers: readonly string[]): Promise
   }
 }
 
+/**
+ * The downstream key a mailed receipt was sent under, from the operation key
+ * it carries (X-Onceflow-Operation), as the sandbox's audit lists it: so an
+ * order's receipt and its refunds' receipts (which name the order too) are
+ * told apart by key, whichever provider sent them. Null for an unknown shape.
+ */
+function sentUnder(operationKey: string): string | null {
+  const m = /^(order|refund)\/([^/]+)\/[^/]+\/receipt$/.exec(operationKey);
+  if (!m) return null;
+  const operationType = m[1] === 'refund' ? REFUND_OPERATION_TYPES.receipt : OPERATION_TYPES.receipt;
+  return downstreamKey({ tenantId: m[2]!, operationType, key: operationKey });
+}
+
 /** The receipts in the SMTP mailbox, or null when receipts go to the sandbox. */
 export function mailboxReceipts(): MoneyEffect[] | null {
   if (!mail) return null;
   const byId = new Map<string, MoneyEffect>();
   for (const m of mail.messages()) {
     const id = m.messageId ?? '';
-    byId.set(id, { idempotencyKey: id, orderId: m.headers['x-onceflow-order'] ?? '', status: 'sent' });
+    byId.set(id, {
+      idempotencyKey: sentUnder(m.headers['x-onceflow-operation'] ?? '') ?? id,
+      orderId: m.headers['x-onceflow-order'] ?? '',
+      status: 'sent',
+    });
   }
   return [...byId.values()];
 }

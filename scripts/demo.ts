@@ -200,16 +200,24 @@ async function sandbox(path: string, init?: RequestInit): Promise<unknown> {
  * at-least-once policy a resend of one receipt carries the same Message-ID
  * and is the same receipt, not a second one.
  */
-async function mailboxReceipts(mailboxUrl: string): Promise<{ order_id?: string }[]> {
+async function mailboxReceipts(
+  mailboxUrl: string,
+): Promise<{ order_id?: string; metadata?: { order_id?: string; refund_id?: string } }[]> {
   const res = await fetch(`${mailboxUrl}/messages`);
   if (!res.ok) throw new Error(`mailbox: HTTP ${res.status}`);
   const { data } = (await res.json()) as {
     data: { messageId: string | null; headers: Record<string, string> }[];
   };
-  const byId = new Map<string, { order_id?: string }>();
+  const byId = new Map<string, { order_id?: string; metadata?: { order_id?: string; refund_id?: string } }>();
   for (const m of data) {
     const order = m.headers['x-onceflow-order'];
-    if (m.messageId) byId.set(m.messageId, order ? { order_id: order } : {});
+    // A refund's receipt names its order too; its operation key (refund/<tenant>/<refund id>/…) tells it apart.
+    const refundId = /^refund\/[^/]+\/([^/]+)\//.exec(m.headers['x-onceflow-operation'] ?? '')?.[1];
+    if (m.messageId)
+      byId.set(m.messageId, {
+        ...(order ? { order_id: order } : {}),
+        ...(refundId ? { metadata: { refund_id: refundId } } : {}),
+      });
   }
   return [...byId.values()];
 }
@@ -498,7 +506,7 @@ async function report(
     ? await mailboxReceipts(MAIL.mailboxUrl)
     : (
         (await sandbox('/_sandbox/messages')) as {
-          data: { order_id?: string; metadata?: { order_id?: string } }[];
+          data: { order_id?: string; metadata?: { order_id?: string; refund_id?: string } }[];
         }
       ).data;
   const orderOf = (e: { order_id?: string; metadata?: { order_id?: string } }) =>

@@ -162,6 +162,10 @@ async function refundToOutcome(run: RefundRun): Promise<RefundOutcome> {
     if (attempt.kind === 'settled') return attempt.outcome;
     if (attempt.kind === 'parks') {
       await needsAttention(run, attempt.lastError);
+      // Woken by a settling word (a provider event, an operator's resolve) rather than a re-drive:
+      // apply it, which consumes it, so a park that follows waits again instead of waking at once.
+      const fromEvent = await applyRefundEvent(run);
+      if (fromEvent) return fromEvent;
       continue; // re-driven: the ledger reconciles any earlier claim before performing
     }
     await recordStatus(run, 'refund_unknown', run.state.lastError ?? undefined);

@@ -35,12 +35,12 @@ import {
 import {
   ORDER_REASONS,
   OPERATION_TYPES,
-  orderStepRefs,
   orderWorkflowId,
   stepKeys,
   type OrderStatus,
 } from '../orders/model.ts';
 import { listParkedWorkflows, type ParkedWorkflow } from '../orders/attention.ts';
+import { readOrderStepRecords } from '../orders/step-records.ts';
 import {
   REFUND_KEY,
   REFUND_OPERATION_TYPES,
@@ -895,16 +895,9 @@ export class Operator {
     const row = await withClient(this.#deps.pool, (c) => getOrder(c, tenantId, orderId));
     if (!row) throw new OpsError('not_found', `no order ${orderId} for tenant ${tenantId}`);
     const order = orderSummary(row);
-    const records: OperationRecord[] = [];
-    // Epochs in batches until one has no re-drive record (as GET /v1/orders/{id} reads them).
-    for (let from = 0; ; from += 8) {
-      const refs = orderStepRefs(order.workflowId, from, from + 8);
-      const found = await this.#ledger(() => this.#deps.ledger.getMany(tenantId, refs));
-      records.push(...found);
-      const epochOf = new Map(refs.map((r) => [`${r.operationType}\n${r.key}`, r.epoch]));
-      if (!found.some((r) => (epochOf.get(`${r.operationType}\n${r.key}`) ?? 0) > 0)) break;
-    }
-    records.sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime() || (a.key < b.key ? -1 : 1));
+    const records = await this.#ledger(() =>
+      readOrderStepRecords(this.#deps.ledger, tenantId, order.workflowId),
+    );
     const caps = this.#capabilities();
     return {
       order,

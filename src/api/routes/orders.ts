@@ -17,7 +17,6 @@ import type { OperationRecord } from '../../ledger/index.ts';
 import {
   OPERATION_TYPES,
   TERMINAL_STATUSES,
-  orderStepRefs,
   orderTotal,
   orderWorkflowId,
   publicReason,
@@ -46,6 +45,7 @@ import {
   jsonResponse,
   problemResponse,
 } from '../../http/openapi.ts';
+import { readOrderStepRecords } from '../../orders/step-records.ts';
 import { getOrder, insertAcceptedOrder, listOrders, type OrderRow } from '../../orders/sql.ts';
 import { insertOutbox, type OutboxRow } from '../../outbox/sql.ts';
 import { ORDER_WORKFLOW_TYPE } from '../outbox.ts';
@@ -146,30 +146,8 @@ function stepView(workflowId: string, r: OperationRecord) {
   };
 }
 
-/**
- * Re-drive epochs read per statement. The steps are read by their exact keys
- * (orderStepRefs), one primary-key probe each; a re-drive epoch's keys are
- * only known by number, so the epochs are read in batches until a batch has
- * no re-drive step at all. Epochs without a record are rare (every status
- * write of that re-drive failed, or retention reaped it); a run of more than a
- * whole batch of them would hide the later steps from this view (operators
- * still see them: `npm run ops -- list --key-prefix`).
- */
-const STEP_EPOCHS_PER_READ = 8;
-
 async function readSteps(ledger: ApiContext['ledger'], tenantId: string, workflowId: string) {
-  const records: OperationRecord[] = [];
-  for (let from = 0; ; from += STEP_EPOCHS_PER_READ) {
-    const refs = orderStepRefs(workflowId, from, from + STEP_EPOCHS_PER_READ);
-    const epochOf = new Map(refs.map((r) => [`${r.operationType}\n${r.key}`, r.epoch]));
-    const found = await ledger.getMany(tenantId, refs);
-    records.push(...found);
-    const redrives = found.some((r) => (epochOf.get(`${r.operationType}\n${r.key}`) ?? 0) > 0);
-    if (!redrives) break;
-  }
-  return records
-    .sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime() || (a.key < b.key ? -1 : 1))
-    .map((r) => stepView(workflowId, r));
+  return (await readOrderStepRecords(ledger, tenantId, workflowId)).map((r) => stepView(workflowId, r));
 }
 
 function encodeCursor(row: OrderRow): string {

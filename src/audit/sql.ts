@@ -14,7 +14,14 @@ import type { Json } from '../ledger/index.ts';
  * `redrive_refused` (nothing ran) or `redrive_unknown` (it may still run).
  */
 export type AuditAction =
-  'reconcile' | 'resolve' | 'redrive' | 'redrive_requested' | 'redrive_refused' | 'redrive_unknown';
+  | 'reconcile'
+  | 'resolve'
+  | 'redrive'
+  | 'redrive_requested'
+  | 'redrive_refused'
+  | 'redrive_unknown'
+  /** A workflow's rows and records rebuilt after a database restore (src/ops/recover.ts, migrations/0021). */
+  | 'restore';
 export type AuditSource = 'cli' | 'api';
 /**
  * How the actor was established (migrations/0016): `operator_token`, the

@@ -69,6 +69,7 @@ const AuditEntry = Type.Object(
       Type.Literal('redrive_requested'),
       Type.Literal('redrive_refused'),
       Type.Literal('redrive_unknown'),
+      Type.Literal('restore'),
     ]),
     reason: Nullable(Str),
     tenantId: Str,

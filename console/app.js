@@ -275,6 +275,7 @@ function providerSays(story) {
     const status = p.object.status ? `, ${p.object.status}` : '';
     return {
       answer: 'found',
+      status: p.object.status,
       text: `The provider has a refund under this step's downstream key (${ref.trim()}${status}).`,
     };
   }
@@ -304,6 +305,9 @@ function refundRedriveEffect(story, says) {
 function resolveRefusal(says, outcome) {
   if (says.answer === 'not_found' && outcome === 'succeeded') {
     return 'The provider has no refund under this key: resolving it as succeeded will be refused.';
+  }
+  if (says.answer === 'found' && says.status && says.status !== outcome) {
+    return `The provider reports this refund ${says.status}: resolving it as ${outcome} will be refused; reconcile instead.`;
   }
   return null;
 }

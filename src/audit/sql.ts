@@ -128,6 +128,14 @@ export interface AuditFilter {
   operationKey?: string;
   tenantId?: string;
   workflowId?: string;
+  /** Exactly this actor (an operator's name, 'admin-token', or a CLI user). */
+  actor?: string;
+  action?: AuditAction;
+  /**
+   * Text anywhere in the reason, the operation key or the workflow ID, case
+   * ignored: what an operator remembers of an action (an order or refund ID, a word of the why).
+   */
+  text?: string;
   limit: number;
 }
 
@@ -138,9 +146,24 @@ export async function selectAudit(db: Queryable, f: AuditFilter): Promise<AuditE
       where ($1::text is null or operation_key = $1)
         and ($2::text is null or tenant_id = $2)
         and ($3::text is null or workflow_id = $3)
+        and ($4::text is null or actor = $4)
+        and ($5::text is null or action = $5)
+        -- strpos, not LIKE: the operator's text is matched as typed, % and _ included.
+        and ($6::text is null
+             or strpos(lower(coalesce(reason, '')), lower($6)) > 0
+             or strpos(lower(coalesce(operation_key, '')), lower($6)) > 0
+             or strpos(lower(coalesce(workflow_id, '')), lower($6)) > 0)
       order by id desc
-      limit $4`,
-    [f.operationKey ?? null, f.tenantId ?? null, f.workflowId ?? null, f.limit],
+      limit $7`,
+    [
+      f.operationKey ?? null,
+      f.tenantId ?? null,
+      f.workflowId ?? null,
+      f.actor ?? null,
+      f.action ?? null,
+      f.text ?? null,
+      f.limit,
+    ],
   );
   return rows.map(toEntry);
 }

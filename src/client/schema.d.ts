@@ -2457,6 +2457,19 @@ export interface operations {
         /** @description Tenant ID */
         tenant?: string;
         workflowId?: string;
+        /** @description Only this actor: an operator's name, 'admin-token', or a CLI user */
+        actor?: string;
+        /** @description Only this action */
+        action?:
+          | 'reconcile'
+          | 'resolve'
+          | 'redrive'
+          | 'redrive_requested'
+          | 'redrive_refused'
+          | 'redrive_unknown'
+          | 'restore';
+        /** @description Only entries with this text in the reason, operation key or workflow ID (case ignored) */
+        q?: string;
         limit?: number;
       };
       header?: never;

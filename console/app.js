@@ -811,6 +811,7 @@ const AUDIT_ACTIONS = [
   'redrive_requested',
   'redrive_refused',
   'redrive_unknown',
+  'restore',
 ];
 
 /** The audit log, filtered by the server (GET /admin/audit's query parameters). */

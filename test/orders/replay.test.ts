@@ -56,15 +56,21 @@ async function replay(fixtures: Fixture[]): Promise<Map<string, Error | undefine
 describe('replay of the previous release', () => {
   const fixtures = loadFixtures();
 
-  it('has the recorded histories, each of a finished order', () => {
+  it('has the recorded histories, each of a finished order or refund', () => {
     expect(fixtures.map((f) => f.name)).toEqual(
       expect.arrayContaining([
-        'v0.2/completed',
-        'v0.2/rejected-declined',
-        'v0.2/payment-unknown-reconciled',
-        'v0.2/webhook-settled',
-        'v0.2/receipt-retried',
-        'v0.2/receipt-parked-redrive',
+        '02067fa/completed',
+        '02067fa/rejected-declined',
+        '02067fa/payment-unknown-reconciled',
+        '02067fa/webhook-settled',
+        '02067fa/receipt-retried',
+        '02067fa/receipt-parked-redrive',
+        'v0.2.0/completed',
+        'v0.2.0/unknown-parked-operator-settled',
+        'v0.2.0/receipt-parked-redrive',
+        'v0.2.0/refund-succeeded',
+        'v0.2.0/refund-retried',
+        'v0.2.0/refund-parked-redrive',
       ]),
     );
     for (const f of fixtures) {

@@ -541,6 +541,7 @@ export function checkScenario(
     }
   }
 
+  violations.push(...checkMoney(facts.charges, facts.messages, scope));
   // One intent, one charge: a second order for one key (reported above as a duplicate) that
   // was charged too moved money twice, though each order alone was charged once.
   for (const s of submissions) {
@@ -556,8 +557,6 @@ export function checkScenario(
       });
     }
   }
-
-  violations.push(...checkMoney(facts.charges, facts.messages, scope));
   violations.push(...checkRefunds(refundSubmissions, facts));
   violations.push(...checkReplays(replays));
 

@@ -71,8 +71,11 @@ each: no double charge or receipt, no lost order, every order settled
 bound, and no onceflow process exited on its own. Every third completed order
 gets one or two refunds: each refund settled (succeeded, failed or
 needs_attention), one provider refund per succeeded refund and none for a
-failed one, and never more refunded than charged. Exit 0 when every scenario
-passes, 1 on any violation, 2 on bad usage.
+failed one, and never more refunded than charged. The restore scenario
+pg_dumps the database while orders flow, restores it after a gap, runs
+\`ops recover-after-restore --since T0\`, and checks that every client that
+had seen a 202 gets the original one back when it retries. Exit 0 when every
+scenario passes, 1 on any violation, 2 on bad usage.
 
 options:
   --orders N            orders per scenario (default ${DEFAULTS.orders})

@@ -36,7 +36,7 @@ const STOPPED_APPS = ['onceflow-api', 'onceflow-worker'];
  * older than the server refuses to dump it): the server's own bin folder when
  * installed the Debian way, else whatever is on PATH.
  */
-export async function pgTool(db: ChaosDatabase, name: 'pg_dump' | 'pg_restore'): Promise<string> {
+async function pgTool(db: ChaosDatabase, name: 'pg_dump' | 'pg_restore'): Promise<string> {
   const num = await withDb(db.adminUrl, async (c) => {
     const { rows } = await c.query<{ server_version_num: string }>('show server_version_num');
     return Number(rows[0]!.server_version_num);
@@ -46,7 +46,7 @@ export async function pgTool(db: ChaosDatabase, name: 'pg_dump' | 'pg_restore'):
 }
 
 /** Runs a tool to completion, its output lines to the log; throws on a non-zero exit or after `timeoutMs`. */
-export async function runLogged(
+async function runLogged(
   what: string,
   command: string,
   args: readonly string[],

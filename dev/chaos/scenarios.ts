@@ -228,6 +228,7 @@ async function restoreDrill(ctx: FaultContext): Promise<FaultResult> {
   const { stack, options, log } = ctx;
   const violations: Violation[] = [];
   await sleep(RESTORE_LEAD_MS, ctx.signal);
+  if (ctx.signal.aborted) return { note: 'interrupted before the dump' };
 
   const file = path.join(stack.opts.runDir, 'restore-drill.dump');
   const t0 = new Date();
@@ -249,6 +250,8 @@ async function restoreDrill(ctx: FaultContext): Promise<FaultResult> {
     `the next 2 charges and 2 receipts are held ${MID_FLIGHT_DELAY_MS / 1000} s at the provider, past the stop`,
   );
   await sleep(Math.max(0, stopAt - Date.now()), ctx.signal);
+  // Interrupted: the harness is stopping everything anyway; no restore over its shoulder.
+  if (ctx.signal.aborted) return { note: 'interrupted before the restore' };
 
   const afterT0 = () => ctx.accepted.filter((a) => a.at >= t0.getTime()).length;
   log(

@@ -251,7 +251,10 @@ async function restoreDrill(ctx: FaultContext): Promise<FaultResult> {
   );
   await sleep(Math.max(0, stopAt - Date.now()), ctx.signal);
   // Interrupted: the harness is stopping everything anyway; no restore over its shoulder.
-  if (ctx.signal.aborted) return { note: 'interrupted before the restore' };
+  if (ctx.signal.aborted) {
+    fs.rmSync(file, { force: true });
+    return { note: 'interrupted before the restore' };
+  }
 
   const afterT0 = () => ctx.accepted.filter((a) => a.at >= t0.getTime()).length;
   log(

@@ -118,36 +118,54 @@ function signIn(message) {
 
 // ---------------------------------------------------------------- attention
 
-function attentionPage() {
-  const tenant = el('input', { id: 'f-tenant', name: 'tenant', autocomplete: 'off' });
-  const reason = el('select', { id: 'f-reason', name: 'reason' }, el('option', { value: '' }, 'any'));
-  const updated = el('p', { class: 'muted', role: 'status' }, 'Loading…');
+const REFUND_STEP = 'payment.refund';
+
+/** A table with a caption and a header row; rows are drawn into the returned tbody. */
+function listTable(caption, headings) {
   const body = el('tbody');
   const table = el(
     'table',
     {},
-    el('caption', { class: 'muted' }, 'Orders parked for an operator, oldest first'),
-    el(
-      'thead',
-      {},
-      el(
-        'tr',
-        {},
-        ...['Order', 'Tenant', 'Status', 'Reason', 'Age', 'Last error', 'History'].map((h) =>
-          el('th', { scope: 'col' }, h),
-        ),
-      ),
-    ),
+    el('caption', { class: 'muted' }, caption),
+    el('thead', {}, el('tr', {}, ...headings.map((h) => el('th', { scope: 'col' }, h)))),
     body,
   );
+  return { table, body };
+}
+
+const historyLink = (url) =>
+  el('a', { href: url, target: '_blank', rel: 'noopener noreferrer' }, 'Temporal UI');
+
+function attentionPage() {
+  const tenant = el('input', { id: 'f-tenant', name: 'tenant', autocomplete: 'off' });
+  const reason = el('select', { id: 'f-reason', name: 'reason' }, el('option', { value: '' }, 'any'));
+  const updated = el('p', { class: 'muted', role: 'status' }, 'Loading…');
+  const orders = listTable('Orders parked for an operator, oldest first', [
+    'Order',
+    'Tenant',
+    'Status',
+    'Reason',
+    'Age',
+    'Last error',
+    'History',
+  ]);
+  const refunds = listTable(
+    'Refunds waiting on an outcome (refund_unknown) or parked for an operator (needs_attention), oldest first',
+    ['Refund', 'Order', 'Tenant', 'Status', 'Amount (minor units)', 'Age', 'Last error', 'History'],
+  );
+  // Outside the tables, so the refresh that redraws them leaves an action in progress alone.
+  const panel = el('section', { id: 'refund-panel', 'aria-live': 'polite' });
   let items = [];
+  let refundItems = [];
+  // One reason filter over both lists: an order's reason, or a refund's status.
   const draw = () => {
-    const r = reason.value;
-    const rows = items.filter((i) => !r || i.reason === r);
-    body.replaceChildren(
-      ...(rows.length === 0
-        ? [el('tr', {}, el('td', { colspan: 7 }, 'Nothing needs attention.'))]
-        : rows.map((i) =>
+    const [kind, value] = reason.value ? reason.value.split(/:(.*)/s) : ['', ''];
+    const orderRows = items.filter((i) => !kind || (kind === 'order' && i.reason === value));
+    const refundRows = refundItems.filter((r) => !kind || (kind === 'refund' && r.status === value));
+    orders.body.replaceChildren(
+      ...(orderRows.length === 0
+        ? [el('tr', {}, el('td', { colspan: 7 }, 'No order needs attention.'))]
+        : orderRows.map((i) =>
             el(
               'tr',
               {},
@@ -157,15 +175,33 @@ function attentionPage() {
               el('td', {}, i.reason ?? ''),
               el('td', {}, age(i.updatedAt)),
               el('td', {}, i.lastError ?? ''),
+              el('td', {}, historyLink(i.temporalUiUrl)),
+            ),
+          )),
+    );
+    refunds.body.replaceChildren(
+      ...(refundRows.length === 0
+        ? [el('tr', {}, el('td', { colspan: 8 }, 'No refund needs attention.'))]
+        : refundRows.map((r) =>
+            el(
+              'tr',
+              { 'data-refund-id': r.refundId },
               el(
                 'td',
                 {},
                 el(
-                  'a',
-                  { href: i.temporalUiUrl, target: '_blank', rel: 'noopener noreferrer' },
-                  'Temporal UI',
+                  'button',
+                  { type: 'button', class: 'link', onclick: () => refundPanel(panel, r) },
+                  r.refundId,
                 ),
               ),
+              el('td', {}, el('a', { href: `#/order/${enc(r.tenantId)}/${enc(r.orderId)}` }, r.orderId)),
+              el('td', {}, r.tenantId),
+              el('td', {}, r.status),
+              el('td', {}, `${r.amount} ${r.currency}`),
+              el('td', {}, age(r.updatedAt)),
+              el('td', {}, r.lastError ?? ''),
+              el('td', {}, historyLink(r.temporalUiUrl)),
             ),
           )),
     );
@@ -174,16 +210,33 @@ function attentionPage() {
     try {
       const res = await api('GET', `/admin/attention${q({ tenant: tenant.value.trim() })}`);
       items = res.data;
-      const reasons = [...new Set(items.map((i) => i.reason).filter(Boolean))].sort();
+      refundItems = res.refunds ?? [];
+      const orderReasons = [...new Set(items.map((i) => i.reason).filter(Boolean))].sort();
+      const refundStatuses = [...new Set(refundItems.map((r) => r.status))].sort();
+      const values = [...orderReasons.map((x) => `order:${x}`), ...refundStatuses.map((x) => `refund:${x}`)];
       const keep = reason.value;
       reason.replaceChildren(
         el('option', { value: '' }, 'any'),
-        ...reasons.map((x) => el('option', { value: x }, x)),
+        orderReasons.length
+          ? el(
+              'optgroup',
+              { label: 'Orders' },
+              ...orderReasons.map((x) => el('option', { value: `order:${x}` }, x)),
+            )
+          : null,
+        refundStatuses.length
+          ? el(
+              'optgroup',
+              { label: 'Refunds' },
+              ...refundStatuses.map((x) => el('option', { value: `refund:${x}` }, `refund ${x}`)),
+            )
+          : null,
       );
-      reason.value = reasons.includes(keep) ? keep : '';
+      reason.value = values.includes(keep) ? keep : '';
       draw();
       updated.textContent =
-        `${items.length} order(s); updated ${new Date().toLocaleTimeString()}, refreshes every ${REFRESH_MS / 1000} s` +
+        `${items.length} order(s), ${refundItems.length} refund(s); updated ${new Date().toLocaleTimeString()}, ` +
+        `refreshes every ${REFRESH_MS / 1000} s` +
         (res.visibilityError ? ` (Temporal visibility unavailable: ${res.visibilityError})` : '');
     } catch (err) {
       if (!(err instanceof ApiError && err.status === 401)) updated.replaceChildren(errorLine(err));
@@ -200,10 +253,280 @@ function attentionPage() {
       el('label', { for: 'f-reason' }, 'Reason', reason),
     ),
     updated,
-    table,
+    el('h2', {}, 'Orders'),
+    orders.table,
+    el('h2', {}, 'Refunds'),
+    refunds.table,
+    panel,
   );
   void load();
   timer = setInterval(load, REFRESH_MS);
+}
+
+/**
+ * What the provider said about a refund's downstream key, as GET /admin/operation reports it
+ * (asked just now by the server): the ground the previews below stand on.
+ */
+function providerSays(story) {
+  const p = story.provider;
+  if (p.error) return { answer: 'error', text: `The provider could not be asked just now (${p.error}).` };
+  if (p.found && p.object) {
+    const ref = p.object.id ? ` ${p.object.id}` : '';
+    const status = p.object.status ? `, ${p.object.status}` : '';
+    return {
+      answer: 'found',
+      status: p.object.status,
+      text: `The provider has a refund under this step's downstream key (${ref.trim()}${status}).`,
+    };
+  }
+  return { answer: 'not_found', text: "The provider has no refund under this step's downstream key." };
+}
+
+/** Re-drive preview for a parked refund: what its workflow will do with the provider refund step. */
+function refundRedriveEffect(story, says) {
+  const state = story.record.state;
+  if (state === 'succeeded' || state === 'failed') {
+    return `The ledger already holds this refund's outcome (${state}): the workflow records it and goes on; nothing is sent to the provider.`;
+  }
+  if (says.answer === 'found') {
+    return 'The workflow reconciles by the key, finds that refund and records it: no second refund is made.';
+  }
+  if (says.answer === 'not_found') {
+    return (
+      `The workflow reconciles by the key, then makes the refund under the same key (${story.downstreamKey}), so the ` +
+      "provider deduplicates it. If the record is past the provider's key window it is not made again: the refund " +
+      'parks again, to be resolved by hand.'
+    );
+  }
+  return 'The workflow reconciles by the key again; if the provider still cannot be asked, the refund parks again.';
+}
+
+/** Why a resolve with this outcome would be refused, from the provider's answer; null when it stands. */
+function resolveRefusal(says, outcome) {
+  if (says.answer === 'not_found' && outcome === 'succeeded') {
+    return 'The provider has no refund under this key: resolving it as succeeded will be refused.';
+  }
+  if (says.answer === 'found' && says.status && says.status !== outcome) {
+    return `The provider reports this refund ${says.status}: resolving it as ${outcome} will be refused; reconcile instead.`;
+  }
+  return null;
+}
+
+/** The actions on one refund in the Attention list, each previewed and confirmed. */
+async function refundPanel(panel, r) {
+  const title = el('h2', { tabindex: '-1' }, `Refund ${r.refundId}`);
+  panel.replaceChildren(title, el('p', { role: 'status' }, 'Loading…'));
+  title.focus();
+  const stepUrl = `/admin/operation${q({ tenant: r.tenantId, type: REFUND_STEP, key: r.operationKey })}`;
+  let story;
+  try {
+    story = await api('GET', stepUrl);
+  } catch (err) {
+    if (!(err instanceof ApiError && err.status === 401)) panel.replaceChildren(title, errorLine(err));
+    return;
+  }
+  const outcome = el('div', { 'aria-live': 'polite' });
+  const says = providerSays(story);
+  const rec = story.record;
+
+  // Reconcile only asks the provider and records its answer, as on the order page: no confirmation.
+  const reconcile = el('button', { type: 'button' }, 'Reconcile refund now');
+  reconcile.addEventListener('click', async () => {
+    reconcile.disabled = true;
+    try {
+      const x = await api('POST', '/admin/operations/reconcile', {
+        tenant: r.tenantId,
+        type: REFUND_STEP,
+        key: r.operationKey,
+      });
+      await showOutcome(
+        outcome,
+        x.changed
+          ? `Reconciled: ${x.before} → ${x.after}`
+          : `Reconciled: still ${x.after}${x.error ? ` (${x.error})` : ''}`,
+        x.auditId,
+        r.workflowId,
+      );
+    } catch (err) {
+      outcome.replaceChildren(errorLine(err));
+    } finally {
+      reconcile.disabled = false;
+    }
+  });
+
+  // Resolve: the outcome and a required reason, what it will do, then confirm.
+  const choice = el(
+    'select',
+    { id: 'refund-outcome' },
+    el('option', { value: 'failed' }, 'failed'),
+    el('option', { value: 'succeeded' }, 'succeeded'),
+  );
+  const resolveReason = el('textarea', { id: 'refund-resolve-reason', rows: 2, required: true });
+  const resolvePreview = el('p', { role: 'status' });
+  const resolveConfirm = el(
+    'button',
+    { type: 'button', class: 'primary', disabled: true },
+    'Confirm refund resolve',
+  );
+  const describeResolve = () => {
+    const refusal = resolveRefusal(says, choice.value);
+    resolvePreview.textContent = refusal
+      ? `${says.text} ${refusal}`
+      : `${says.text} Resolving records the provider refund as ${choice.value} on your word and reason, and ` +
+        'tells the refund workflow to go on from that outcome' +
+        (choice.value === 'failed' ? ': the refunded amount is given back to the order.' : '.');
+    resolveConfirm.disabled = refusal !== null || resolveReason.value.trim() === '';
+  };
+  choice.addEventListener('change', describeResolve);
+  resolveReason.addEventListener('input', describeResolve);
+  resolveConfirm.addEventListener('click', async () => {
+    resolveConfirm.disabled = true;
+    try {
+      const x = await api('POST', '/admin/operations/resolve', {
+        tenant: r.tenantId,
+        type: REFUND_STEP,
+        key: r.operationKey,
+        outcome: choice.value,
+        reason: resolveReason.value.trim(),
+      });
+      await showOutcome(outcome, `Refund resolved: ${x.before} → ${x.after}`, x.auditId, r.workflowId);
+    } catch (err) {
+      outcome.replaceChildren(errorLine(err));
+      describeResolve();
+    }
+  });
+  describeResolve();
+
+  // Re-drive, for a parked refund: the preview first, then the reason, then confirm.
+  let redriveBox = null;
+  if (r.status === 'needs_attention') {
+    const redriveReason = el('textarea', { id: 'refund-redrive-reason', rows: 2, required: true });
+    const redrivePreview = el('div', { 'aria-live': 'polite' });
+    const redriveConfirm = el(
+      'button',
+      { type: 'button', class: 'primary', disabled: true },
+      'Confirm refund re-drive',
+    );
+    let previewed = false;
+    const update = () => {
+      redriveConfirm.disabled = !previewed || redriveReason.value.trim() === '';
+    };
+    const previewButton = el('button', { type: 'button' }, 'Preview refund re-drive');
+    previewButton.addEventListener('click', async () => {
+      try {
+        // Asked again now: the provider's answer may have changed since the panel opened.
+        const fresh = await api('GET', stepUrl);
+        const now = providerSays(fresh);
+        redrivePreview.replaceChildren(
+          el('h4', {}, 'What the re-drive will do'),
+          el(
+            'ul',
+            { class: 'preview' },
+            el(
+              'li',
+              { 'data-step': 'refund' },
+              el('strong', {}, 'refund: '),
+              `Ledger: ${fresh.record.state}, ${fresh.record.attempts} attempt(s). ${now.text} `,
+              refundRedriveEffect(fresh, now),
+            ),
+          ),
+          el('p', {}, 'The refund receipt and status writes follow under their own keys, each once.'),
+        );
+        previewed = true;
+      } catch (err) {
+        redrivePreview.replaceChildren(errorLine(err));
+      }
+      update();
+    });
+    redriveReason.addEventListener('input', update);
+    redriveConfirm.addEventListener('click', async () => {
+      redriveConfirm.disabled = true;
+      try {
+        const x = await api('POST', `/admin/refunds/${enc(r.tenantId)}/${enc(r.refundId)}/redrive`, {
+          reason: redriveReason.value.trim(),
+        });
+        await showOutcome(
+          outcome,
+          `Refund re-drive accepted; the workflow resumed (re-drive ${x.parkedAs.redrives})`,
+          x.auditId,
+          r.workflowId,
+        );
+      } catch (err) {
+        outcome.replaceChildren(errorLine(err));
+        update();
+      }
+    });
+    redriveBox = el(
+      'div',
+      { class: 'panel' },
+      el('h3', {}, 'Re-drive'),
+      el('p', {}, 'A parked refund resumes where it stopped, its provider refund under its original key.'),
+      previewButton,
+      redrivePreview,
+      el(
+        'label',
+        { for: 'refund-redrive-reason' },
+        'Re-drive reason (required, recorded in the audit log)',
+        redriveReason,
+      ),
+      redriveConfirm,
+    );
+  }
+
+  panel.replaceChildren(
+    title,
+    el(
+      'dl',
+      {},
+      el('dt', {}, 'Tenant'),
+      el('dd', {}, r.tenantId),
+      el('dt', {}, 'Order'),
+      el('dd', {}, el('a', { href: `#/order/${enc(r.tenantId)}/${enc(r.orderId)}` }, r.orderId)),
+      el('dt', {}, 'Status'),
+      el('dd', { id: 'refund-status' }, r.status),
+      el('dt', {}, 'Amount'),
+      el('dd', {}, `${r.amount} ${r.currency} (minor units)`),
+      el('dt', {}, 'Last error'),
+      el('dd', {}, r.lastError ?? '—'),
+      el('dt', {}, 'Provider refund step'),
+      el('dd', { class: 'key' }, `${REFUND_STEP} ${r.operationKey}`),
+      el('dt', {}, 'Ledger state'),
+      el('dd', {}, `${rec.state}, ${rec.attempts} attempt(s)`),
+      el('dt', {}, 'Downstream key'),
+      el('dd', { class: 'key' }, story.downstreamKey ?? '—'),
+      el('dt', {}, 'Provider'),
+      el('dd', {}, says.text),
+      el('dt', {}, 'Workflow'),
+      el(
+        'dd',
+        {},
+        el('a', { href: r.temporalUiUrl, target: '_blank', rel: 'noopener noreferrer' }, r.workflowId),
+      ),
+    ),
+    outcome,
+    el(
+      'div',
+      { class: 'panel' },
+      el('h3', {}, 'Reconcile'),
+      el('p', {}, 'Asks the provider by the downstream key and records its answer; it never makes a refund.'),
+      reconcile,
+    ),
+    el(
+      'div',
+      { class: 'panel' },
+      el('h3', {}, 'Resolve'),
+      el('label', { for: 'refund-outcome' }, 'Refund outcome', choice),
+      el(
+        'label',
+        { for: 'refund-resolve-reason' },
+        'Resolve reason (required, recorded in the audit log)',
+        resolveReason,
+      ),
+      resolvePreview,
+      resolveConfirm,
+    ),
+    redriveBox,
+  );
 }
 
 // -------------------------------------------------------------------- order
@@ -481,32 +804,74 @@ async function orderPage(tenant, id) {
 
 // -------------------------------------------------------------------- audit
 
+const AUDIT_ACTIONS = [
+  'reconcile',
+  'resolve',
+  'redrive',
+  'redrive_requested',
+  'redrive_refused',
+  'redrive_unknown',
+  'restore',
+];
+
+/** The audit log, filtered by the server (GET /admin/audit's query parameters). */
 function auditPage() {
+  const field = (id, label, input) => el('label', { for: id }, label, input);
   const tenant = el('input', { id: 'a-tenant', autocomplete: 'off' });
+  const actor = el('input', { id: 'a-actor', autocomplete: 'off' });
+  const action = el(
+    'select',
+    { id: 'a-action' },
+    el('option', { value: '' }, 'any'),
+    ...AUDIT_ACTIONS.map((a) => el('option', { value: a }, a)),
+  );
+  const text = el('input', { id: 'a-text', type: 'search', autocomplete: 'off' });
   const workflow = el('input', { id: 'a-workflow', autocomplete: 'off' });
   const holder = el('div', {}, el('p', { role: 'status' }, 'Loading…'));
   const load = async () => {
     try {
       const res = await api(
         'GET',
-        `/admin/audit${q({ tenant: tenant.value.trim(), workflowId: workflow.value.trim(), limit: 200 })}`,
+        `/admin/audit${q({
+          tenant: tenant.value.trim(),
+          actor: actor.value.trim(),
+          action: action.value,
+          q: text.value.trim(),
+          workflowId: workflow.value.trim(),
+          limit: 200,
+        })}`,
       );
       holder.replaceChildren(
+        el(
+          'p',
+          { class: 'muted', role: 'status' },
+          `${res.data.length} entr${res.data.length === 1 ? 'y' : 'ies'}`,
+        ),
         auditTable(res.data, 'The audit log, newest first; the actor comes from the credential'),
       );
     } catch (err) {
       if (!(err instanceof ApiError && err.status === 401)) holder.replaceChildren(errorLine(err));
     }
   };
-  tenant.addEventListener('change', load);
-  workflow.addEventListener('change', load);
+  for (const input of [tenant, actor, action, text, workflow]) input.addEventListener('change', load);
   render(
     el('h1', {}, 'Audit'),
     el(
-      'div',
-      { class: 'filters' },
-      el('label', { for: 'a-tenant' }, 'Tenant', tenant),
-      el('label', { for: 'a-workflow' }, 'Workflow ID', workflow),
+      'form',
+      {
+        class: 'filters',
+        'aria-label': 'Audit filters',
+        onsubmit: (e) => {
+          e.preventDefault();
+          void load();
+        },
+      },
+      field('a-tenant', 'Tenant', tenant),
+      field('a-actor', 'Actor', actor),
+      field('a-action', 'Action', action),
+      field('a-text', 'Reason, key or workflow contains', text),
+      field('a-workflow', 'Workflow ID', workflow),
+      el('button', { type: 'submit' }, 'Filter'),
     ),
     holder,
   );

@@ -15,7 +15,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfig } from '../src/config.ts';
 import type { OperationState } from '../src/ledger/index.ts';
-import { Operator, OpsError, defaultActor, isOpsError, type AuditEntry } from '../src/ops/index.ts';
+import { Operator, OpsError, Recovery, defaultActor, isOpsError, type AuditEntry } from '../src/ops/index.ts';
 import {
   OPERATOR_NAME,
   generateOperatorToken,
@@ -51,6 +51,8 @@ interface Values {
   json?: boolean;
   apiUrl?: string;
   tokenFile?: string;
+  since?: Date;
+  marginSeconds?: number;
 }
 
 /** What a resolve did, for people: the same line whether it went to the database or the admin API. */
@@ -88,6 +90,15 @@ function reasonText(raw: string): string {
   if (raw.trim() === '')
     throw new InvalidArgumentError('must not be blank: say why, it goes into the audit log');
   return raw;
+}
+
+function instant(raw: string): Date {
+  const d = new Date(raw);
+  if (!/^\d{4}-\d{2}-\d{2}T/.test(raw) || Number.isNaN(d.getTime()))
+    throw new InvalidArgumentError('must be an ISO-8601 time with a zone, e.g. 2026-12-02T14:00:00Z');
+  if (d.getTime() > Date.now())
+    throw new InvalidArgumentError('is in the future: give the time the backup was taken');
+  return d;
 }
 
 function actorName(raw: string): string {
@@ -201,6 +212,23 @@ command('audit', 'The audit log, newest first')
   .option('--tenant <id>', 'tenant ID')
   .option('--workflow <id>', 'workflow ID')
   .option('--limit <n>', 'at most n rows (1 to 1000)', limit);
+
+command(
+  'recover-after-restore',
+  'After restoring the database from a backup taken at --since: rebuild the orders, refunds, create ' +
+    'records and step records it lost, from Temporal and the providers (creates answer 503 meanwhile)',
+  { actor: true },
+)
+  .requiredOption(
+    '--since <time>',
+    'when the restored backup was taken (ISO-8601, e.g. 2026-12-02T14:00:00Z)',
+    instant,
+  )
+  .option(
+    '--margin-seconds <n>',
+    'also rebuild workflows this long before --since (default 300)',
+    nonNegative,
+  );
 
 const operators = program
   .command('operator')
@@ -335,6 +363,8 @@ async function main(
     temporalUi: { url: config.temporal.uiUrl, namespace: config.temporal.namespace },
     source: 'cli',
   });
+  if (command === 'recover-after-restore')
+    return recoverCommand(values, config, pool, resources, actor, warn, out);
   // commander checked the number of arguments; this only names them.
   const [tenantId, operationType, key] = rest as [string, string, string];
 
@@ -529,6 +559,13 @@ async function apiMain(
   const [tenant, type, key] = rest as [string, string, string];
   // The API takes its actor from the token; a claimed --actor would be silently ignored, so say so.
   if (values.actor) warn("--actor is ignored over --api-url: the audit log records the token's operator");
+  if (command === 'recover-after-restore') {
+    throw new OpsError(
+      'invalid_input',
+      'recover-after-restore runs while the API is stopped (or refusing creates), against the database and ' +
+        'Temporal directly: run it without --api-url, with DATABASE_URL and TEMPORAL_ADDRESS set',
+    );
+  }
   switch (command) {
     case 'list': {
       const q = {
@@ -662,6 +699,53 @@ async function apiMain(
     }
   }
   return 2;
+}
+
+/**
+ * recover-after-restore: progress to stderr as it goes, the summary to stdout.
+ * Exit 1 when some workflow could not be rebuilt (the recovery stays pending,
+ * creates keep answering 503, and a second run picks up where this one failed).
+ */
+async function recoverCommand(
+  values: Values,
+  config: ReturnType<typeof loadConfig>,
+  pool: ReturnType<typeof openPool>,
+  resources: Resources,
+  actor: string,
+  warn: (text: string) => void,
+  out: (json: unknown, human: string) => void,
+): Promise<number> {
+  const recovery = new Recovery({
+    pool,
+    ledger: createLedger(pool, config),
+    temporal: openTemporalClient(resources, config),
+    payments: configuredProviders(config).payments,
+    taskQueue: config.temporal.taskQueue,
+  });
+  const summary = await recovery.run({
+    since: values.since!,
+    ...(values.marginSeconds !== undefined ? { marginMs: values.marginSeconds * 1000 } : {}),
+    actor,
+    progress: (line) => warn(line),
+  });
+  const s = summary;
+  out(
+    summary,
+    [
+      `recovery ${s.recoveryId}: ${s.workflows.orders} order and ${s.workflows.refunds} refund workflows since ${s.listedFrom}`,
+      `rows: ${s.rows.restored} restored, ${s.rows.broughtForward} brought forward, ${s.rows.unchanged} unchanged`,
+      `create records: ${s.createRecords.restored} restored, ${s.createRecords.present} present, ` +
+        `${s.createRecords.noMemo} without a memo (started before 0.2.0: a retry of those creates a new order)`,
+      `start intents: ${s.outbox.restored} restored`,
+      `steps: ${s.steps.final} final, ${s.steps.unknown} unknown, ${s.steps.settledExisting} settled, ${s.steps.present} present`,
+      `reconciled: ${s.reconciled.settled} settled, ${s.reconciled.stillUnknown} still unknown, ${s.reconciled.failed} failed`,
+      s.errors.length === 0
+        ? 'done: creates and workers may run again'
+        : `NOT done: ${s.errors.length} workflows failed (the recovery stays pending; run again):\n` +
+          s.errors.map((e) => `  ${e.workflowId}: ${e.error}`).join('\n'),
+    ].join('\n'),
+  );
+  return s.errors.length === 0 ? 0 : 1;
 }
 
 async function operatorCommand(

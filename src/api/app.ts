@@ -15,6 +15,7 @@ import type { Config } from '../config.ts';
 import { withClient, type Pool } from '../db/index.ts';
 import type { Ledger } from '../ledger/index.ts';
 import { ApiKeyAuth, untrustedProxyWarning } from './auth.ts';
+import { RecoveryGate } from '../recovery/gate.ts';
 import type { ApiContext } from './context.ts';
 import { OrderWaits } from './order-waits.ts';
 import { OutboxRelay } from './outbox.ts';
@@ -145,7 +146,7 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
       pollMs: deps.config.api.outboxPollMs,
     });
   const orderWaits = deps.orderWaits ?? new OrderWaits({ pool: deps.pool });
-  const ctx: ApiContext = { ...deps, relay, orderWaits };
+  const ctx: ApiContext = { ...deps, relay, orderWaits, recovery: new RecoveryGate(deps.pool) };
   const limits = deps.config.api;
 
   const app = Fastify({

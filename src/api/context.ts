@@ -5,6 +5,7 @@ import type { Pool } from '../db/index.ts';
 import type { Ledger } from '../ledger/index.ts';
 import type { OrderWaits } from './order-waits.ts';
 import type { OutboxRelay } from './outbox.ts';
+import type { RecoveryGate } from '../recovery/gate.ts';
 
 export interface ApiContext {
   pool: Pool;
@@ -13,6 +14,8 @@ export interface ApiContext {
   config: Config;
   relay: OutboxRelay;
   orderWaits: OrderWaits;
+  /** Whether a recovery after a database restore is pending: creates answer 503 while it is. */
+  recovery: RecoveryGate;
 }
 
 declare module 'fastify' {

@@ -20,6 +20,8 @@ import type { FastifyRequest } from 'fastify';
 import type { PoolClient } from '../db/index.ts';
 import { ProblemError } from '../http/problems.ts';
 import { isLedgerError, type Json, type Ledger, type Scope } from '../ledger/index.ts';
+import { idempotentLedgerInput, type IdempotentRequest } from '../recovery/memo.ts';
+import { RECOVERY_RETRY_AFTER_SECONDS, type RecoveryGate } from '../recovery/gate.ts';
 
 const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
 const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
@@ -89,14 +91,21 @@ function decodeKey(value: string): string {
   );
 }
 
-/** What identifies an idempotent request's content: its fingerprint is taken over all of it. */
-export interface IdempotentRequest {
-  /** Bump when the meaning of a field of the request changes. */
-  schemaVersion: number;
-  method: string;
-  path: string;
-  /** The validated, normalized body. */
-  body: unknown;
+/**
+ * Refuses a create while a recovery after a database restore is pending
+ * (src/recovery/gate.ts): 503 with Retry-After, nothing stored, so a client
+ * that retries under the same key gets its original answer once the
+ * recovery has rebuilt it. Called by every create before its transaction.
+ */
+export async function refuseWhileRecovering(gate: RecoveryGate): Promise<void> {
+  if (!(await gate.pending())) return;
+  throw new ProblemError(
+    'recoveryPending',
+    'The service is recovering from a database restore. Retry later with the same Idempotency-Key: ' +
+      'a request accepted before gets its original answer.',
+    {},
+    { 'retry-after': String(RECOVERY_RETRY_AFTER_SECONDS) },
+  );
 }
 
 /**
@@ -120,9 +129,8 @@ export async function idempotentTransaction<T extends Json>(
   request: IdempotentRequest,
   body: (tx: PoolClient) => Promise<T>,
 ): Promise<{ result: T; replayed: boolean }> {
-  const { schemaVersion, method, path, body: value } = request;
   try {
-    return await ledger.runLocal<T>(scope, { schemaVersion, value: { method, path, body: value } }, body);
+    return await ledger.runLocal<T>(scope, idempotentLedgerInput(request), body);
   } catch (err) {
     throw asProblem(err);
   }

@@ -17,6 +17,7 @@ import { configureLogging, log } from '../log.ts';
 import { answerPrimaryScrapes, createMetrics, startMetricsServer } from '../metrics/index.ts';
 import { listParkedWorkflows } from '../orders/attention.ts';
 import { runProcess, untilAborted } from '../process/run.ts';
+import { detectRestore } from '../recovery/gate.ts';
 import { createLedger, openPool, openTemporalClient } from '../process/wiring.ts';
 import { OutboxRelay } from './outbox.ts';
 import { buildApiServer } from './server.ts';
@@ -60,6 +61,9 @@ await runProcess('api', async ({ resources, stopping, started }) => {
 
   // (A ConfigError from assertNoDemoKeys fails the start-up with its message.)
   await assertNoDemoKeys(pool, config.exposure);
+  // The restore gate's detection rule (src/recovery/gate.ts), before the first request: if the
+  // database lacks orders Temporal has, creates answer 503 until ops recover-after-restore ran.
+  await detectRestore(pool, temporal, config.temporal.taskQueue, `api pid ${process.pid}`);
   // Metrics on a listener of their own (METRICS_BIND_HOST, loopback unless set), never on the
   // API port: they show every tenant's figures. Under node:cluster the primary owns that
   // listener and asks each process for its registry (src/metrics/cluster.ts).

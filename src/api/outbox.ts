@@ -160,6 +160,8 @@ export class OutboxRelay {
             taskQueue: row.task_queue,
             workflowId: row.workflow_id,
             args: [row.input],
+            // What a recovery after a database restore rebuilds the order's create record from.
+            ...(row.memo ? { memo: row.memo } : {}),
             workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
             ...(row.workflow_type === ORDER_WORKFLOW_TYPE
               ? { typedSearchAttributes: orderStartSearchAttributes(row.tenant_id) }

@@ -14,7 +14,14 @@ import type { Json } from '../ledger/index.ts';
  * `redrive_refused` (nothing ran) or `redrive_unknown` (it may still run).
  */
 export type AuditAction =
-  'reconcile' | 'resolve' | 'redrive' | 'redrive_requested' | 'redrive_refused' | 'redrive_unknown';
+  | 'reconcile'
+  | 'resolve'
+  | 'redrive'
+  | 'redrive_requested'
+  | 'redrive_refused'
+  | 'redrive_unknown'
+  /** A workflow's rows and records rebuilt after a database restore (src/ops/recover.ts, migrations/0021). */
+  | 'restore';
 export type AuditSource = 'cli' | 'api';
 /**
  * How the actor was established (migrations/0016): `operator_token`, the
@@ -121,6 +128,14 @@ export interface AuditFilter {
   operationKey?: string;
   tenantId?: string;
   workflowId?: string;
+  /** Exactly this actor (an operator's name, 'admin-token', or a CLI user). */
+  actor?: string;
+  action?: AuditAction;
+  /**
+   * Text anywhere in the reason, the operation key or the workflow ID, case
+   * ignored: what an operator remembers of an action (an order or refund ID, a word of the why).
+   */
+  text?: string;
   limit: number;
 }
 
@@ -131,9 +146,24 @@ export async function selectAudit(db: Queryable, f: AuditFilter): Promise<AuditE
       where ($1::text is null or operation_key = $1)
         and ($2::text is null or tenant_id = $2)
         and ($3::text is null or workflow_id = $3)
+        and ($4::text is null or actor = $4)
+        and ($5::text is null or action = $5)
+        -- strpos, not LIKE: the operator's text is matched as typed, % and _ included.
+        and ($6::text is null
+             or strpos(lower(coalesce(reason, '')), lower($6)) > 0
+             or strpos(lower(coalesce(operation_key, '')), lower($6)) > 0
+             or strpos(lower(coalesce(workflow_id, '')), lower($6)) > 0)
       order by id desc
-      limit $4`,
-    [f.operationKey ?? null, f.tenantId ?? null, f.workflowId ?? null, f.limit],
+      limit $7`,
+    [
+      f.operationKey ?? null,
+      f.tenantId ?? null,
+      f.workflowId ?? null,
+      f.actor ?? null,
+      f.action ?? null,
+      f.text ?? null,
+      f.limit,
+    ],
   );
   return rows.map(toEntry);
 }

@@ -403,7 +403,13 @@ export interface components {
       /** @description How the actor was established: a named operator's token (actor = its name), the shared admin token (actor = 'admin-token'), or self-declared (the CLI's --actor or OS user, and rows before 0016) */
       actorCredential: 'operator_token' | 'admin_token' | 'self_declared';
       action:
-        'reconcile' | 'resolve' | 'redrive' | 'redrive_requested' | 'redrive_refused' | 'redrive_unknown';
+        | 'reconcile'
+        | 'resolve'
+        | 'redrive'
+        | 'redrive_requested'
+        | 'redrive_refused'
+        | 'redrive_unknown'
+        | 'restore';
       reason: string | null;
       tenantId: string;
       operationType: string | null;
@@ -1098,6 +1104,17 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
+      /** @description A recovery after a database restore is pending (recovery-pending; nothing stored): retry after Retry-After with the same Idempotency-Key */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
     };
   };
   getOrder: {
@@ -1408,6 +1425,17 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Seconds until the current window ends */
           'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description A recovery after a database restore is pending (recovery-pending; nothing stored): retry after Retry-After with the same Idempotency-Key */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
           [name: string]: unknown;
         };
         content: {
@@ -2429,6 +2457,19 @@ export interface operations {
         /** @description Tenant ID */
         tenant?: string;
         workflowId?: string;
+        /** @description Only this actor: an operator's name, 'admin-token', or a CLI user */
+        actor?: string;
+        /** @description Only this action */
+        action?:
+          | 'reconcile'
+          | 'resolve'
+          | 'redrive'
+          | 'redrive_requested'
+          | 'redrive_refused'
+          | 'redrive_unknown'
+          | 'restore';
+        /** @description Only entries with this text in the reason, operation key or workflow ID (case ignored) */
+        q?: string;
         limit?: number;
       };
       header?: never;

@@ -85,6 +85,11 @@ export const PROBLEMS = {
   rateLimited: { type: `${BASE}rate-limited`, title: 'Too many requests', status: 429 },
   internal: { type: `${BASE}internal`, title: 'Internal server error', status: 500 },
   unavailable: { type: `${BASE}unavailable`, title: 'A dependency is unavailable', status: 503 },
+  recoveryPending: {
+    type: `${BASE}recovery-pending`,
+    title: 'A recovery after a database restore is pending; retry later with the same Idempotency-Key',
+    status: 503,
+  },
 } as const;
 
 export type ProblemKind = keyof typeof PROBLEMS;

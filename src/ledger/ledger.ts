@@ -955,6 +955,54 @@ export class Ledger {
     return opts.tx ? run(opts.tx) : withTransaction(this.#pool, run);
   }
 
+  // ------------------------------------------------------------------ restore
+
+  /**
+   * Rebuilds one record a database restore lost, from what another system
+   * kept (a workflow's history): a final outcome (`succeeded`/`failed` with
+   * its result), or `unknown` for a step that may have acted, which the next
+   * runExternal takes over and reconciles before it may perform again (and
+   * only inside the key window, counted from `createdAt`). Never overwrites:
+   * returns null when the key already has a record. `downstreamKey` is set
+   * for external steps (the same one the first attempt used, derived from the
+   * scope); local ones (an HTTP create) have none.
+   */
+  async restore(
+    scope: Scope,
+    input: LedgerInput,
+    record: {
+      state: 'succeeded' | 'failed' | 'unknown';
+      external: boolean;
+      result?: Json;
+      providerRef?: string | null;
+      error?: Json;
+      createdAt: Date;
+      completedAt?: Date;
+    },
+    opts: { tx?: Queryable } = {},
+  ): Promise<OperationRecord | null> {
+    const fp = this.#prepare(scope, input);
+    const final = record.state !== 'unknown';
+    if (final && record.result === undefined) {
+      throw new LedgerError('invalid_input', 'a final record needs its result');
+    }
+    const row = {
+      fingerprint: fp,
+      schemaVersion: input.schemaVersion,
+      state: record.state,
+      downstreamKey: record.external ? downstreamKey(scope) : null,
+      providerRef: record.providerRef ?? null,
+      resultJson: final ? toStoredJson(record.result, 'result').text : null,
+      errorJson: record.error === undefined ? null : toStoredJson(record.error, 'error').text,
+      createdAt: record.createdAt,
+      completedAt: final ? (record.completedAt ?? record.createdAt) : null,
+    };
+    const inserted = opts.tx
+      ? await sql.insertRestored(opts.tx, scope, row)
+      : await withClient(this.#pool, (c) => sql.insertRestored(c, scope, row));
+    return inserted ? sql.toRecord(inserted) : null;
+  }
+
   // ------------------------------------------------------------------ reading
 
   async get(scope: Scope, tx?: Queryable): Promise<OperationRecord | null> {

@@ -523,6 +523,51 @@ export async function settleUnowned(
 }
 
 /**
+ * A record rebuilt after a database restore (Ledger.restore): inserted only
+ * where the key has no record, so a second run of the recovery, or a record a
+ * worker wrote since, is never overwritten. Timestamps come from the system
+ * that kept them (Temporal's history), so the key window is counted from the
+ * first attempt, not from the restore.
+ */
+export async function insertRestored(
+  db: Queryable,
+  scope: Scope,
+  r: {
+    fingerprint: string;
+    schemaVersion: number;
+    state: 'succeeded' | 'failed' | 'unknown';
+    downstreamKey: string | null;
+    providerRef: string | null;
+    resultJson: string | null;
+    errorJson: string | null;
+    createdAt: Date;
+    completedAt: Date | null;
+  },
+): Promise<OperationRow | null> {
+  return first<OperationRow>(
+    await db.query<OperationRow>(
+      `insert into operations (tenant_id, operation_type, key, fingerprint, schema_version, state,
+                               downstream_key, provider_ref, result, error, created_at, updated_at, completed_at)
+       values ($1, $2, $3, $4, $5, $6, $7, $8, $9::json, $10::json, $11, now(), $12)
+       on conflict (tenant_id, operation_type, key) do nothing
+       returning ${COLUMNS}`,
+      [
+        ...pk(scope),
+        r.fingerprint,
+        r.schemaVersion,
+        r.state,
+        r.downstreamKey,
+        r.providerRef,
+        r.resultJson,
+        r.errorJson,
+        r.createdAt,
+        r.completedAt,
+      ],
+    ),
+  );
+}
+
+/**
  * The records of these keys of one tenant, oldest first: one primary-key
  * probe per (operation type, key) pair, so the cost does not grow with the
  * tenant's history (a prefix filter on `key` can use only the tenant part of

@@ -71,6 +71,7 @@ import {
   type ActorCredential,
   type AuditAction,
   type AuditEntry,
+  type AuditFilter,
   type AuditSource,
 } from '../audit/sql.ts';
 import {
@@ -872,14 +873,15 @@ export class Operator {
   }
 
   /** Newest first. */
-  async auditLog(
-    opts: { limit?: number; operationKey?: string; tenantId?: string; workflowId?: string } = {},
-  ): Promise<AuditEntry[]> {
+  async auditLog(opts: Partial<AuditFilter> = {}): Promise<AuditEntry[]> {
     return withClient(this.#deps.pool, (c) =>
       selectAudit(c, {
         operationKey: opts.operationKey || undefined,
         tenantId: opts.tenantId || undefined,
         workflowId: opts.workflowId || undefined,
+        actor: opts.actor || undefined,
+        action: opts.action || undefined,
+        text: opts.text || undefined,
         limit: clampLimit(opts.limit),
       }),
     );

@@ -37,6 +37,7 @@ import {
 import {
   AdminOrderView,
   AttentionList,
+  AuditActionName,
   AuditLog,
   OperationList,
   OperationStory,
@@ -534,6 +535,16 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
             key: Type.Optional(Key),
             tenant: Type.Optional(Tenant),
             workflowId: Type.Optional(visible(255)),
+            actor: Type.Optional(
+              text(200, "Only this actor: an operator's name, 'admin-token', or a CLI user"),
+            ),
+            action: Type.Optional(Type.Union(AuditActionName.anyOf, { description: 'Only this action' })),
+            q: Type.Optional(
+              text(
+                200,
+                'Only entries with this text in the reason, operation key or workflow ID (case ignored)',
+              ),
+            ),
             limit: Type.Optional(Limit),
           }),
           response: { 200: ok('Audit entries, newest first', AuditLog), ...errors },
@@ -546,6 +557,9 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
             operationKey: q.key,
             tenantId: q.tenant,
             workflowId: q.workflowId,
+            actor: q.actor,
+            action: q.action,
+            text: q.q,
             limit: q.limit,
           }),
         };

@@ -48,6 +48,17 @@ const OperationListItem = Type.Object(
 
 export const OperationList = Type.Object({ data: Type.Array(OperationListItem) }, { title: 'OperationList' });
 
+/** Every action the audit log records (src/audit/sql.ts); also the audit route's `action` filter. */
+export const AuditActionName = Type.Union([
+  Type.Literal('reconcile'),
+  Type.Literal('resolve'),
+  Type.Literal('redrive'),
+  Type.Literal('redrive_requested'),
+  Type.Literal('redrive_refused'),
+  Type.Literal('redrive_unknown'),
+  Type.Literal('restore'),
+]);
+
 const AuditEntry = Type.Object(
   {
     id: Type.String({ description: 'The audit row ID (bigserial, as a string)' }),
@@ -62,14 +73,7 @@ const AuditEntry = Type.Object(
           "token (actor = 'admin-token'), or self-declared (the CLI's --actor or OS user, and rows before 0016)",
       },
     ),
-    action: Type.Union([
-      Type.Literal('reconcile'),
-      Type.Literal('resolve'),
-      Type.Literal('redrive'),
-      Type.Literal('redrive_requested'),
-      Type.Literal('redrive_refused'),
-      Type.Literal('redrive_unknown'),
-    ]),
+    action: AuditActionName,
     reason: Nullable(Str),
     tenantId: Str,
     operationType: Nullable(Str),

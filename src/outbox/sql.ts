@@ -21,6 +21,8 @@ export interface OutboxRow {
   started_at: Date | null;
   /** The accepting request's W3C trace context (src/tracing); null when tracing was off. */
   trace_context: TraceCarrier | null;
+  /** The workflow's memo: what a recovery after a restore needs (src/recovery/memo.ts); null on older rows. */
+  memo: Record<string, unknown> | null;
 }
 
 export interface NewOutboxRow {
@@ -31,6 +33,8 @@ export interface NewOutboxRow {
   taskQueue: string;
   input: OrderWorkflowInput | RefundWorkflowInput;
   traceContext?: TraceCarrier | null;
+  /** Started with the workflow as its memo (src/recovery/memo.ts). */
+  memo?: Record<string, unknown> | null;
   /** Inserted already claimed by the inserting process for this long (see insertOutbox). */
   claimedForMs?: number;
 }
@@ -46,8 +50,8 @@ export interface NewOutboxRow {
 export async function insertOutbox(db: Queryable, r: NewOutboxRow): Promise<OutboxRow> {
   await db.query({
     text: `insert into workflow_outbox (workflow_id, tenant_id, order_id, workflow_type, task_queue, input,
-                                        trace_context, next_attempt_at)
-           values ($1, $2, $3, $4, $5, $6, $7, now() + $8::integer * interval '1 millisecond')`,
+                                        trace_context, next_attempt_at, memo)
+           values ($1, $2, $3, $4, $5, $6, $7, now() + $8::integer * interval '1 millisecond', $9)`,
     values: [
       r.workflowId,
       r.tenantId,
@@ -57,6 +61,7 @@ export async function insertOutbox(db: Queryable, r: NewOutboxRow): Promise<Outb
       JSON.stringify(r.input),
       r.traceContext ? JSON.stringify(r.traceContext) : null,
       Math.max(0, Math.round(r.claimedForMs ?? 0)),
+      r.memo ? JSON.stringify(r.memo) : null,
     ],
   });
   return outboxRowOf(r);
@@ -74,11 +79,12 @@ function outboxRowOf(r: NewOutboxRow): OutboxRow {
     attempts: 0,
     started_at: null,
     trace_context: r.traceContext ?? null,
+    memo: r.memo ?? null,
   };
 }
 
 const OUTBOX_COLUMNS = `workflow_id, tenant_id, order_id, workflow_type, task_queue, input, attempts, started_at,
-  trace_context`;
+  trace_context, memo`;
 
 /**
  * Claims up to `limit` due, unstarted rows of every task queue, in one
@@ -109,7 +115,7 @@ export async function claimDueOutbox(db: Queryable, limit: number, leaseMs: numb
        from due
       where o.workflow_id = due.workflow_id
      returning o.workflow_id, o.tenant_id, o.order_id, o.workflow_type, o.task_queue, o.input, o.attempts,
-               o.started_at, o.trace_context`,
+               o.started_at, o.trace_context, o.memo`,
     [limit, leaseMs],
   );
   return rows;
@@ -191,4 +197,32 @@ export async function selectOutboxBacklog(db: Queryable): Promise<OutboxBacklog>
        from workflow_outbox where started_at is null`,
   );
   return { unstarted: rows[0]?.unstarted ?? 0, oldestUnstartedSeconds: rows[0]?.oldest ?? null };
+}
+
+/**
+ * The start intent of a workflow Temporal already runs, rebuilt after a
+ * database restore (src/ops/recover.ts): recorded as started, so no relay
+ * starts it again (which would be harmless, but noisy). Never overwrites.
+ */
+export async function insertStartedOutbox(
+  db: Queryable,
+  r: Omit<NewOutboxRow, 'claimedForMs' | 'traceContext'> & { startedAt: Date },
+): Promise<boolean> {
+  const { rowCount } = await db.query(
+    `insert into workflow_outbox (workflow_id, tenant_id, order_id, workflow_type, task_queue, input,
+                                  started_at, memo)
+     values ($1, $2, $3, $4, $5, $6, $7, $8)
+     on conflict (workflow_id) do nothing`,
+    [
+      r.workflowId,
+      r.tenantId,
+      r.orderId,
+      r.workflowType,
+      r.taskQueue,
+      JSON.stringify(r.input),
+      r.startedAt,
+      r.memo ? JSON.stringify(r.memo) : null,
+    ],
+  );
+  return rowCount === 1;
 }

@@ -24,6 +24,7 @@ import {
   downstreamKey,
   isLedgerError,
   type ExternalRunOptions,
+  type LedgerInput,
   type Ledger,
   type OperationRecord,
   type ReconcileOutcome,
@@ -191,6 +192,21 @@ function chargeRequest(input: ChargeInput): ChargeRequest {
   };
 }
 
+/** What a charge's record is fingerprinted by (also how a recovery after a restore rebuilds it). */
+export function chargeLedgerInput(
+  input: Pick<ChargeInput, 'orderId' | 'amount' | 'currency' | 'paymentMethod'>,
+): LedgerInput {
+  return {
+    schemaVersion: 1,
+    value: {
+      orderId: input.orderId,
+      amount: input.amount,
+      currency: input.currency,
+      paymentMethod: input.paymentMethod,
+    },
+  };
+}
+
 /**
  * Charges once per operation key. Throws the ledger's errors (outcome_unknown,
  * in_progress, ownership_lost, conflict) and a definite ProviderError (the
@@ -204,15 +220,7 @@ export async function runCharge(
   const keyWindowMs = stepKeyWindowMs(deps.payments.capabilities, deps.keyWindowMs);
   const run = await deps.ledger.runExternal<ChargeJson>(
     chargeScope(input),
-    {
-      schemaVersion: 1,
-      value: {
-        orderId: input.orderId,
-        amount: input.amount,
-        currency: input.currency,
-        paymentMethod: input.paymentMethod,
-      },
-    },
+    chargeLedgerInput(input),
     {
       perform: async ({ downstreamKey: dk }) =>
         chargeOutcome(await deps.payments.createCharge(chargeRequest(input), dk)),

@@ -16,6 +16,7 @@
 import {
   MAX_TIMER_MS,
   type ExternalRunOptions,
+  type LedgerInput,
   type Ledger,
   type OperationRecord,
   type ReconcileOutcome,
@@ -107,6 +108,11 @@ function formatMoney(amount: number, currency: string): string {
   return `${(amount / 100).toFixed(2)} ${currency.toUpperCase()}`;
 }
 
+/** What a receipt's record is fingerprinted by (also how a recovery after a restore rebuilds it). */
+export function receiptLedgerInput(input: Pick<ReceiptInput, 'orderId' | 'to' | 'chargeId'>): LedgerInput {
+  return { schemaVersion: 1, value: { orderId: input.orderId, to: input.to, chargeId: input.chargeId } };
+}
+
 /** Sends the receipt once per operation key. Errors as runCharge's. */
 export async function runReceipt(
   deps: ReceiptStepDeps,
@@ -116,7 +122,7 @@ export async function runReceipt(
   const keyWindowMs = receiptKeyWindowMs(deps.email, deps.keyWindowMs);
   const run = await deps.ledger.runExternal<MessageJson>(
     receiptScope(input),
-    { schemaVersion: 1, value: { orderId: input.orderId, to: input.to, chargeId: input.chargeId } },
+    receiptLedgerInput(input),
     {
       perform: async ({ downstreamKey: dk }) =>
         messageOutcome(
@@ -150,6 +156,16 @@ export interface RefundReceiptInput {
   providerRefundId: string;
 }
 
+/** What a refund receipt's record is fingerprinted by (also how a recovery rebuilds it). */
+export function refundReceiptLedgerInput(
+  input: Pick<RefundReceiptInput, 'refundId' | 'to' | 'providerRefundId'>,
+): LedgerInput {
+  return {
+    schemaVersion: 1,
+    value: { refundId: input.refundId, to: input.to, providerRefundId: input.providerRefundId },
+  };
+}
+
 /** Sends the refund receipt once per operation key: the order receipt's rules, its own operation type. */
 export async function runRefundReceipt(
   deps: ReceiptStepDeps,
@@ -158,10 +174,7 @@ export async function runRefundReceipt(
 ): Promise<ReceiptResult> {
   const run = await deps.ledger.runExternal<MessageJson>(
     { tenantId: input.tenantId, operationType: REFUND_OPERATION_TYPES.receipt, key: input.key },
-    {
-      schemaVersion: 1,
-      value: { refundId: input.refundId, to: input.to, providerRefundId: input.providerRefundId },
-    },
+    refundReceiptLedgerInput(input),
     {
       perform: async ({ downstreamKey: dk }) =>
         messageOutcome(

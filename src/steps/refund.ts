@@ -14,6 +14,7 @@ import {
   downstreamKey,
   isLedgerError,
   type ExternalRunOptions,
+  type LedgerInput,
   type Ledger,
   type OperationRecord,
   type ReconcileOutcome,
@@ -166,6 +167,21 @@ export function settledRefund(outcome: 'succeeded' | 'failed', refundId: string 
   return { refundId, status: outcome };
 }
 
+/** What a provider refund's record is fingerprinted by (also how a recovery after a restore rebuilds it). */
+export function refundLedgerInput(
+  input: Pick<RefundInput, 'refundId' | 'chargeId' | 'amount' | 'currency'>,
+): LedgerInput {
+  return {
+    schemaVersion: 1,
+    value: {
+      refundId: input.refundId,
+      chargeId: input.chargeId,
+      amount: input.amount,
+      currency: input.currency,
+    },
+  };
+}
+
 /**
  * Refunds once per operation key. Throws the ledger's errors and a definite
  * ProviderError (the claim was released: the provider refused the refund
@@ -180,15 +196,7 @@ export async function runRefund(
   const request = refundRequest(input);
   const run = await deps.ledger.runExternal<RefundJson>(
     refundScope(input),
-    {
-      schemaVersion: 1,
-      value: {
-        refundId: input.refundId,
-        chargeId: input.chargeId,
-        amount: input.amount,
-        currency: input.currency,
-      },
-    },
+    refundLedgerInput(input),
     {
       perform: async ({ downstreamKey: dk }) => refundOutcome(await deps.payments.createRefund(request, dk)),
       reconcile: refundReconciler(deps.payments, input, { request, keyWindowMs }),

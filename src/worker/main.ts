@@ -16,6 +16,7 @@ import { configureLogging, log, temporalSdkLogger } from '../log.ts';
 import { createMetrics, startMetricsServer } from '../metrics/index.ts';
 import { installWorkerRuntime } from '../metrics/worker-runtime.ts';
 import { runProcess } from '../process/run.ts';
+import { detectRestore, waitWhileRecoveryPending } from '../recovery/gate.ts';
 import { startTracing } from '../tracing/index.ts';
 import { createLedger, openPool, openTemporalClient, configuredProviders } from '../process/wiring.ts';
 
@@ -88,6 +89,11 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
     windowMs: config.retention.windowMs,
     intervalMs: config.retention.intervalMs,
   });
+  // The restore gate (src/recovery/gate.ts): no step runs while the database may lack the records
+  // a restore lost. Detection first (Temporal has order workflows the database doesn't), then wait
+  // out any pending recovery before the first poll.
+  await detectRestore(pool, client, config.temporal.taskQueue, `worker pid ${process.pid}`);
+  await waitWhileRecoveryPending(pool, { signal: stopping });
   // A signal during start-up: nothing is running yet, so just close what is open.
   if (stopping.aborted) return;
   // worker.run() also handles SIGINT/SIGTERM itself (the SDK's graceful shutdown) and resolves once drained.

@@ -6,8 +6,10 @@
  * the Attention page, its re-drive previewed and confirmed, and it completes
  * with the audit row shown; an unknown charge is resolved with a reason; the
  * console refuses a missing, revoked or tenant credential, and a cross-site
- * form post to an action carries no credential and changes nothing. Every
- * page passes axe-core. Screenshots go to test-results/; with
+ * form post to an action carries no credential and changes nothing. A
+ * refund parked through sandbox faults is on the Attention page with its
+ * actions, re-driven from there with its audit row shown, and the Audit page
+ * narrows to it by its filters. Every page passes axe-core. Screenshots go to test-results/; with
  * UPDATE_DOCS_IMAGES=1 also to docs/images/ (docs/OPERATIONS.md shows them).
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -27,7 +29,10 @@ import {
   insertOperator,
   revokeOperator,
 } from '../../src/operators/sql.ts';
+import { downstreamKey } from '../../src/ledger/index.ts';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
+import { startRefund } from '../support/refunds.ts';
+import { until } from '../support/wait.ts';
 import { launchChromium } from '../support/chromium.ts';
 import { testConfig } from '../api/support.ts';
 import { uniq } from '../support/env.ts';
@@ -266,6 +271,138 @@ it('a cross-site form post to an action carries no credential: 401, nothing audi
   expect((await stack.orderRow({ tenantId: 'acme', orderId } as never)).status).toBe('needs_attention');
   await page.close();
   await stack.clearFaults();
+});
+
+/** A completed order's refund, parked: the provider never got it and could not be asked until the horizon. */
+async function parkedRefund(): Promise<{
+  orderId: string;
+  refundId: string;
+  workflowId: string;
+  key: string;
+}> {
+  const { input, handle } = await stack.startOrder({ orderId: uniq('ord'), amount: 3000 });
+  expect((await handle.result()).status).toBe('completed');
+  const chargeId = (await stack.orderRow(input)).charge_id!;
+  await stack.fault('refunds.create', 'fail_before', 1);
+  await stack.fault('refunds.lookup', 'fail_before', 10_000);
+  try {
+    const r = await startRefund(stack, { input, chargeId }, 1200);
+    await until(
+      `refund ${r.refundId} parked`,
+      () => r.handle.query<{ awaitingOperator: boolean }>('refundStatus'),
+      {
+        done: (s) => s.awaitingOperator,
+        timeoutMs: 60_000,
+        intervalMs: 200,
+      },
+    );
+    expect(await refundStatus(r.refundId)).toBe('needs_attention');
+    return { orderId: input.orderId, refundId: r.refundId, workflowId: r.workflowId, key: r.scope.key };
+  } finally {
+    await stack.clearFaults();
+  }
+}
+
+const refundStatus = async (refundId: string) =>
+  (
+    await stack.pool.query<{ status: string }>(
+      `select status from refunds where tenant_id = 'acme' and id = $1`,
+      [refundId],
+    )
+  ).rows[0]?.status;
+
+it('a parked refund is on the Attention page: filtered, previewed, re-driven with its audit row; the Audit page narrows to it', async () => {
+  const refund = await parkedRefund();
+
+  // First, with axe (its context bypasses the CSP to inject it): the page with refunds and the refund's actions.
+  {
+    const { page } = await openConsole({ axe: true });
+    await signIn(page, operatorToken);
+    await page.getByRole('button', { name: refund.refundId }).waitFor({ timeout: 30_000 });
+    await axe(page, 'attention with refunds');
+    await page.getByRole('button', { name: refund.refundId }).click();
+    await page.getByRole('button', { name: 'Preview refund re-drive' }).click();
+    await page.locator('li[data-step="refund"]').waitFor();
+    await shoot(page, 'console-refund');
+    await axe(page, 'refund actions');
+    await page.context().close();
+  }
+
+  const { page, problems } = await openConsole();
+  await signIn(page, operatorToken);
+  const row = page.locator(`tr[data-refund-id="${refund.refundId}"]`);
+  await row.waitFor({ timeout: 30_000 });
+  const cells = await row.locator('td').allTextContents();
+  expect(cells.slice(0, 5)).toEqual([refund.refundId, refund.orderId, 'acme', 'needs_attention', '1200 usd']);
+  // The reason filter covers both lists: a refund status hides every order (one is parked from the test above).
+  const orderRows = page.locator('table').first().locator('tbody a');
+  expect(await orderRows.count()).toBeGreaterThan(0);
+  await page.getByLabel('Reason').selectOption('refund:needs_attention');
+  expect(await orderRows.count()).toBe(0);
+  expect(await row.isVisible()).toBe(true);
+  // The tenant filter is the server's: another tenant has none of these.
+  await page.getByLabel('Tenant').fill('nobody');
+  await page.getByLabel('Tenant').press('Enter');
+  await page.getByText('No refund needs attention.').waitFor();
+  await page.getByLabel('Tenant').fill('acme');
+  await page.getByLabel('Tenant').press('Enter');
+  await row.waitFor();
+
+  // Preview first: the provider never saw the key, so the re-drive makes the refund under the same one.
+  await page.getByRole('button', { name: refund.refundId }).click();
+  expect(await page.locator('#refund-status').textContent()).toBe('needs_attention');
+  const confirm = page.getByRole('button', { name: 'Confirm refund re-drive' });
+  await page.locator('#refund-redrive-reason').fill('refund provider recovered (console test)');
+  expect(await confirm.isDisabled()).toBe(true); // not previewed yet
+  await page.getByRole('button', { name: 'Preview refund re-drive' }).click();
+  const effect = page.locator('li[data-step="refund"]');
+  await effect.waitFor();
+  const dk = downstreamKey({ tenantId: 'acme', operationType: 'payment.refund', key: refund.key });
+  expect(await effect.textContent()).toMatch(/has no refund under this step's downstream key/);
+  expect(await effect.textContent()).toContain(`under the same key (${dk})`);
+  // A resolve as succeeded contradicts the provider: the page says so and will not confirm it.
+  await page.getByLabel('Refund outcome').selectOption('succeeded');
+  await page.locator('#refund-resolve-reason').fill('would be wrong');
+  expect(await page.getByRole('button', { name: 'Confirm refund resolve' }).isDisabled()).toBe(true);
+
+  await confirm.click();
+  await page.getByText(/Refund re-drive accepted/).waitFor({ timeout: 30_000 });
+  const auditRow = page.locator('#refund-panel tr[data-audit-id]');
+  expect(await auditRow.count()).toBe(1);
+  const written = await auditRow.locator('td').allTextContents();
+  expect([written[2], written[3], written[4], written[6]]).toEqual([
+    operatorName,
+    'operator_token',
+    'redrive',
+    refund.workflowId,
+  ]);
+  await until(`refund ${refund.refundId} succeeded`, () => refundStatus(refund.refundId), {
+    done: (s) => s === 'succeeded',
+    timeoutMs: 60_000,
+    intervalMs: 200,
+  });
+  const made = (await (
+    await fetch(`${stack.sandbox.url}/_sandbox/refunds?order_id=${encodeURIComponent(refund.orderId)}`)
+  ).json()) as { data: { idempotency_key: string }[] };
+  expect(made.data.map((r) => r.idempotency_key)).toEqual([dk]); // made once, under the step's key
+
+  // The Audit page: everything, then narrowed by the server to this refund's re-drive result.
+  await page.getByRole('link', { name: 'Audit' }).click();
+  const entries = page.locator('table.audit tbody tr[data-audit-id]');
+  await entries.first().waitFor();
+  const all = await entries.count();
+  expect(all).toBeGreaterThan(2); // the other tests' actions, and this refund's intent and result
+  await page.getByLabel('Actor').fill(operatorName);
+  await page.getByLabel('Action').selectOption('redrive');
+  await page.getByLabel(/Reason, key or workflow contains/).fill(refund.refundId.toUpperCase()); // case ignored
+  await page.getByRole('button', { name: 'Filter' }).click();
+  await page.getByText(/^1 entry$/).waitFor();
+  expect(await entries.count()).toBe(1);
+  const only = await entries.first().locator('td').allTextContents();
+  expect(only[0]).toBe(written[0]); // the very row the action showed
+  await shoot(page, 'console-audit-filtered');
+  expect(problems).toEqual([]);
+  await page.context().close();
 });
 
 it('every page passes axe-core, and the Audit page lists actions with their actors', async () => {

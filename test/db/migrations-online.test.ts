@@ -27,11 +27,12 @@ const GRANDFATHERED = new Set([1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14]);
 
 /** The SQL without comments, string literals or dollar-quoted bodies, split into statements. */
 function statements(sql: string): string[] {
-  const text = sql
-    .replace(/\$([A-Za-z_]*)\$[\s\S]*?\$\1\$/g, "''") // function bodies
-    .replace(/'(?:[^']|'')*'/g, "''") // string literals
-    .replace(/--[^\n]*/g, ' ')
-    .replace(/\/\*[\s\S]*?\*\//g, ' ');
+  // One left-to-right pass, so whichever starts first wins: an apostrophe inside a comment
+  // ("the order's row") must not open a string that swallows the statements after it, and a
+  // `--` inside a string must not start a comment.
+  const text = sql.replace(/\$([A-Za-z_]*)\$[\s\S]*?\$\1\$|'(?:[^']|'')*'|--[^\n]*|\/\*[\s\S]*?\*\//g, (m) =>
+    m.startsWith('--') || m.startsWith('/*') ? ' ' : "''",
+  );
   return text
     .split(';')
     .map((s) => s.replace(/\s+/g, ' ').trim())
@@ -382,6 +383,16 @@ describe('the checker', () => {
     expect(lockingForms('ALTER TABLE orders ADD COLUMN note text;')).toEqual([
       "a file that locks an existing table must SET LOCAL lock_timeout first (e.g. '5s')",
     ]);
+  });
+
+  it('reads an apostrophe in a comment as a comment, not as the start of a string', () => {
+    // Before the one-pass scan, "order's" opened a string literal up to the next quote and
+    // the locking statement inside it went unseen.
+    const sql =
+      "SET LOCAL lock_timeout = '5s';\n-- the order's total\nALTER TABLE orders ALTER COLUMN amount TYPE numeric;\n-- it's done\n";
+    expect(lockingForms(sql).join('\n')).toMatch(/rewrites the table/);
+    // ...and a `--` inside a string literal is not a comment.
+    expect(lockingForms("SET LOCAL lock_timeout = '5s';\nCOMMENT ON TABLE orders IS 'a -- b';")).toEqual([]);
   });
 
   it.each([

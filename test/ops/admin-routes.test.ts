@@ -10,6 +10,8 @@ import { opsRoutes, type AuditEntry } from '../../src/ops/index.ts';
 import { generateApiKey, hashApiKey } from '../../src/api/auth.ts';
 import { insertApiKey } from '../../src/tenants/sql.ts';
 import { PROBLEMS } from '../../src/http/problems.ts';
+import { insertAudit, type AuditAction } from '../../src/audit/sql.ts';
+import { uniq } from '../support/env.ts';
 import { testOperator, unknownCharge } from './support.ts';
 
 const ADMIN_TOKEN = 'admin_test_token_0123456789abcdef';
@@ -274,5 +276,65 @@ describe('admin routes', () => {
       detail: expect.any(String),
     });
     expect(res.body).not.toContain('/admin/operation');
+  });
+  it('the audit log filters by actor, action and text (reason, key or workflow ID), in the database', async () => {
+    const tenant = uniq('audit');
+    const row = (
+      actor: string,
+      action: AuditAction,
+      reason: string,
+      workflowId: string,
+      key: string | null,
+    ) =>
+      insertAudit(stack.pool, {
+        actor,
+        source: 'api',
+        actorCredential: 'operator_token',
+        action,
+        reason,
+        tenantId: tenant,
+        operationType: key ? 'payment.refund' : null,
+        operationKey: key,
+        workflowId,
+        before: null,
+        after: null,
+      });
+    const a = await row('alice', 'redrive', 'Provider BACK up', `refund/${tenant}/re_one`, null);
+    const b = await row(
+      'bob',
+      'resolve',
+      'support said 100%',
+      `refund/${tenant}/re_two`,
+      `refund/${tenant}/re_two/refund`,
+    );
+    const c = await row(
+      'alice',
+      'reconcile',
+      'routine',
+      `order/${tenant}/ord_three`,
+      `order/${tenant}/ord_three/charge`,
+    );
+    const ids = async (query: string) => {
+      const res = await app.inject({
+        method: 'GET',
+        url: `/admin/audit?tenant=${tenant}&${query}`,
+        headers: admin,
+      });
+      expect(res.statusCode, query).toBe(200);
+      return res.json<{ data: AuditEntry[] }>().data.map((e) => e.id);
+    };
+    expect(await ids('')).toEqual([c.id, b.id, a.id]);
+    expect(await ids('actor=alice')).toEqual([c.id, a.id]);
+    expect(await ids('action=resolve')).toEqual([b.id]);
+    expect(await ids('actor=alice&action=redrive')).toEqual([a.id]);
+    expect(await ids('q=back%20UP')).toEqual([a.id]); // the reason, case ignored
+    expect(await ids('q=RE_TWO')).toEqual([b.id]); // the key and workflow ID
+    expect(await ids('q=ord_three')).toEqual([c.id]);
+    expect(await ids('q=100%25')).toEqual([b.id]); // % is text, not a pattern
+    expect(await ids('q=%25')).toEqual([b.id]);
+    expect(await ids('actor=nobody')).toEqual([]);
+    const bad = await app.inject({ method: 'GET', url: '/admin/audit?action=delete', headers: admin });
+    expect(bad.statusCode).toBe(400);
+    expect(bad.headers['content-type']).toContain('application/problem+json');
   });
 });

@@ -23,7 +23,7 @@ import {
   type OrderItem,
 } from '../../orders/model.ts';
 import type { ApiContext } from '../context.ts';
-import { idempotentTransaction, readIdempotencyKey } from '../idempotency.ts';
+import { idempotentTransaction, readIdempotencyKey, refuseWhileRecovering } from '../idempotency.ts';
 import { ProblemError } from '../../http/problems.ts';
 import {
   CreateOrderBody,
@@ -48,6 +48,7 @@ import {
 import { readOrderStepRecords } from '../../orders/step-records.ts';
 import { getOrder, insertAcceptedOrder, listOrders, type OrderRow } from '../../orders/sql.ts';
 import { insertOutbox, type OutboxRow } from '../../outbox/sql.ts';
+import { createMemo } from '../../recovery/memo.ts';
 import { ORDER_WORKFLOW_TYPE } from '../outbox.ts';
 import { requestSpan, requestTraceCarrier } from '../../tracing/index.ts';
 
@@ -186,10 +187,16 @@ async function createOrderOnce(
 ): Promise<{ result: StoredResponse; replayed: boolean; startIntent?: OutboxRow }> {
   const tenantId = request.tenantId!;
   let startIntent: OutboxRow | undefined;
+  const createRequest = {
+    schemaVersion: CREATE_ORDER_SCHEMA_VERSION,
+    method: 'POST',
+    path: CREATE_ORDER_PATH,
+    body: order,
+  };
   const { result, replayed } = await idempotentTransaction<StoredResponse>(
     ledger,
     { tenantId, operationType: OPERATION_TYPES.createOrder, key },
-    { schemaVersion: CREATE_ORDER_SCHEMA_VERSION, method: 'POST', path: CREATE_ORDER_PATH, body: order },
+    createRequest,
     async (tx) => {
       const orderId = newOrderId();
       const workflowId = orderWorkflowId(tenantId, orderId);
@@ -218,6 +225,11 @@ async function createOrderOnce(
         );
       }
       const row = inserted.row;
+      const response: StoredResponse = {
+        statusCode: 202,
+        headers: { location: `/v1/orders/${orderId}` },
+        body: orderView(row),
+      };
       startIntent = await insertOutbox(tx, {
         workflowId,
         tenantId,
@@ -236,8 +248,16 @@ async function createOrderOnce(
         traceContext: requestTraceCarrier(request),
         // Claimed for this API's relay, which starts it right after commit: see outbox.ts.
         claimedForMs: relay.claimForKickMs,
+        // This record, for a recovery after a database restore (src/recovery/memo.ts).
+        memo: createMemo({
+          operationType: OPERATION_TYPES.createOrder,
+          key,
+          request: createRequest,
+          response,
+          createdAt: row.created_at.toISOString(),
+        }),
       });
-      return { statusCode: 202, headers: { location: `/v1/orders/${orderId}` }, body: orderView(row) };
+      return response;
     },
   );
   return replayed ? { result, replayed } : { result, replayed, startIntent };
@@ -290,6 +310,11 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
             RATE_LIMIT_HEADERS,
           ),
           429: TOO_MANY_REQUESTS,
+          503: problemResponse(
+            'A recovery after a database restore is pending (recovery-pending; nothing stored): retry ' +
+              'after Retry-After with the same Idempotency-Key',
+            always(RETRY_AFTER_HEADER),
+          ),
         },
       },
     },
@@ -297,6 +322,7 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
       // Validation only: a request refused here stores nothing, so a corrected retry runs normally.
       const key = readIdempotencyKey(request);
       const order = normalizeCreateOrder(request.body);
+      await refuseWhileRecovering(ctx.recovery);
       const { result, replayed, startIntent } = await createOrderOnce(ctx, request, key, order);
       // After commit: nothing below writes, and a replay repeats none of it but the answer.
       // Searchable in a trace viewer: the order's trace by its workflow ID.

@@ -21,7 +21,7 @@ import { randomBytes } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { withClient } from '../../db/index.ts';
 import type { ApiContext } from '../context.ts';
-import { idempotentTransaction, readIdempotencyKey } from '../idempotency.ts';
+import { idempotentTransaction, readIdempotencyKey, refuseWhileRecovering } from '../idempotency.ts';
 import { ProblemError } from '../../http/problems.ts';
 import {
   CreateOrderHeaders,
@@ -55,6 +55,7 @@ import {
   type RefundRow,
 } from '../../refunds/sql.ts';
 import { getOrder } from '../../orders/sql.ts';
+import { createMemo } from '../../recovery/memo.ts';
 import { insertOutbox, type OutboxRow } from '../../outbox/sql.ts';
 import { requestSpan, requestTraceCarrier } from '../../tracing/index.ts';
 
@@ -138,6 +139,11 @@ export const refundRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = asyn
             RATE_LIMIT_HEADERS,
           ),
           429: TOO_MANY_REQUESTS,
+          503: problemResponse(
+            'A recovery after a database restore is pending (recovery-pending; nothing stored): retry ' +
+              'after Retry-After with the same Idempotency-Key',
+            always(RETRY_AFTER_HEADER),
+          ),
         },
       },
     },
@@ -149,16 +155,18 @@ export const refundRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = asyn
         amount: request.body.amount,
         ...(request.body.reason !== undefined ? { reason: request.body.reason } : {}),
       };
+      await refuseWhileRecovering(ctx.recovery);
       let startIntent: OutboxRow | undefined;
+      const createRequest = {
+        schemaVersion: CREATE_REFUND_SCHEMA_VERSION,
+        method: 'POST',
+        path: `/v1/orders/${orderId}/refunds`,
+        body: refund,
+      };
       const { result, replayed } = await idempotentTransaction<StoredResponse>(
         ledger,
         { tenantId, operationType: REFUND_OPERATION_TYPES.createRefund, key },
-        {
-          schemaVersion: CREATE_REFUND_SCHEMA_VERSION,
-          method: 'POST',
-          path: `/v1/orders/${orderId}/refunds`,
-          body: refund,
-        },
+        createRequest,
         async (tx) => {
           const reserved = await reserveRefund(tx, { tenantId, orderId, amount: refund.amount });
           if (reserved.refused === 'no_order') throw new ProblemError('notFound', 'No order with this ID.');
@@ -192,6 +200,11 @@ export const refundRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = asyn
             currency: reserved.currency,
             reason: refund.reason ?? null,
           });
+          const response: StoredResponse = {
+            statusCode: 202,
+            headers: { location: `/v1/orders/${orderId}/refunds/${refundId}` },
+            body: refundView(row),
+          };
           startIntent = await insertOutbox(tx, {
             workflowId,
             tenantId,
@@ -210,12 +223,16 @@ export const refundRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = asyn
             },
             traceContext: requestTraceCarrier(request),
             claimedForMs: relay.claimForKickMs,
+            // This record, for a recovery after a database restore (src/recovery/memo.ts).
+            memo: createMemo({
+              operationType: REFUND_OPERATION_TYPES.createRefund,
+              key,
+              request: createRequest,
+              response,
+              createdAt: row.created_at.toISOString(),
+            }),
           });
-          return {
-            statusCode: 202,
-            headers: { location: `/v1/orders/${orderId}/refunds/${refundId}` },
-            body: refundView(row),
-          };
+          return response;
         },
       );
       requestSpan(request)?.setAttribute('onceflow.workflow_id', result.body.workflowId);

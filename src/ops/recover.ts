@@ -1,0 +1,632 @@
+/**
+ * Recovery after a database restore (`ops recover-after-restore --since T0`,
+ * docs/OPERATIONS.md "Backup and restore").
+ *
+ * onceflow's database restored to a backup taken at T0 has lost what was
+ * written after T0: orders and refunds, their create (Idempotency-Key)
+ * records, their start intents and their step records. The two other parties
+ * kept theirs: Temporal its workflows and histories, the providers their
+ * charges, refunds and messages. This rebuilds the database's part from
+ * them, for every order and refund workflow that could have written after
+ * T0 (started or closed after T0 minus a margin, or still running):
+ *
+ * - the row, from the create memo the accepting request left on the
+ *   workflow (src/recovery/memo.ts), or from the workflow's input when it
+ *   has none; its status from the workflow's OrderStatus search attribute;
+ * - the create record, from the memo: same key, same request, same stored
+ *   202, so a client's retry replays its original answer;
+ * - the start intent, recorded as started;
+ * - each external step (charge, receipt, refund, refund receipt) the history
+ *   shows: final where the history has its outcome (the activity's result,
+ *   or a settled reconcile/settle); `unknown` where an attempt may have
+ *   acted and the history has no outcome. An `unknown` record is never
+ *   performed again before it is reconciled (the ledger's takeover rule), and
+ *   its key window counts from the first attempt's time in the history, so a
+ *   step whose provider key window has passed parks for an operator instead
+ *   of charging again. Charges and refunds restored `unknown` are reconciled
+ *   with the provider here, at once.
+ *
+ * Rules: nothing is overwritten (every insert is ON CONFLICT DO NOTHING;
+ * a surviving row is only brought forward to its workflow's status), so a
+ * second run changes nothing; each rebuilt workflow leaves an audit row
+ * (`restore`); the run is declared first (the restore gate: creates answer
+ * 503 and workers wait) and cleared last, with its summary.
+ * Local status steps are not rebuilt: the row's status comes from the
+ * workflow, and a status step that runs again finds the row there.
+ */
+import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
+import type { temporal } from '@temporalio/proto';
+import { withClient, withTransaction, type Pool } from '../db/index.ts';
+import type { Json, Ledger, LedgerInput, OperationRecord, Scope } from '../ledger/index.ts';
+import { OPERATION_TYPES, type OrderWorkflowInput } from '../orders/model.ts';
+import { OrderLastErrorKey, OrderStatusKey } from '../orders/contract.ts';
+import {
+  REFUND_OPERATION_TYPES,
+  REFUND_WORKFLOW_TYPE,
+  type RefundWorkflowInput,
+} from '../refunds/contract.ts';
+import { insertAudit } from '../audit/sql.ts';
+import { insertStartedOutbox } from '../outbox/sql.ts';
+import { idempotentLedgerInput, readCreateMemo, type CreateMemo } from '../recovery/memo.ts';
+import {
+  completeRecovery,
+  declareRecovery,
+  insertRestoredOrder,
+  insertRestoredRefund,
+  recomputeRefundedAmounts,
+  syncOrderFromWorkflow,
+  syncRefundFromWorkflow,
+} from '../recovery/sql.ts';
+import type { PaymentProvider } from '../providers/types.ts';
+import { chargeLedgerInput, reconcileCharge, settledCharge } from '../steps/payment.ts';
+import { receiptLedgerInput, refundReceiptLedgerInput } from '../steps/receipt.ts';
+import { reconcileRefund, refundLedgerInput, settledRefund } from '../steps/refund.ts';
+import { FAILURE } from '../orders/contract.ts';
+
+const ORDER_WORKFLOW_TYPE = 'orderWorkflow';
+/** Default margin before T0: a backup's "taken at" is rarely exact to the second. */
+const DEFAULT_RESTORE_MARGIN_MS = 5 * 60_000;
+
+export interface RecoverDeps {
+  pool: Pool;
+  ledger: Ledger;
+  temporal: Client;
+  payments: PaymentProvider;
+  taskQueue: string;
+  providerKeyWindowMs?: number;
+}
+
+export interface RecoverOptions {
+  /** T0: when the backup the database was restored to was taken. */
+  since: Date;
+  /** How far before T0 to look. Default 5 minutes. */
+  marginMs?: number;
+  actor: string;
+  source?: 'cli' | 'api';
+  /** One line per rebuilt workflow, and every 50 workflows a count (stderr in the CLI). */
+  progress?: (line: string) => void;
+}
+
+/** What one run did, per kind of thing it rebuilds. Also stored on the recovery's row. */
+export interface RecoverySummary {
+  recoveryId: string;
+  since: string;
+  listedFrom: string;
+  workflows: { orders: number; refunds: number };
+  rows: { restored: number; broughtForward: number; unchanged: number };
+  createRecords: { restored: number; present: number; noMemo: number };
+  outbox: { restored: number };
+  steps: { final: number; unknown: number; present: number; settledExisting: number };
+  reconciled: { settled: number; stillUnknown: number; failed: number };
+  /** Workflows that could not be rebuilt, with why: run the command again once the cause is fixed. */
+  errors: { workflowId: string; error: string }[];
+  finishedAt: string;
+}
+
+/** What one external step looks like in a history. */
+interface StepTrace {
+  tenantId: string;
+  operationType: string;
+  key: string;
+  input: LedgerInput;
+  /** When its first attempt was scheduled: the record's created_at, so the key window counts from it. */
+  firstScheduledAt: Date;
+  /** The outcome the history holds, if any. */
+  final?: { state: 'succeeded' | 'failed'; result: Json; providerRef: string | null; at: Date };
+  /** The last perform attempt ended in a definite refusal (nothing happened; the claim was released). */
+  refused: boolean;
+  /** A perform attempt was scheduled (it may have acted). */
+  performed: boolean;
+  reconcile?: 'charge' | 'refund';
+  /** Set for a refund step: what reconcileRefund needs to ask a search-only provider. */
+  refundRef?: { orderId: string; refundId: string; chargeId: string };
+}
+
+type Event = temporal.api.history.v1.IHistoryEvent;
+
+function eventTime(e: Event): Date {
+  const t = e.eventTime;
+  return new Date(Number(t?.seconds ?? 0) * 1000 + Math.floor((t?.nanos ?? 0) / 1e6));
+}
+
+/** Failure types that prove the provider refused the request before acting (the claim was released). */
+const DEFINITE_REFUSALS = new Set<string>([FAILURE.paymentRejected, FAILURE.providerRejected]);
+
+export class Recovery {
+  readonly #deps: RecoverDeps;
+
+  constructor(deps: RecoverDeps) {
+    this.#deps = deps;
+  }
+
+  #decode(payloads: temporal.api.common.v1.IPayloads | null | undefined): unknown {
+    const p = payloads?.payloads?.[0];
+    if (!p) return undefined;
+    return this.#deps.temporal.options.loadedDataConverter.payloadConverter.fromPayload(p);
+  }
+
+  async #list(type: string, sinceIso: string): Promise<WorkflowExecutionInfo[]> {
+    const q = this.#deps.taskQueue.replace(/'/g, "''");
+    const query =
+      `WorkflowType = '${type}' AND TaskQueue = '${q}' AND ` +
+      `(StartTime >= '${sinceIso}' OR CloseTime >= '${sinceIso}' OR ExecutionStatus = 'Running')`;
+    const out: WorkflowExecutionInfo[] = [];
+    for await (const wf of this.#deps.temporal.workflow.list({ query })) out.push(wf);
+    // Oldest first: an order before the refunds of it, and progress that reads in time order.
+    return out.sort((a, b) => a.startTime.getTime() - b.startTime.getTime());
+  }
+
+  async run(opts: RecoverOptions): Promise<RecoverySummary> {
+    const { pool } = this.#deps;
+    const progress = opts.progress ?? (() => undefined);
+    const marginMs = opts.marginMs ?? DEFAULT_RESTORE_MARGIN_MS;
+    const listedFrom = new Date(opts.since.getTime() - marginMs);
+    const { row: recovery, declared } = await withClient(pool, (c) =>
+      declareRecovery(c, { since: opts.since, declaredBy: `ops recover-after-restore (${opts.actor})` }),
+    );
+    progress(
+      `${declared ? 'declared' : 'joined pending'} recovery ${recovery.id}: creates answer 503 and workers ` +
+        `wait until it finishes`,
+    );
+    const sinceIso = listedFrom.toISOString();
+    const orders = await this.#list(ORDER_WORKFLOW_TYPE, sinceIso);
+    const refunds = await this.#list(REFUND_WORKFLOW_TYPE, sinceIso);
+    progress(
+      `Temporal lists ${orders.length} order and ${refunds.length} refund workflows active since ${sinceIso}`,
+    );
+    const summary: RecoverySummary = {
+      recoveryId: recovery.id,
+      since: opts.since.toISOString(),
+      listedFrom: sinceIso,
+      workflows: { orders: orders.length, refunds: refunds.length },
+      rows: { restored: 0, broughtForward: 0, unchanged: 0 },
+      createRecords: { restored: 0, present: 0, noMemo: 0 },
+      outbox: { restored: 0 },
+      steps: { final: 0, unknown: 0, present: 0, settledExisting: 0 },
+      reconciled: { settled: 0, stillUnknown: 0, failed: 0 },
+      errors: [],
+      finishedAt: '',
+    };
+    const toReconcile: StepTrace[] = [];
+    const refundedOrders = new Map<string, { tenantId: string; orderId: string }>();
+    const all = [...orders.map((w) => ['order', w] as const), ...refunds.map((w) => ['refund', w] as const)];
+    let done = 0;
+    for (const [kind, wf] of all) {
+      try {
+        const rebuilt = await this.#rebuild(kind, wf, opts, recovery.id, summary);
+        toReconcile.push(...rebuilt.unknownSteps.filter((s) => s.reconcile));
+        if (rebuilt.refundOf)
+          refundedOrders.set(`${rebuilt.refundOf.tenantId}/${rebuilt.refundOf.orderId}`, rebuilt.refundOf);
+        if (rebuilt.line) progress(rebuilt.line);
+      } catch (err) {
+        const error = err instanceof Error ? err.message : String(err);
+        summary.errors.push({ workflowId: wf.workflowId, error });
+        progress(`${wf.workflowId}: NOT rebuilt: ${error}`);
+      }
+      if (++done % 50 === 0) progress(`${done}/${all.length} workflows`);
+    }
+    await withClient(pool, (c) => recomputeRefundedAmounts(c, [...refundedOrders.values()]));
+    for (const step of toReconcile) await this.#reconcile(step, summary, progress);
+    summary.finishedAt = new Date().toISOString();
+    if (summary.errors.length === 0) {
+      await withClient(pool, (c) => completeRecovery(c, recovery.id, summary));
+      progress(`recovery ${recovery.id} finished: creates and workers may run again`);
+    } else {
+      progress(
+        `recovery ${recovery.id} stays pending: ${summary.errors.length} workflows could not be rebuilt; ` +
+          'fix the cause and run the command again (it is idempotent)',
+      );
+    }
+    return summary;
+  }
+
+  /** One workflow: its row, create record, start intent and external steps, then its audit row. */
+  async #rebuild(
+    kind: 'order' | 'refund',
+    wf: WorkflowExecutionInfo,
+    opts: RecoverOptions,
+    recoveryId: string,
+    summary: RecoverySummary,
+  ): Promise<{ unknownSteps: StepTrace[]; refundOf?: { tenantId: string; orderId: string }; line?: string }> {
+    const { temporal, ledger, pool } = this.#deps;
+    const handle = temporal.workflow.getHandle(wf.workflowId, wf.runId);
+    const [history, described] = await Promise.all([handle.fetchHistory(), handle.describe()]);
+    const events = history.events ?? [];
+    const started = events[0]?.workflowExecutionStartedEventAttributes;
+    if (!started) throw new Error('the history has no start event');
+    const input = this.#decode(started.input) as OrderWorkflowInput | RefundWorkflowInput;
+    const memo = readCreateMemo(described.memo ?? wf.memo);
+    const saStatus = described.typedSearchAttributes.get(OrderStatusKey);
+    const lastError = described.typedSearchAttributes.get(OrderLastErrorKey) ?? null;
+    const tenantId = input.tenantId;
+    const steps = this.#steps(events, tenantId);
+    const done: string[] = [];
+
+    let rowChanged: 'restored' | 'broughtForward' | 'unchanged';
+    let refundOf: { tenantId: string; orderId: string } | undefined;
+    if (kind === 'order') {
+      const o = input as OrderWorkflowInput;
+      const body = memoBody(memo);
+      const charge = steps.find((s) => s.operationType === OPERATION_TYPES.charge);
+      const receipt = steps.find((s) => s.operationType === OPERATION_TYPES.receipt);
+      const status = saStatus ?? 'accepted';
+      const row = {
+        tenantId,
+        orderId: o.orderId,
+        workflowId: wf.workflowId,
+        status,
+        amount: o.amount,
+        currency: o.currency,
+        customerId: o.customer.id,
+        customerEmail: o.customer.email,
+        items: Array.isArray(body?.items) ? (body.items as unknown[]) : [],
+        paymentMethod: o.paymentMethod,
+        merchantReference: typeof body?.merchantReference === 'string' ? body.merchantReference : null,
+        chargeId: charge?.final?.state === 'succeeded' ? charge.final.providerRef : null,
+        receiptId: receipt?.final?.providerRef ?? null,
+        lastError: status === 'needs_attention' || status === 'rejected' ? lastError : null,
+        createdAt: memo ? new Date(memo.createdAt) : wf.startTime,
+      };
+      rowChanged = await withClient(pool, async (c) =>
+        (await insertRestoredOrder(c, row))
+          ? 'restored'
+          : (await syncOrderFromWorkflow(c, row))
+            ? 'broughtForward'
+            : 'unchanged',
+      );
+    } else {
+      const r = input as RefundWorkflowInput;
+      const refundStep = steps.find((s) => s.operationType === REFUND_OPERATION_TYPES.providerRefund);
+      const status = saStatus?.startsWith('refund:') ? saStatus.slice('refund:'.length) : 'pending';
+      const row = {
+        tenantId,
+        refundId: r.refundId,
+        orderId: r.orderId,
+        workflowId: wf.workflowId,
+        status,
+        amount: r.amount,
+        currency: r.currency,
+        reason: r.reason ?? null,
+        providerRefundId: refundStep?.final?.state === 'succeeded' ? refundStep.final.providerRef : null,
+        lastError: status === 'needs_attention' ? lastError : null,
+        createdAt: memo ? new Date(memo.createdAt) : wf.startTime,
+      };
+      rowChanged = await withClient(pool, async (c) =>
+        (await insertRestoredRefund(c, row))
+          ? 'restored'
+          : (await syncRefundFromWorkflow(c, row))
+            ? 'broughtForward'
+            : 'unchanged',
+      );
+      refundOf = { tenantId, orderId: r.orderId };
+    }
+    summary.rows[rowChanged]++;
+    if (rowChanged !== 'unchanged') done.push(rowChanged === 'restored' ? 'row' : 'status');
+
+    if (memo) {
+      const restored = await ledger.restore(
+        { tenantId, operationType: memo.operationType, key: memo.key },
+        idempotentLedgerInput(memo.request),
+        { state: 'succeeded', external: false, result: memo.response, createdAt: new Date(memo.createdAt) },
+      );
+      if (restored) {
+        summary.createRecords.restored++;
+        done.push('create record');
+      } else summary.createRecords.present++;
+    } else summary.createRecords.noMemo++;
+
+    const outbox = await withClient(pool, (c) =>
+      insertStartedOutbox(c, {
+        workflowId: wf.workflowId,
+        tenantId,
+        orderId: input.orderId,
+        workflowType: wf.type,
+        taskQueue: wf.taskQueue,
+        input,
+        memo: described.memo ?? null,
+        startedAt: wf.startTime,
+      }),
+    );
+    if (outbox) {
+      summary.outbox.restored++;
+      done.push('start intent');
+    }
+
+    const unknownSteps: StepTrace[] = [];
+    for (const step of steps) {
+      const outcome = await this.#restoreStep(tenantId, step);
+      if (outcome === 'final' || outcome === 'unknown') {
+        summary.steps[outcome]++;
+        done.push(`${step.operationType} ${outcome}`);
+        if (outcome === 'unknown') unknownSteps.push(step);
+      } else if (outcome === 'settledExisting') {
+        summary.steps.settledExisting++;
+        done.push(`${step.operationType} settled`);
+      } else if (outcome === 'present') summary.steps.present++;
+    }
+
+    if (done.length === 0) return { unknownSteps, ...(refundOf ? { refundOf } : {}) };
+    await withTransaction(pool, (tx) =>
+      insertAudit(tx, {
+        actor: opts.actor,
+        source: opts.source ?? 'cli',
+        actorCredential: 'self_declared',
+        action: 'restore',
+        reason: `recover-after-restore --since ${opts.since.toISOString()} (recovery ${recoveryId})`,
+        tenantId,
+        operationType: null,
+        operationKey: null,
+        workflowId: wf.workflowId,
+        before: null,
+        after: { restored: done, status: saStatus ?? null, createMemo: memo !== null },
+      }),
+    );
+    return {
+      unknownSteps,
+      ...(refundOf ? { refundOf } : {}),
+      line: `${wf.workflowId}: ${done.join(', ')}`,
+    };
+  }
+
+  /** The external steps of a history, each with what the history proves about it. */
+  #steps(events: Event[], tenantId: string): StepTrace[] {
+    const byKey = new Map<string, StepTrace>();
+    const scheduled = new Map<string, { type: string; args: Record<string, unknown>; at: Date }>();
+    const trace = (operationType: string, args: Record<string, unknown>, input: LedgerInput, at: Date) => {
+      const key = String(args.key);
+      let t = byKey.get(key);
+      if (!t) {
+        t = { tenantId, operationType, key, input, firstScheduledAt: at, refused: false, performed: false };
+        byKey.set(key, t);
+      }
+      return t;
+    };
+    for (const e of events) {
+      const s = e.activityTaskScheduledEventAttributes;
+      if (s) {
+        const type = s.activityType?.name ?? '';
+        const args = this.#decode(s.input) as Record<string, unknown> | undefined;
+        if (!args || typeof args.key !== 'string') continue;
+        const at = eventTime(e);
+        scheduled.set(String(e.eventId), { type, args, at });
+        const spec = STEP_SPECS[type];
+        if (spec) {
+          const t = trace(spec.operationType, args, spec.input(args), at);
+          if (spec.performs) {
+            t.performed = true;
+            t.refused = false;
+          }
+          if (spec.reconcile) t.reconcile = spec.reconcile;
+          if (spec.reconcile === 'refund') {
+            t.refundRef = {
+              orderId: String(args.orderId),
+              refundId: String(args.refundId),
+              chargeId: String(args.chargeId),
+            };
+          }
+        }
+        continue;
+      }
+      const c = e.activityTaskCompletedEventAttributes;
+      if (c) {
+        const sched = scheduled.get(String(c.scheduledEventId));
+        if (!sched) continue;
+        const result = this.#decode(c.result) as Record<string, unknown> | undefined;
+        const spec = STEP_SPECS[sched.type];
+        const settle = SETTLE_SPECS[sched.type];
+        const at = eventTime(e);
+        if (spec && result) {
+          const t = byKey.get(String(sched.args.key))!;
+          const final = spec.final(result);
+          if (final) t.final = { ...final, at };
+        } else if (settle && result && result.settled === true) {
+          const t = byKey.get(String(sched.args.key));
+          const outcome = result.outcome === 'failed' ? 'failed' : 'succeeded';
+          const ref = typeof result.chargeId === 'string' ? result.chargeId : null;
+          if (t && !t.final) t.final = { ...settle.final(outcome, ref), at };
+        }
+        continue;
+      }
+      const f = e.activityTaskFailedEventAttributes;
+      if (f) {
+        const sched = scheduled.get(String(f.scheduledEventId));
+        const spec = sched && STEP_SPECS[sched.type];
+        if (!sched || !spec?.performs) continue;
+        const type = f.failure?.applicationFailureInfo?.type ?? '';
+        const t = byKey.get(String(sched.args.key));
+        if (t && !t.final) t.refused = DEFINITE_REFUSALS.has(type);
+      }
+    }
+    return [...byKey.values()];
+  }
+
+  /** Restores one step's record: final if the history has the outcome, else unknown if it may have acted. */
+  async #restoreStep(
+    tenantId: string,
+    step: StepTrace,
+  ): Promise<'final' | 'unknown' | 'present' | 'settledExisting' | 'none'> {
+    const { ledger } = this.#deps;
+    const scope: Scope = { tenantId, operationType: step.operationType, key: step.key };
+    if (step.final) {
+      const restored = await ledger.restore(scope, step.input, {
+        state: step.final.state,
+        external: true,
+        result: step.final.result,
+        providerRef: step.final.providerRef,
+        createdAt: step.firstScheduledAt,
+        completedAt: step.final.at,
+      });
+      if (restored) return 'final';
+      // The restored database has an older record of it (a claim, or unknown): settle it with the
+      // outcome the history proves, unless a live attempt holds it (its owner completes it).
+      const current = await ledger.get(scope);
+      if (current && !isFinal(current)) {
+        try {
+          await ledger.settle(scope, {
+            state: step.final.state,
+            result: step.final.result,
+            ...(step.final.providerRef ? { providerRef: step.final.providerRef } : {}),
+          });
+          return 'settledExisting';
+        } catch {
+          return 'present';
+        }
+      }
+      return 'present';
+    }
+    if (!step.performed || step.refused) return 'none';
+    const restored = await ledger.restore(scope, step.input, {
+      state: 'unknown',
+      external: true,
+      error: {
+        reason: 'restored_after_restore',
+        detail: 'an attempt may have acted; reconcile before acting',
+      },
+      createdAt: step.firstScheduledAt,
+    });
+    return restored ? 'unknown' : 'present';
+  }
+
+  async #reconcile(
+    step: StepTrace,
+    summary: RecoverySummary,
+    progress: (line: string) => void,
+  ): Promise<void> {
+    const { ledger, payments, providerKeyWindowMs } = this.#deps;
+    const { tenantId } = step;
+    try {
+      const deps = {
+        ledger,
+        payments,
+        ...(providerKeyWindowMs !== undefined ? { keyWindowMs: providerKeyWindowMs } : {}),
+      };
+      const r =
+        step.reconcile === 'refund' && step.refundRef
+          ? await reconcileRefund(deps, { tenantId, key: step.key, ...step.refundRef })
+          : await reconcileCharge(deps, { tenantId, key: step.key });
+      if (r.settled) summary.reconciled.settled++;
+      else summary.reconciled.stillUnknown++;
+      progress(
+        `${step.key}: reconciled: ${r.settled ? r.outcome : `still unknown${r.error ? ` (${r.error})` : ''}`}`,
+      );
+    } catch (err) {
+      summary.reconciled.failed++;
+      progress(
+        `${step.key}: reconcile failed, left unknown: ${err instanceof Error ? err.message : String(err)}`,
+      );
+    }
+  }
+}
+
+/** The stored 202 body of a create memo. */
+function memoBody(memo: CreateMemo | null): Record<string, unknown> | null {
+  const response = memo?.response as { body?: Record<string, unknown> } | null | undefined;
+  return response?.body ?? null;
+}
+
+function isFinal(r: OperationRecord): boolean {
+  return r.state === 'succeeded' || r.state === 'failed';
+}
+
+interface StepSpec {
+  operationType: string;
+  /** The activity acts on the provider (a charge, a refund, a message). */
+  performs: boolean;
+  input: (args: Record<string, unknown>) => LedgerInput;
+  /** The ledger outcome of a completed activity's result (what the step stored). */
+  final: (
+    result: Record<string, unknown>,
+  ) => { state: 'succeeded' | 'failed'; result: Json; providerRef: string | null } | null;
+  reconcile?: 'charge' | 'refund';
+}
+
+const str = (v: unknown): string | null => (typeof v === 'string' && v !== '' ? v : null);
+
+/** The order and refund workflows' external activities, by activity type (activities/*.ts). */
+const STEP_SPECS: Record<string, StepSpec> = {
+  chargePayment: {
+    operationType: OPERATION_TYPES.charge,
+    performs: true,
+    reconcile: 'charge',
+    input: (a) =>
+      chargeLedgerInput({
+        orderId: String(a.orderId),
+        amount: Number(a.amount),
+        currency: String(a.currency),
+        paymentMethod: String(a.paymentMethod),
+      }),
+    final: (r) => {
+      const state = r.outcome === 'failed' ? 'failed' : 'succeeded';
+      const chargeId = str(r.chargeId);
+      return {
+        state,
+        result: { chargeId, status: state, failureCode: str(r.failureCode) },
+        providerRef: chargeId,
+      };
+    },
+  },
+  sendReceipt: {
+    operationType: OPERATION_TYPES.receipt,
+    performs: true,
+    input: (a) =>
+      receiptLedgerInput({ orderId: String(a.orderId), to: String(a.to), chargeId: String(a.chargeId) }),
+    final: (r) => ({
+      state: 'succeeded',
+      result: { messageId: String(r.messageId ?? '') },
+      providerRef: str(r.messageId),
+    }),
+  },
+  refundPayment: {
+    operationType: REFUND_OPERATION_TYPES.providerRefund,
+    performs: true,
+    reconcile: 'refund',
+    input: (a) =>
+      refundLedgerInput({
+        refundId: String(a.refundId),
+        chargeId: String(a.chargeId),
+        amount: Number(a.amount),
+        currency: String(a.currency),
+      }),
+    final: (r) => {
+      const state = r.outcome === 'failed' ? 'failed' : 'succeeded';
+      const refundId = str(r.providerRefundId);
+      return { state, result: { refundId, status: state }, providerRef: refundId };
+    },
+  },
+  sendRefundReceipt: {
+    operationType: REFUND_OPERATION_TYPES.receipt,
+    performs: true,
+    input: (a) =>
+      refundReceiptLedgerInput({
+        refundId: String(a.refundId),
+        to: String(a.to),
+        providerRefundId: String(a.providerRefundId),
+      }),
+    final: (r) => ({
+      state: 'succeeded',
+      result: { messageId: String(r.messageId ?? '') },
+      providerRef: str(r.messageId),
+    }),
+  },
+};
+
+/**
+ * Activities that settle a step without performing it (reconcile, or a
+ * provider's or operator's word): a settled result is the step's outcome.
+ * They carry the step's key but not its full input, so they only add an
+ * outcome to a step the history also performed.
+ */
+const SETTLE_SPECS: Record<
+  string,
+  {
+    final: (
+      outcome: 'succeeded' | 'failed',
+      ref: string | null,
+    ) => { state: 'succeeded' | 'failed'; result: Json; providerRef: string | null };
+  }
+> = {
+  reconcileCharge: { final: (o, ref) => ({ state: o, result: settledCharge(o, ref), providerRef: ref }) },
+  settleCharge: { final: (o, ref) => ({ state: o, result: settledCharge(o, ref), providerRef: ref }) },
+  reconcileRefund: { final: (o, ref) => ({ state: o, result: settledRefund(o, ref), providerRef: ref }) },
+  settleRefund: { final: (o, ref) => ({ state: o, result: settledRefund(o, ref), providerRef: ref }) },
+};

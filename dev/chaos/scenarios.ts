@@ -7,7 +7,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { RESTORE_KEY_WINDOW_MS, type ChaosOptions, type ScenarioName } from './options.ts';
 import type { ChaosStack } from './stack.ts';
-import { terminateOwnBackends } from './facts.ts';
+import { terminateOwnBackends, withDb } from './facts.ts';
+import { selectPendingRestoreRecovery } from './sql.ts';
 import type { ReplayCheck, Violation } from './invariants.ts';
 import { sleep, type AcceptedOrder } from './load.ts';
 import {
@@ -294,6 +295,13 @@ async function restoreDrill(ctx: FaultContext): Promise<FaultResult> {
     await stack.api.start();
     log(`API and workers started again, ${seconds(Date.now() - stoppedAt)} after the stop`);
   }
+  const gate = await withDb(stack.db.url, selectPendingRestoreRecovery);
+  if (gate !== null) {
+    // The processes found orders Temporal has and the database lacks: they hold all new work.
+    log(
+      `the restore gate is closed (declared by ${gate}): creates answer 503 and workers wait for a recovery`,
+    );
+  }
 
   const toReplay = ctx.accepted.filter((a) => a.at <= stoppedAt);
   log(
@@ -315,6 +323,7 @@ async function restoreDrill(ctx: FaultContext): Promise<FaultResult> {
   return {
     note:
       `T0 ${t0.toISOString()}, ${afterT0()} orders accepted after T0, recovery ${recovery}, ` +
+      (gate !== null ? 'restore gate still closed, ' : '') +
       `${original}/${replays.length} client retries replayed the original order`,
     violations,
   };

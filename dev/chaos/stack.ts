@@ -32,6 +32,13 @@ export interface StackOptions {
 }
 
 const READY_MS = 90_000;
+/**
+ * A worker is up once it polls, or once it waits at the restore gate
+ * (src/recovery/gate.ts): that wait is by design, and lasts until someone runs
+ * the recovery (the restore drill with --skip-recovery never does).
+ */
+const WORKER_UP =
+  /"msg":"(worker started|a recovery after a database restore is pending; waiting for it before polling)"/;
 
 /** The Temporal dev server, restartable on the same port and the same SQLite file. */
 export class TemporalServer {
@@ -194,7 +201,7 @@ export class ChaosStack {
         name,
         'src/worker/main.ts',
         { WORKER_METRICS_PORT: String(metricsPort), WORKER_SDK_METRICS_PORT: String(sdkPort) },
-        (p) => waitUntil(name, async () => p.currentLog().includes('"msg":"worker started"'), READY_MS, p),
+        (p) => waitUntil(name, async () => WORKER_UP.test(p.currentLog()), READY_MS, p),
       );
       this.workers.push(worker);
     }

@@ -159,44 +159,40 @@ export async function runRecovery(
 /**
  * Every client that had seen a 202 sends its POST once more, under its
  * original key and body (a client that lost the response, or is simply
- * unsure), retrying as the load does until a definite answer or `giveUpAt`.
- * An answer naming another order is also recorded on the submission: the
- * client now holds two orders for one intent, and the verdict judges both.
+ * unsure), all at once as independent clients would, each retrying as the
+ * load does until a definite answer or `giveUpAt`. An answer naming another
+ * order is also recorded on the submission: the client now holds two orders
+ * for one intent, and the verdict judges both.
  */
 export async function replayAccepted(
   stack: ChaosStack,
   accepted: readonly AcceptedOrder[],
   t0: number,
-  opts: { giveUpAt: number; rng: () => number; signal: AbortSignal; concurrency: number },
+  opts: { giveUpAt: number; rng: () => number; signal: AbortSignal },
 ): Promise<ReplayCheck[]> {
   const stats: LoadStats = { requests: 0, retries: 0, replays: 0, refundRequests: 0 };
-  const out: ReplayCheck[] = [];
-  const queue = [...accepted];
-  const client = async () => {
-    for (let a = queue.shift(); a !== undefined; a = queue.shift()) {
-      const answer = await postUntilAnswered(
-        { apiKey: TENANT_API_KEY, giveUpAt: () => opts.giveUpAt, rng: opts.rng, signal: opts.signal },
-        stats,
-        `${stack.apiUrl}/v1/orders`,
-        a.submission.clientKey,
-        a.body,
-        false,
-      );
-      const check: ReplayCheck = {
-        clientKey: a.submission.clientKey,
-        afterBackup: a.at >= t0,
-        original: { orderId: a.orderId, body: a.response },
-        replay: answer.kind === 'gave_up' ? answer : { kind: 'answer', ...parsed(answer) },
-      };
-      if (check.replay.kind === 'answer' && check.replay.status === 202) {
-        const id = (check.replay.body as { id?: unknown } | null)?.id;
-        if (typeof id === 'string' && !a.submission.orderIds.includes(id)) a.submission.orderIds.push(id);
-      }
-      out.push(check);
+  const replay = async (a: AcceptedOrder): Promise<ReplayCheck> => {
+    const answer = await postUntilAnswered(
+      { apiKey: TENANT_API_KEY, giveUpAt: () => opts.giveUpAt, rng: opts.rng, signal: opts.signal },
+      stats,
+      `${stack.apiUrl}/v1/orders`,
+      a.submission.clientKey,
+      a.body,
+      false,
+    );
+    const check: ReplayCheck = {
+      clientKey: a.submission.clientKey,
+      afterBackup: a.at >= t0,
+      original: { orderId: a.orderId, body: a.response },
+      replay: answer.kind === 'gave_up' ? answer : { kind: 'answer', ...parsed(answer) },
+    };
+    if (check.replay.kind === 'answer' && check.replay.status === 202) {
+      const id = (check.replay.body as { id?: unknown } | null)?.id;
+      if (typeof id === 'string' && !a.submission.orderIds.includes(id)) a.submission.orderIds.push(id);
     }
+    return check;
   };
-  await Promise.all(Array.from({ length: Math.max(1, opts.concurrency) }, client));
-  return out;
+  return Promise.all(accepted.map(replay));
 }
 
 function parsed(answer: { status: number; text: string; replayed: boolean }): {

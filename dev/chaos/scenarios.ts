@@ -311,7 +311,6 @@ async function restoreDrill(ctx: FaultContext): Promise<FaultResult> {
     giveUpAt: Date.now() + options.settleSeconds * 1000,
     rng: ctx.rng,
     signal: ctx.signal,
-    concurrency: options.concurrency,
   });
   ctx.replays.push(...replays);
   const original = replays.filter(

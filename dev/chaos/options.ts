@@ -27,7 +27,7 @@ export interface ChaosOptions {
   settleSeconds: number;
   /** restore: how long orders keep flowing between the dump and the restore. */
   restoreGapSeconds: number;
-  /** restore: the same drill without the recovery command (it must show the double charges). */
+  /** restore: the same drill without the recovery command (it must fail: lost orders held by the restore gate). */
   skipRecovery: boolean;
   scenarios: ScenarioName[];
   /** --providers: which real adapters replace the sandbox clients (./providers.ts). */
@@ -91,7 +91,9 @@ options:
                         and the restore (default ${DEFAULTS.restoreGapSeconds}, at least 5; the
                         sandbox's key window is ${RESTORE_KEY_WINDOW_MS / 1000} s during the drill)
   --skip-recovery       restore: the same drill without recover-after-restore; it
-                        must fail, showing the double charges the recovery prevents
+                        must fail: the restarted processes detect the restore and
+                        hold all new work (creates 503, workers wait), so the
+                        orders accepted after T0 stay lost and clients unanswered
   --providers A,B       real adapters: stripe (the sandbox's Stripe surface), smtp (a local SMTP server)
   --seed N              seed for the fault schedule and order mix (default ${DEFAULTS.seed})
   --json                print the result as JSON instead of a table

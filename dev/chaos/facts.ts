@@ -16,7 +16,7 @@ import {
 } from './sql.ts';
 import { selectAllChargeEffects, selectAllMessageEffects } from '../sandbox/sql.ts';
 import { downstreamKey } from '../../src/ledger/index.ts';
-import { REFUND_OPERATION_TYPES, refundStepKeys } from '../../src/refunds/contract.ts';
+import { REFUND_OPERATION_TYPES, refundStepKeys, refundWorkflowId } from '../../src/refunds/contract.ts';
 import type { MoneyEffect, OrderFact, ProviderRefundEffect, RefundFact } from './invariants.ts';
 
 export async function withDb<T>(url: string, cb: (c: pg.Client) => Promise<T>): Promise<T> {
@@ -85,13 +85,22 @@ export async function readMoney(db: pg.Client): Promise<{ charges: MoneyEffect[]
 /**
  * These refunds' rows, and the downstream keys their receipts are sent under
  * (so the order-receipt checks can tell a refund receipt, which names its
- * order too, from a second order receipt).
+ * order too, from a second order receipt). The keys come from the refund IDs
+ * the clients saw too, not only from the rows: a refund whose row is gone
+ * (a restore without recovery) still sent its receipt under its own key.
  */
 export async function readRefunds(
   db: pg.Client,
   refundIds: readonly string[],
+  tenantId: string,
 ): Promise<{ refunds: Map<string, RefundFact>; receiptKeys: Set<string> }> {
   const rows = await selectRefundOutcomes(db, refundIds);
+  const receiptKey = (tenant: string, workflowId: string) =>
+    downstreamKey({
+      tenantId: tenant,
+      operationType: REFUND_OPERATION_TYPES.receipt,
+      key: refundStepKeys.receipt(workflowId),
+    });
   return {
     refunds: new Map(
       rows.map((r) => [
@@ -99,15 +108,10 @@ export async function readRefunds(
         { refundId: r.id, orderId: r.order_id, amount: r.amount, status: r.status, lastError: r.last_error },
       ]),
     ),
-    receiptKeys: new Set(
-      rows.map((r) =>
-        downstreamKey({
-          tenantId: r.tenant_id,
-          operationType: REFUND_OPERATION_TYPES.receipt,
-          key: refundStepKeys.receipt(r.workflow_id),
-        }),
-      ),
-    ),
+    receiptKeys: new Set([
+      ...rows.map((r) => receiptKey(r.tenant_id, r.workflow_id)),
+      ...refundIds.map((id) => receiptKey(tenantId, refundWorkflowId(tenantId, id))),
+    ]),
   };
 }
 

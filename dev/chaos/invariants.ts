@@ -37,7 +37,11 @@ export type ViolationKind =
   /** The harness could not bring a killed component back (e.g. a worker that never polled again). */
   | 'restart_failed'
   /** The facts could not be read (a component still down at check time). */
-  | 'check_failed';
+  | 'check_failed'
+  /** A client's retry with its original Idempotency-Key did not get the original 202 back (restore drill). */
+  | 'replay_mismatch'
+  /** The restore drill's dump, restore or recovery command failed. */
+  | 'recovery_failed';
 
 export interface Violation {
   kind: ViolationKind;
@@ -134,6 +138,20 @@ export interface Facts {
   providerRefunds?: readonly ProviderRefundEffect[];
   /** The messages sent under this scenario's refund receipts' downstream keys (apart from `messages`). */
   refundReceipts?: readonly MoneyEffect[];
+}
+
+/**
+ * One client's retry, after a restore, of an order it had seen accepted: it
+ * must get the original 202 again (same order, same body) marked as a replay.
+ */
+export interface ReplayCheck {
+  clientKey: string;
+  /** The client saw the original 202 after the dump started (its order was not in the backup). */
+  afterBackup: boolean;
+  original: { orderId: string; body: unknown };
+  /** The retry's answer, or why the client never got one. */
+  replay:
+    { kind: 'answer'; status: number; body: unknown; replayed: boolean } | { kind: 'gave_up'; why: string };
 }
 
 /** Payment methods the sandbox declines; every other one the harness uses succeeds. */
@@ -354,11 +372,55 @@ export function checkRefunds(
   return violations;
 }
 
+/** Structural equality of two parsed JSON values (key order aside). */
+function sameJson(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  const ka = Object.keys(a);
+  const kb = Object.keys(b);
+  return (
+    ka.length === kb.length &&
+    ka.every(
+      (k) =>
+        Object.hasOwn(b, k) && sameJson((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]),
+    )
+  );
+}
+
+/**
+ * A retry under the original key must replay the original response: 202, the
+ * same order and body, with `Idempotent-Replayed: true`. Anything else (a new
+ * order, a refusal, no answer) means the create record was not restored.
+ */
+export function checkReplays(replays: readonly ReplayCheck[]): Violation[] {
+  const violations: Violation[] = [];
+  for (const r of replays) {
+    const when = r.afterBackup ? 'accepted after the backup' : 'accepted before the backup';
+    const fault = (detail: string) =>
+      violations.push({ kind: 'replay_mismatch', subject: r.clientKey, detail: `${detail} (${when})` });
+    if (r.replay.kind === 'gave_up') {
+      fault(`the retry of ${r.original.orderId} got no answer: ${r.replay.why}`);
+      continue;
+    }
+    const { status, body, replayed } = r.replay;
+    const id = typeof body === 'object' && body !== null ? (body as { id?: unknown }).id : undefined;
+    if (status !== 202) fault(`the retry of ${r.original.orderId} got HTTP ${status}`);
+    else if (id !== r.original.orderId)
+      fault(`the retry got order ${String(id)}, not the original ${r.original.orderId}`);
+    else if (!replayed) fault(`the retry of ${r.original.orderId} was not marked Idempotent-Replayed`);
+    else if (!sameJson(body, r.original.body))
+      fault(`the retry of ${r.original.orderId} got a different 202 body`);
+  }
+  return violations;
+}
+
 /** The full verdict for one scenario's submissions (and its refunds, if it made any). */
 export function checkScenario(
   submissions: readonly Submission[],
   facts: Facts,
   refundSubmissions: readonly RefundSubmission[] = [],
+  replays: readonly ReplayCheck[] = [],
 ): Verdict {
   const violations: Violation[] = [];
   const counts = {
@@ -480,7 +542,23 @@ export function checkScenario(
   }
 
   violations.push(...checkMoney(facts.charges, facts.messages, scope));
+  // One intent, one charge: a second order for one key (reported above as a duplicate) that
+  // was charged too moved money twice, though each order alone was charged once.
+  for (const s of submissions) {
+    if (s.orderIds.length < 2) continue;
+    const charged = s.orderIds.filter((id) =>
+      (moneyByOrder.get(id) ?? []).some((c) => c.status === 'succeeded'),
+    );
+    if (charged.length > 1) {
+      violations.push({
+        kind: 'double_charge',
+        subject: s.clientKey,
+        detail: `one Idempotency-Key's orders were each charged: ${charged.join(', ')}`,
+      });
+    }
+  }
   violations.push(...checkRefunds(refundSubmissions, facts));
+  violations.push(...checkReplays(replays));
 
   for (const p of facts.processes) {
     for (const exit of p.unexpectedExits) {

@@ -28,6 +28,19 @@ export interface LoadOptions {
   giveUpAt: () => number;
   rng: () => number;
   signal: AbortSignal;
+  /** When given, each intent's first 202 is appended here as it arrives (the restore drill replays them). */
+  accepted?: AcceptedOrder[];
+}
+
+/** An order a client saw accepted: what it sent, what the 202 said, and when (epoch ms). */
+export interface AcceptedOrder {
+  submission: Submission;
+  /** The request body, byte for byte: a replay must send the same one. */
+  body: string;
+  orderId: string;
+  /** The 202's parsed body. */
+  response: unknown;
+  at: number;
 }
 
 export interface LoadStats {
@@ -90,49 +103,20 @@ export async function runLoad(opts: LoadOptions): Promise<{
     const submission: Submission = { clientKey, paymentMethod, orderIds: [] };
     const sends = opts.rng() < 0.2 ? 2 : 1; // a lost response: send the same intent again after its 202
     for (let send = 0; send < sends; send++) {
-      let attempt = 0;
-      for (;;) {
-        if (opts.signal.aborted) {
-          submission.gaveUp ??= 'harness stopped';
-          return submission;
-        }
-        if (Date.now() > opts.giveUpAt()) {
-          submission.gaveUp ??= `gave up after ${attempt} attempts`;
-          return submission;
-        }
-        attempt++;
-        stats.requests++;
-        if (attempt > 1) stats.retries++;
-        let wait: number;
-        try {
-          const res = await fetch(`${opts.apiUrl}/v1/orders`, {
-            method: 'POST',
-            headers: {
-              authorization: `Bearer ${opts.apiKey}`,
-              'content-type': 'application/json',
-              'idempotency-key': clientKey,
-            },
-            body,
-            signal: AbortSignal.any([opts.signal, AbortSignal.timeout(15_000)]),
-          });
-          const text = await res.text();
-          if (res.status === 202) {
-            const id = (JSON.parse(text) as { id: string }).id;
-            if (!submission.orderIds.includes(id)) submission.orderIds.push(id);
-            if (res.headers.get('idempotent-replayed') === 'true') stats.replays++;
-            break;
-          }
-          if (res.status === 409 || res.status === 429 || res.status >= 500) {
-            wait = retryAfterMs(res.headers.get('retry-after')) ?? backoff(attempt, opts.rng);
-          } else {
-            submission.gaveUp = `HTTP ${res.status}: ${text.slice(0, 200)}`;
-            return submission;
-          }
-        } catch {
-          wait = backoff(attempt, opts.rng); // network error or timeout: the request may or may not have landed
-        }
-        await sleep(wait, opts.signal);
+      const answer = await postUntilAnswered(opts, stats, `${opts.apiUrl}/v1/orders`, clientKey, body, false);
+      if (answer.kind === 'gave_up') {
+        submission.gaveUp ??= answer.why;
+        return submission;
       }
+      if (answer.status !== 202) {
+        submission.gaveUp = `HTTP ${answer.status}: ${answer.text.slice(0, 200)}`;
+        return submission;
+      }
+      const response = JSON.parse(answer.text) as { id: string };
+      if (!submission.orderIds.includes(response.id)) submission.orderIds.push(response.id);
+      if (answer.replayed) stats.replays++;
+      if (send === 0)
+        opts.accepted?.push({ submission, body, orderId: response.id, response, at: Date.now() });
       if (send + 1 < sends) await sleep(200 + opts.rng() * 800, opts.signal);
     }
     const orderId = submission.orderIds[0];
@@ -219,55 +203,80 @@ async function placeRefund(
   };
   const body = JSON.stringify({ amount: r.amount, reason: 'chaos' });
   for (let send = 0; send < r.sends; send++) {
-    for (let attempt = 1; ; attempt++) {
-      if (opts.signal.aborted) {
-        submission.gaveUp ??= 'harness stopped';
-        return submission;
-      }
-      if (Date.now() > opts.giveUpAt()) {
-        submission.gaveUp ??= `gave up after ${attempt - 1} attempts`;
-        return submission;
-      }
-      stats.requests++;
-      stats.refundRequests++;
-      if (attempt > 1) stats.retries++;
-      let wait: number;
-      try {
-        const res = await fetch(`${opts.apiUrl}/v1/orders/${r.orderId}/refunds`, {
-          method: 'POST',
-          headers: {
-            authorization: `Bearer ${opts.apiKey}`,
-            'content-type': 'application/json',
-            'idempotency-key': r.clientKey,
-          },
-          body,
-          signal: AbortSignal.any([opts.signal, AbortSignal.timeout(15_000)]),
-        });
-        const text = await res.text();
-        if (res.status === 202) {
-          const id = (JSON.parse(text) as { id: string }).id;
-          if (!submission.refundIds.includes(id)) submission.refundIds.push(id);
-          if (res.headers.get('idempotent-replayed') === 'true') stats.replays++;
-          break;
-        }
-        if (res.status === 422 && text.includes('refund-exceeds-charge')) {
-          submission.refused = true;
-          return submission;
-        }
-        if (res.status === 409 || res.status === 429 || res.status >= 500) {
-          wait = retryAfterMs(res.headers.get('retry-after')) ?? backoff(attempt, opts.rng);
-        } else {
-          submission.gaveUp = `HTTP ${res.status}: ${text.slice(0, 200)}`;
-          return submission;
-        }
-      } catch {
-        wait = backoff(attempt, opts.rng); // network error or timeout: the request may or may not have landed
-      }
-      await sleep(wait, opts.signal);
+    const url = `${opts.apiUrl}/v1/orders/${r.orderId}/refunds`;
+    const answer = await postUntilAnswered(opts, stats, url, r.clientKey, body, true);
+    if (answer.kind === 'gave_up') {
+      submission.gaveUp ??= answer.why;
+      return submission;
+    }
+    if (answer.status === 202) {
+      const id = (JSON.parse(answer.text) as { id: string }).id;
+      if (!submission.refundIds.includes(id)) submission.refundIds.push(id);
+      if (answer.replayed) stats.replays++;
+    } else if (answer.status === 422 && answer.text.includes('refund-exceeds-charge')) {
+      submission.refused = true;
+      return submission;
+    } else {
+      submission.gaveUp = `HTTP ${answer.status}: ${answer.text.slice(0, 200)}`;
+      return submission;
     }
     if (send + 1 < r.sends) await sleep(200 + opts.rng() * 800, opts.signal);
   }
   return submission;
+}
+
+/** A definite answer to one POST (any status but 409, 429 and 5xx), or why the client stopped asking. */
+export type Answer =
+  { kind: 'answer'; status: number; text: string; replayed: boolean } | { kind: 'gave_up'; why: string };
+
+/**
+ * POSTs under one Idempotency-Key until a definite answer: network errors,
+ * timeouts, 409, 429 and 5xx (a 503 while a recovery is pending among them)
+ * are retried under the same key, after Retry-After when given, until
+ * `giveUpAt`.
+ */
+export async function postUntilAnswered(
+  opts: Pick<LoadOptions, 'apiKey' | 'giveUpAt' | 'rng' | 'signal'>,
+  stats: LoadStats,
+  url: string,
+  idempotencyKey: string,
+  body: string,
+  refund: boolean,
+): Promise<Answer> {
+  for (let attempt = 1; ; attempt++) {
+    if (opts.signal.aborted) return { kind: 'gave_up', why: 'harness stopped' };
+    if (Date.now() > opts.giveUpAt())
+      return { kind: 'gave_up', why: `gave up after ${attempt - 1} attempts` };
+    stats.requests++;
+    if (refund) stats.refundRequests++;
+    if (attempt > 1) stats.retries++;
+    let wait: number;
+    try {
+      const res = await fetch(url, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${opts.apiKey}`,
+          'content-type': 'application/json',
+          'idempotency-key': idempotencyKey,
+        },
+        body,
+        signal: AbortSignal.any([opts.signal, AbortSignal.timeout(15_000)]),
+      });
+      const text = await res.text();
+      if (res.status !== 409 && res.status !== 429 && res.status < 500) {
+        return {
+          kind: 'answer',
+          status: res.status,
+          text,
+          replayed: res.headers.get('idempotent-replayed') === 'true',
+        };
+      }
+      wait = retryAfterMs(res.headers.get('retry-after')) ?? backoff(attempt, opts.rng);
+    } catch {
+      wait = backoff(attempt, opts.rng); // network error or timeout: the request may or may not have landed
+    }
+    await sleep(wait, opts.signal);
+  }
 }
 
 function backoff(attempt: number, rng: () => number): number {

@@ -10,6 +10,7 @@ export const SCENARIOS = [
   'temporal-kill',
   'provider-outage',
   'provider-faults',
+  'restore',
 ] as const;
 export type ScenarioName = (typeof SCENARIOS)[number];
 
@@ -24,6 +25,10 @@ export interface ChaosOptions {
   faultSeconds: number;
   /** The bound: after the fault clears, every order must be settled within this. */
   settleSeconds: number;
+  /** restore: how long orders keep flowing between the dump and the restore. */
+  restoreGapSeconds: number;
+  /** restore: the same drill without the recovery command (it must fail: lost orders held by the restore gate). */
+  skipRecovery: boolean;
   scenarios: ScenarioName[];
   /** --providers: which real adapters replace the sandbox clients (./providers.ts). */
   providers: string[];
@@ -36,15 +41,25 @@ export interface ChaosOptions {
   help: boolean;
 }
 
-const DEFAULTS: Omit<ChaosOptions, 'scenarios' | 'providers' | 'json' | 'keep' | 'sharedPostgres' | 'help'> =
-  {
-    orders: 30,
-    concurrency: 6,
-    outageSeconds: 120,
-    faultSeconds: 40,
-    settleSeconds: 120,
-    seed: 1,
-  };
+const DEFAULTS: Omit<
+  ChaosOptions,
+  'scenarios' | 'providers' | 'json' | 'keep' | 'sharedPostgres' | 'skipRecovery' | 'help'
+> = {
+  orders: 30,
+  concurrency: 6,
+  outageSeconds: 120,
+  faultSeconds: 40,
+  settleSeconds: 120,
+  restoreGapSeconds: 12,
+  seed: 1,
+};
+
+/**
+ * restore: the sandbox forgets an idempotency key this long after its first
+ * use, shorter than any gap --restore-gap-seconds allows, so that the
+ * recovery, not the provider's key dedupe, is what stops a second charge.
+ */
+export const RESTORE_KEY_WINDOW_MS = 3_000;
 
 export const USAGE = `usage: npm run chaos -- [options]
 
@@ -56,8 +71,11 @@ each: no double charge or receipt, no lost order, every order settled
 bound, and no onceflow process exited on its own. Every third completed order
 gets one or two refunds: each refund settled (succeeded, failed or
 needs_attention), one provider refund per succeeded refund and none for a
-failed one, and never more refunded than charged. Exit 0 when every scenario
-passes, 1 on any violation, 2 on bad usage.
+failed one, and never more refunded than charged. The restore scenario
+pg_dumps the database while orders flow, restores it after a gap, runs
+\`ops recover-after-restore --since T0\`, and checks that every client that
+had seen a 202 gets the original one back when it retries. Exit 0 when every
+scenario passes, 1 on any violation, 2 on bad usage.
 
 options:
   --orders N            orders per scenario (default ${DEFAULTS.orders})
@@ -67,6 +85,15 @@ options:
   --settle-seconds S    bound for every order to settle after the fault clears (default ${DEFAULTS.settleSeconds})
   --scenarios A,B       subset, in this order (default: all):
                         ${SCENARIOS.join(', ')}
+                        (--scenario A is the same)
+  --restore-gap-seconds S
+                        restore: how long orders keep flowing between the pg_dump
+                        and the restore (default ${DEFAULTS.restoreGapSeconds}, at least 5; the
+                        sandbox's key window is ${RESTORE_KEY_WINDOW_MS / 1000} s during the drill)
+  --skip-recovery       restore: the same drill without recover-after-restore; it
+                        must fail: the restarted processes detect the restore and
+                        hold all new work (creates 503, workers wait), so the
+                        orders accepted after T0 stay lost and clients unanswered
   --providers A,B       real adapters: stripe (the sandbox's Stripe surface), smtp (a local SMTP server)
   --seed N              seed for the fault schedule and order mix (default ${DEFAULTS.seed})
   --json                print the result as JSON instead of a table
@@ -115,6 +142,9 @@ export function parseChaosArgs(argv: readonly string[]): ChaosOptions {
         'fault-seconds': { type: 'string' },
         'settle-seconds': { type: 'string' },
         scenarios: { type: 'string' },
+        scenario: { type: 'string' },
+        'restore-gap-seconds': { type: 'string' },
+        'skip-recovery': { type: 'boolean', default: false },
         seed: { type: 'string' },
         providers: { type: 'string' },
         json: { type: 'boolean', default: false },
@@ -127,9 +157,12 @@ export function parseChaosArgs(argv: readonly string[]): ChaosOptions {
     throw new UsageError(err instanceof Error ? err.message : String(err));
   }
   const v = parsed.values;
+  if (v.scenarios !== undefined && v.scenario !== undefined)
+    throw new UsageError('give --scenarios or --scenario, not both');
+  const scenarioList = v.scenarios ?? v.scenario;
   let scenarios: ScenarioName[] = [...SCENARIOS];
-  if (v.scenarios !== undefined) {
-    const names = v.scenarios
+  if (scenarioList !== undefined) {
+    const names = scenarioList
       .split(',')
       .map((s) => s.trim())
       .filter(Boolean);
@@ -145,6 +178,13 @@ export function parseChaosArgs(argv: readonly string[]): ChaosOptions {
     outageSeconds: positive('outage-seconds', v['outage-seconds'], DEFAULTS.outageSeconds),
     faultSeconds: positive('fault-seconds', v['fault-seconds'], DEFAULTS.faultSeconds),
     settleSeconds: positive('settle-seconds', v['settle-seconds'], DEFAULTS.settleSeconds),
+    restoreGapSeconds: positive(
+      'restore-gap-seconds',
+      v['restore-gap-seconds'],
+      DEFAULTS.restoreGapSeconds,
+      5,
+    ),
+    skipRecovery: v['skip-recovery'],
     seed: positive('seed', v.seed, DEFAULTS.seed, 0),
     scenarios,
     providers: chaosProviderList(v.providers),

@@ -50,6 +50,8 @@ export function formatTable(results: readonly ScenarioResult[], settleSeconds: n
           'stuck_refund',
           'restart_failed',
           'check_failed',
+          'replay_mismatch',
+          'recovery_failed',
         ),
       ),
       String(r.seconds),

@@ -8,6 +8,7 @@ import {
   REFUND_SETTLED,
   settlementOf,
   type RefundSubmission,
+  type ReplayCheck,
   type Submission,
   type Verdict,
   type Violation,
@@ -22,11 +23,11 @@ import {
   readWorkflows,
   withDb,
 } from './facts.ts';
-import { customerPrefix, runLoad, seededRandom, sleep, type LoadStats } from './load.ts';
+import { customerPrefix, runLoad, seededRandom, sleep, type AcceptedOrder, type LoadStats } from './load.ts';
 import type { ChaosOptions } from './options.ts';
 import { httpOk, waitUntil } from './processes.ts';
 import { clearSandboxFaults, SCENARIO_TABLE, type FaultContext } from './scenarios.ts';
-import { TENANT_API_KEY, type ChaosStack } from './stack.ts';
+import { TENANT_API_KEY, TENANT_ID, type ChaosStack } from './stack.ts';
 
 export interface ScenarioResult {
   scenario: string;
@@ -106,74 +107,103 @@ export async function runScenario(
   const giveUpAt = () =>
     clearedAt === undefined ? Number.POSITIVE_INFINITY : clearedAt + options.settleSeconds * 1000;
   log(`${name}: ${base.fault}; ${options.orders} orders`);
-  const load = runLoad({
-    apiUrl: stack.apiUrl,
-    apiKey: TENANT_API_KEY,
-    scenario: name,
-    tag,
-    orders: options.orders,
-    concurrency: options.concurrency,
-    spreadMs: Math.min(20_000, Math.max(5_000, scenario.activeMs(options) - 5_000)),
-    giveUpAt,
+  const accepted: AcceptedOrder[] = [];
+  const replays: ReplayCheck[] = [];
+  const ctx: FaultContext = {
+    stack,
+    options,
     rng,
     signal,
-  });
-  const ctx: FaultContext = { stack, options, rng, signal, log: (l) => log(`${name}: ${l}`) };
-  let note: string;
-  let faultError: string | undefined;
+    log: (l) => log(`${name}: ${l}`),
+    accepted,
+    replays,
+  };
   try {
-    const outcome = await scenario.run(ctx);
-    note = 'note' in outcome ? outcome.note : outcome.skipped;
-  } catch (err) {
-    faultError = err instanceof Error ? err.message : String(err);
-    note = `fault step failed: ${faultError}`;
-    log(`${name}: ${note}`);
+    await scenario.prepare?.(ctx);
+    return await faultAndVerdict();
   } finally {
-    clearedAt = Date.now();
-    await clearSandboxFaults(stack.sandboxUrl).catch(() => undefined);
+    await scenario.cleanup?.(ctx).catch((err: unknown) => {
+      log(`${name}: cleanup failed: ${err instanceof Error ? err.message : String(err)}`);
+    });
   }
-  log(`${name}: fault cleared (${note}); waiting up to ${options.settleSeconds} s for every order to settle`);
-  const { submissions, refunds, stats } = await load;
-  const deadline = clearedAt + options.settleSeconds * 1000;
-  const settledAfterSeconds = await waitForSettlement(
-    stack,
-    submissions,
-    refunds,
-    clearedAt,
-    deadline,
-    signal,
-  );
 
-  let verdict: Verdict;
-  try {
-    verdict = await judge(stack, submissions, refunds, customerPrefix(tag, name));
-  } catch (err) {
-    // Facts that can't be read prove nothing either way: the scenario fails, and the run goes on.
-    const detail = `could not read the facts: ${err instanceof Error ? err.message : String(err)}`;
-    verdict = {
-      violations: [{ kind: 'check_failed', subject: name, detail }],
-      counts: { ...emptyCounts(), submitted: submissions.length },
-      slowestSeconds: null,
+  async function faultAndVerdict(): Promise<ScenarioResult> {
+    const load = runLoad({
+      apiUrl: stack.apiUrl,
+      apiKey: TENANT_API_KEY,
+      scenario: name,
+      tag,
+      orders: options.orders,
+      concurrency: options.concurrency,
+      spreadMs: Math.min(20_000, Math.max(5_000, scenario.activeMs(options) - 5_000)),
+      giveUpAt,
+      rng,
+      signal,
+      accepted,
+    });
+    let note: string;
+    let faultError: string | undefined;
+    let faultViolations: Violation[] = [];
+    try {
+      const outcome = await scenario.run(ctx);
+      note = 'note' in outcome ? outcome.note : outcome.skipped;
+      if ('violations' in outcome) faultViolations = outcome.violations ?? [];
+    } catch (err) {
+      faultError = err instanceof Error ? err.message : String(err);
+      note = `fault step failed: ${faultError}`;
+      log(`${name}: ${note}`);
+    } finally {
+      clearedAt = Date.now();
+      await clearSandboxFaults(stack.sandboxUrl).catch(() => undefined);
+    }
+    log(
+      `${name}: fault cleared (${note}); waiting up to ${options.settleSeconds} s for every order to settle`,
+    );
+    const { submissions, refunds, stats } = await load;
+    const deadline = clearedAt + options.settleSeconds * 1000;
+    const settledAfterSeconds = await waitForSettlement(
+      stack,
+      submissions,
+      refunds,
+      clearedAt,
+      deadline,
+      signal,
+    );
+
+    let verdict: Verdict;
+    try {
+      verdict = await judge(stack, submissions, refunds, replays, customerPrefix(tag, name));
+    } catch (err) {
+      // Facts that can't be read prove nothing either way: the scenario fails, and the run goes on.
+      const detail = `could not read the facts: ${err instanceof Error ? err.message : String(err)}`;
+      verdict = {
+        violations: [{ kind: 'check_failed', subject: name, detail }],
+        counts: { ...emptyCounts(), submitted: submissions.length },
+        slowestSeconds: null,
+      };
+    }
+    verdict.violations.unshift(
+      ...earlier.map((v) => ({ ...v, detail: `${v.detail} (before this scenario)` })),
+    );
+    verdict.violations.push(...faultViolations);
+    if (faultError !== undefined) {
+      verdict.violations.push({ kind: 'restart_failed', subject: name, detail: faultError });
+    }
+    const status = verdict.violations.length === 0 ? 'PASS' : 'FAIL';
+    const seconds = Math.round((Date.now() - started) / 1000);
+    log(`${name}: ${status} in ${seconds} s (${verdict.violations.length} violations)`);
+    return {
+      ...base,
+      status,
+      note,
+      counts: { ...verdict.counts, refunds: refunds.reduce((n, r) => n + r.refundIds.length, 0) },
+      settledAfterSeconds,
+      slowestOrderSeconds: verdict.slowestSeconds,
+      seconds,
+      violations: verdict.violations,
+      load: stats,
     };
   }
-  verdict.violations.unshift(...earlier.map((v) => ({ ...v, detail: `${v.detail} (before this scenario)` })));
-  if (faultError !== undefined) {
-    verdict.violations.push({ kind: 'restart_failed', subject: name, detail: faultError });
-  }
-  const status = verdict.violations.length === 0 ? 'PASS' : 'FAIL';
-  const seconds = Math.round((Date.now() - started) / 1000);
-  log(`${name}: ${status} in ${seconds} s (${verdict.violations.length} violations)`);
-  return {
-    ...base,
-    status,
-    note,
-    counts: { ...verdict.counts, refunds: refunds.reduce((n, r) => n + r.refundIds.length, 0) },
-    settledAfterSeconds,
-    slowestOrderSeconds: verdict.slowestSeconds,
-    seconds,
-    violations: verdict.violations,
-    load: stats,
-  };
 }
 
 /** Polls until every accepted order and refund is settled, or the deadline passes. Returns seconds after `clearedAt`, or null. */
@@ -191,7 +221,7 @@ async function waitForSettlement(
     try {
       const [orders, { refunds }] = await withDb(
         stack.db.url,
-        async (db) => [await readOrders(db, ids), await readRefunds(db, refundIds)] as const,
+        async (db) => [await readOrders(db, ids), await readRefunds(db, refundIds, TENANT_ID)] as const,
       );
       if (
         ids.every((id) => settlementOf(orders.get(id)) !== 'stuck') &&
@@ -211,6 +241,7 @@ async function judge(
   stack: ChaosStack,
   submissions: readonly Submission[],
   refundSubmissions: readonly RefundSubmission[],
+  replays: readonly ReplayCheck[],
   prefix: string,
 ) {
   const ids = submissions.flatMap((s) => s.orderIds);
@@ -220,6 +251,7 @@ async function judge(
     const { refunds, receiptKeys } = await readRefunds(
       db,
       refundSubmissions.flatMap((r) => r.refundIds),
+      TENANT_ID,
     );
     const money = await readMoney(db);
     return {
@@ -256,7 +288,12 @@ async function judge(
     const pgProc = stack.db.cluster.proc;
     processes.push({ name: 'postgres', alive: pgProc.alive, unexpectedExits: pgProc.takeUnexpectedExits() });
   }
-  return checkScenario(submissions, { ...facts, workflows, processes, providerRefunds }, refundSubmissions);
+  return checkScenario(
+    submissions,
+    { ...facts, workflows, processes, providerRefunds },
+    refundSubmissions,
+    replays,
+  );
 }
 
 function collectExits(stack: ChaosStack): Violation[] {

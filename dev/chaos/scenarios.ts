@@ -3,10 +3,21 @@
  * returns once the fault has CLEARED (everything it killed is back); the
  * settle bound is measured from that moment.
  */
-import type { ChaosOptions, ScenarioName } from './options.ts';
+import fs from 'node:fs';
+import path from 'node:path';
+import { RESTORE_KEY_WINDOW_MS, type ChaosOptions, type ScenarioName } from './options.ts';
 import type { ChaosStack } from './stack.ts';
-import { terminateOwnBackends } from './facts.ts';
-import { sleep } from './load.ts';
+import { terminateOwnBackends, withDb } from './facts.ts';
+import { selectPendingRestoreRecovery } from './sql.ts';
+import type { ReplayCheck, Violation } from './invariants.ts';
+import { sleep, type AcceptedOrder } from './load.ts';
+import {
+  clearStoppedConnections,
+  dumpDatabase,
+  replayAccepted,
+  restoreDatabase,
+  runRecovery,
+} from './restore.ts';
 
 export interface FaultContext {
   stack: ChaosStack;
@@ -14,9 +25,14 @@ export interface FaultContext {
   rng: () => number;
   signal: AbortSignal;
   log: (line: string) => void;
+  /** The load's 202s, as they arrive (the restore drill replays them). */
+  accepted: readonly AcceptedOrder[];
+  /** Where a fault puts the client retries it made, for the verdict. */
+  replays: ReplayCheck[];
 }
 
-type FaultResult = { note: string } | { skipped: string };
+/** `violations`: what the fault step itself saw go wrong (e.g. a recovery command that failed). */
+type FaultResult = { note: string; violations?: Violation[] } | { skipped: string };
 
 export interface Scenario {
   name: ScenarioName;
@@ -25,7 +41,22 @@ export interface Scenario {
   /** How long the fault is active (to spread the orders over it). */
   activeMs: (o: ChaosOptions) => number;
   run: (ctx: FaultContext) => Promise<FaultResult>;
+  /** Before the load starts: a stack setting the fault needs (undone by `cleanup`). */
+  prepare?: (ctx: FaultContext) => Promise<void>;
+  /** After the verdict: the stack as the other scenarios expect it. */
+  cleanup?: (ctx: FaultContext) => Promise<void>;
 }
+
+/** restore: orders flow this long before the dump, so the backup holds settled and in-flight orders. */
+const RESTORE_LEAD_MS = 5_000;
+/**
+ * restore: provider calls made in the last seconds before the stop are held
+ * this long: longer than the lead plus a worker's stop grace (5 s), so the
+ * worker is gone before its answer, and shorter than the provider client's
+ * 10 s timeout.
+ */
+const MID_FLIGHT_LEAD_MS = 3_000;
+const MID_FLIGHT_DELAY_MS = 9_000;
 
 const between = (rng: () => number, lo: number, hi: number) => lo + rng() * (hi - lo);
 
@@ -179,4 +210,122 @@ export const SCENARIO_TABLE: Record<ScenarioName, Scenario> = {
       return { note: `${injected} faults injected` };
     },
   },
+  restore: {
+    name: 'restore',
+    fault: (o) =>
+      `pg_dump while orders flow (T0), ${o.restoreGapSeconds} s more orders, API and workers stopped, ` +
+      `pg_restore into the same database, ${o.skipRecovery ? 'NO recovery (--skip-recovery)' : 'ops recover-after-restore --since T0'}, ` +
+      `restarted; every client that saw a 202 retries it; sandbox key window ${RESTORE_KEY_WINDOW_MS / 1000} s`,
+    // Orders are still released after the stop, so some clients retry through the outage.
+    activeMs: (o) => RESTORE_LEAD_MS + o.restoreGapSeconds * 1000 + 10_000,
+    prepare: (ctx) => ctx.stack.restartSandbox({ SANDBOX_KEY_WINDOW_MS: String(RESTORE_KEY_WINDOW_MS) }),
+    cleanup: (ctx) => ctx.stack.restartSandbox({ SANDBOX_KEY_WINDOW_MS: undefined }),
+    run: restoreDrill,
+  },
 };
+
+/** The restore drill (./restore.ts has the why and the steps' tools). */
+async function restoreDrill(ctx: FaultContext): Promise<FaultResult> {
+  const { stack, options, log } = ctx;
+  const violations: Violation[] = [];
+  await sleep(RESTORE_LEAD_MS, ctx.signal);
+  if (ctx.signal.aborted) return { note: 'interrupted before the dump' };
+
+  const file = path.join(stack.opts.runDir, 'restore-drill.dump');
+  const t0 = new Date();
+  log(
+    `T0 = ${t0.toISOString()}: pg_dump of ${stack.db.databaseName} (the sandbox provider's schema left out: a provider keeps its charges)`,
+  );
+  await dumpDatabase(stack.db, file, log);
+  log(
+    `dump done in ${seconds(Date.now() - t0.getTime())} (${fs.statSync(file).size} bytes); orders keep flowing until T0 + ${options.restoreGapSeconds} s`,
+  );
+  const stopAt = t0.getTime() + options.restoreGapSeconds * 1000;
+  await sleep(Math.max(0, stopAt - MID_FLIGHT_LEAD_MS - Date.now()), ctx.signal);
+  // Steps finish in milliseconds here: held at the provider past the stop, a few orders are
+  // mid-flight when the workers go (a charge or a receipt that lands after they left).
+  for (const endpoint of ['charges.create', 'messages.create']) {
+    await sandboxFault(ctx, { endpoint, kind: 'delay', count: 2, delayMs: MID_FLIGHT_DELAY_MS });
+  }
+  log(
+    `the next 2 charges and 2 receipts are held ${MID_FLIGHT_DELAY_MS / 1000} s at the provider, past the stop`,
+  );
+  await sleep(Math.max(0, stopAt - Date.now()), ctx.signal);
+  // Interrupted: the harness is stopping everything anyway; no restore over its shoulder.
+  if (ctx.signal.aborted) {
+    fs.rmSync(file, { force: true });
+    return { note: 'interrupted before the restore' };
+  }
+
+  const afterT0 = () => ctx.accepted.filter((a) => a.at >= t0.getTime()).length;
+  log(
+    `stopping the API and the workers (${ctx.accepted.length} orders accepted so far, ${afterT0()} after T0)`,
+  );
+  await Promise.all([stack.api, ...stack.workers].map((s) => s.stop()));
+  const stoppedAt = Date.now();
+  let recovery = options.skipRecovery ? 'skipped (--skip-recovery)' : 'not run';
+  try {
+    const terminated = await clearStoppedConnections(stack.db);
+    if (terminated) log(`terminated ${terminated} leftover connections of the stopped processes`);
+    const restoreStarted = Date.now();
+    await restoreDatabase(stack.db, file, log);
+    log(`pg_restore done in ${seconds(Date.now() - restoreStarted)}: the database is back at T0`);
+    if (options.skipRecovery) {
+      log(
+        '--skip-recovery: NOT running recover-after-restore; the orders accepted after T0 are gone from the database',
+      );
+    } else {
+      const recoveryStarted = Date.now();
+      log(`running ops recover-after-restore --since ${t0.toISOString()}`);
+      try {
+        await runRecovery(stack, t0, options.settleSeconds * 1000, log);
+        recovery = `done in ${seconds(Date.now() - recoveryStarted)}`;
+      } catch (err) {
+        recovery = 'FAILED';
+        const detail = err instanceof Error ? err.message : String(err);
+        violations.push({ kind: 'recovery_failed', subject: 'recover-after-restore', detail });
+        log(`recover-after-restore failed: ${detail}`);
+      }
+    }
+  } finally {
+    fs.rmSync(file, { force: true });
+    // Whatever a stopped worker charged is past the provider's key window before anything runs again.
+    await sleep(Math.max(0, stoppedAt + RESTORE_KEY_WINDOW_MS - Date.now()), ctx.signal);
+    await Promise.all(stack.workers.map((w) => w.start()));
+    await stack.api.start();
+    log(`API and workers started again, ${seconds(Date.now() - stoppedAt)} after the stop`);
+  }
+  const gate = await withDb(stack.db.url, selectPendingRestoreRecovery);
+  if (gate !== null) {
+    // The processes found orders Temporal has and the database lacks: they hold all new work.
+    log(
+      `the restore gate is closed (declared by ${gate}): creates answer 503 and workers wait for a recovery`,
+    );
+  }
+
+  const toReplay = ctx.accepted.filter((a) => a.at <= stoppedAt);
+  log(
+    `every client that saw a 202 (${toReplay.length}, ${afterT0()} after T0) sends its POST again under its original key`,
+  );
+  const replays = await replayAccepted(stack, toReplay, t0.getTime(), {
+    giveUpAt: Date.now() + options.settleSeconds * 1000,
+    rng: ctx.rng,
+    signal: ctx.signal,
+  });
+  ctx.replays.push(...replays);
+  const original = replays.filter(
+    (r) =>
+      r.replay.kind === 'answer' &&
+      r.replay.replayed &&
+      (r.replay.body as { id?: unknown } | null)?.id === r.original.orderId,
+  ).length;
+  return {
+    note:
+      `T0 ${t0.toISOString()}, ${afterT0()} orders accepted after T0, recovery ${recovery}, ` +
+      (gate !== null ? 'restore gate still closed, ' : '') +
+      `${original}/${replays.length} client retries replayed the original order`,
+    violations,
+  };
+}
+
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;

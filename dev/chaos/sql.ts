@@ -78,3 +78,11 @@ export async function selectRefundOutcomes(
   );
   return rows;
 }
+
+/** The restore gate's pending declaration (src/recovery/gate.ts), if any: who declared it, and why. */
+export async function selectPendingRestoreRecovery(db: Queryable): Promise<string | null> {
+  const { rows } = await db.query<{ declared_by: string }>(
+    'select declared_by from restore_recoveries where completed_at is null',
+  );
+  return rows[0]?.declared_by ?? null;
+}

@@ -19,6 +19,7 @@ const TASK_QUEUE = 'onceflow-chaos';
 const ADMIN_TOKEN = '1e17c2cceb03b9142e5d14042d26747d1d15c0ad9941a4867374fa5a30015fcc';
 /** The local demo key (src/api/demo-keys.ts), seeded into the harness's database: orders are placed as tenant `acme`. */
 export const TENANT_API_KEY = DEMO_TENANTS[0].key;
+export const TENANT_ID = DEMO_TENANTS[0].id;
 
 export interface StackOptions {
   root: string;
@@ -31,6 +32,13 @@ export interface StackOptions {
 }
 
 const READY_MS = 90_000;
+/**
+ * A worker is up once it polls, or once it waits at the restore gate
+ * (src/recovery/gate.ts): that wait is by design, and lasts until someone runs
+ * the recovery (the restore drill with --skip-recovery never does).
+ */
+const WORKER_UP =
+  /"msg":"(worker started|a recovery after a database restore is pending; waiting for it before polling)"/;
 
 /** The Temporal dev server, restartable on the same port and the same SQLite file. */
 export class TemporalServer {
@@ -103,6 +111,8 @@ export class ChaosStack {
   api!: Supervised;
   apiPort = 0;
   sandboxPort = 0;
+  /** The environment every onceflow process gets (an ops command run against the stack needs it too). */
+  serviceEnv: NodeJS.ProcessEnv = {};
 
   constructor(readonly opts: StackOptions) {}
 
@@ -163,6 +173,7 @@ export class ChaosStack {
       BIND_HOST: '127.0.0.1',
       LOG_LEVEL: 'info',
     };
+    this.serviceEnv = env;
     const node = (
       name: string,
       entry: string,
@@ -190,7 +201,7 @@ export class ChaosStack {
         name,
         'src/worker/main.ts',
         { WORKER_METRICS_PORT: String(metricsPort), WORKER_SDK_METRICS_PORT: String(sdkPort) },
-        (p) => waitUntil(name, async () => p.currentLog().includes('"msg":"worker started"'), READY_MS, p),
+        (p) => waitUntil(name, async () => WORKER_UP.test(p.currentLog()), READY_MS, p),
       );
       this.workers.push(worker);
     }
@@ -201,6 +212,22 @@ export class ChaosStack {
     );
     await this.api.start();
     log(`sandbox ${this.sandboxUrl}, API ${this.apiUrl}, 2 workers on task queue ${TASK_QUEUE}`);
+  }
+
+  /**
+   * Stops the sandbox and starts it again with these environment changes
+   * (undefined removes a variable): its test knobs (dev/sandbox/tuning.ts) are
+   * read at start. The supervisor spawns from the spec's env object, so a
+   * change there is what the next start sees.
+   */
+  async restartSandbox(changes: Record<string, string | undefined>): Promise<void> {
+    const env = this.sandbox.spec.env;
+    for (const [name, value] of Object.entries(changes)) {
+      if (value === undefined) delete env[name];
+      else env[name] = value;
+    }
+    await this.sandbox.stop();
+    await this.sandbox.start();
   }
 
   /** A fresh Temporal connection (the server may have been restarted since the last one). */

@@ -7,6 +7,7 @@ import { describe, expect, it } from 'vitest';
 import {
   checkMoney,
   checkRefunds,
+  checkReplays,
   checkScenario,
   type Facts,
   type MoneyEffect,
@@ -14,6 +15,7 @@ import {
   type ProviderRefundEffect,
   type RefundFact,
   type RefundSubmission,
+  type ReplayCheck,
   type Submission,
 } from '../../dev/chaos/invariants.ts';
 import { parseChaosArgs, SCENARIOS, UsageError } from '../../dev/chaos/options.ts';
@@ -290,6 +292,58 @@ describe('chaos refund invariants', () => {
   });
 });
 
+describe('restore drill verdict', () => {
+  const body = { id: 'o1', status: 'pending', amount: 1000 };
+  const replay = (r: Partial<ReplayCheck['replay']> & { kind?: 'answer' }): ReplayCheck => ({
+    clientKey: 'k1',
+    afterBackup: true,
+    original: { orderId: 'o1', body },
+    replay: { kind: 'answer', status: 202, body: { ...body }, replayed: true, ...r },
+  });
+
+  it('passes a retry that replays the original 202, and flags every other answer', () => {
+    expect(checkReplays([replay({})])).toEqual([]);
+    // Key order in the body does not matter; content does.
+    expect(checkReplays([replay({ body: { amount: 1000, status: 'pending', id: 'o1' } })])).toEqual([]);
+    const wrong = [
+      replay({ body: { ...body, id: 'o9' } }),
+      replay({ replayed: false }),
+      replay({ body: { ...body, status: 'completed' } }),
+      replay({ status: 422, body: { type: 'idempotency-key-reused' } }),
+      { ...replay({}), replay: { kind: 'gave_up' as const, why: 'gave up after 12 attempts' } },
+    ];
+    const found = checkReplays(wrong);
+    expect(found.map((v) => v.kind)).toEqual(Array(wrong.length).fill('replay_mismatch'));
+    expect(found[0]!.detail).toContain('not the original o1');
+    expect(found[0]!.detail).toContain('after the backup');
+  });
+
+  it('flags one intent charged twice through two orders, though each order was charged once', () => {
+    const w = healthy();
+    // The client's retry after a restore without recovery got a new order, which charged again.
+    w.submissions[0] = { ...w.submissions[0]!, orderIds: ['o1', 'o3'] };
+    w.facts.orders.set('o3', order('o3', 'completed'));
+    w.facts = {
+      ...w.facts,
+      outbox: new Set([...w.facts.outbox, wf('o3')]),
+      workflows: new Set([...w.facts.workflows, wf('o3')]),
+      charges: [...w.facts.charges, charge('o3')],
+      messages: [...w.facts.messages, receipt('o3')],
+      ordersForScenario: ['o1', 'o2', 'o3'],
+    };
+    const verdict = checkScenario(w.submissions, w.facts, [], [replay({ body: { ...body, id: 'o3' } })]);
+    expect(verdict.violations).toContainEqual(
+      expect.objectContaining({ kind: 'double_charge', subject: 'k1' }),
+    );
+    expect(kinds(verdict)).toContain('duplicate_order');
+    expect(kinds(verdict)).toContain('replay_mismatch');
+
+    // The same two orders with only one of them charged is a duplicate order, not a double charge.
+    w.facts = { ...w.facts, charges: [charge('o1'), charge('o2', 'failed'), charge('o3', 'failed')] };
+    expect(kinds(checkScenario(w.submissions, w.facts))).not.toContain('double_charge');
+  });
+});
+
 describe('chaos flags', () => {
   it('parses sizes and a scenario subset, and rejects unknown flags and scenarios', () => {
     const o = parseChaosArgs([
@@ -305,5 +359,14 @@ describe('chaos flags', () => {
     expect(() => parseChaosArgs(['--bogus'])).toThrow(UsageError);
     expect(() => parseChaosArgs(['--scenarios', 'nope'])).toThrow(UsageError);
     expect(() => parseChaosArgs(['--orders', '0'])).toThrow(UsageError);
+  });
+
+  it('takes the restore drill by --scenario too, with its gap and --skip-recovery', () => {
+    const o = parseChaosArgs(['--scenario', 'restore', '--restore-gap-seconds', '20', '--skip-recovery']);
+    expect(o).toMatchObject({ scenarios: ['restore'], restoreGapSeconds: 20, skipRecovery: true });
+    expect(parseChaosArgs([])).toMatchObject({ skipRecovery: false, restoreGapSeconds: 12 });
+    expect(() => parseChaosArgs(['--scenario', 'restore', '--scenarios', 'api-kill'])).toThrow(UsageError);
+    // A gap shorter than 5 s would not outlast the sandbox's key window of the drill.
+    expect(() => parseChaosArgs(['--restore-gap-seconds', '4'])).toThrow(UsageError);
   });
 });

@@ -327,7 +327,7 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
           'the same way from the order as it is now (200 if terminal, else the stored 202), with ' +
           '`Idempotent-Replayed: true`; a replay without it gets the stored 202. A Prefer header that ' +
           'cannot be parsed, or a wait that is not a whole number, is ignored (no wait), never a 400. ' +
-          'Responses to a request with a Prefer header carry `Vary: Prefer`.',
+          'The 200 and 202 to a request with a Prefer header carry `Vary: Prefer`. See docs/API.md.',
         tags: ['orders'],
         security: [{ apiKey: [] }],
         headers: CreateOrderHeaders,

@@ -15,6 +15,10 @@
  *   --workers=N          N order worker processes (default 1), as `npm start -- --workers N`
  *   --api-processes=M    M API processes sharing the API port through node:cluster
  *                        (src/api/cluster.ts), as `npm start -- --api-processes M`
+ *   --prefer-wait=N      each POST /v1/orders asks `Prefer: wait=N` (0-30) and takes a 200
+ *                        as the outcome; an order still running after N s (a 202) is followed
+ *                        by the usual GET ?wait= loop. p50/p99 are then POST to response
+ *                        (issue #29's target: p50 <= 150 ms at C=1 with wait=10)
  *
  * It starts its own stack, like the test setup: a throwaway Postgres
  * database (dropped at the end), a Temporal dev server on free ports (the
@@ -79,6 +83,10 @@ const program = createCommand(
   .option('--workers <n>', 'order worker processes, as npm start -- --workers N', '1')
   .option('--api-processes <n>', 'API processes sharing the API port (node:cluster)', '1')
   .option(
+    '--prefer-wait <n>',
+    'POST with Prefer: wait=N (0-30): the outcome in the POST answer, GET ?wait= only after a 202',
+  )
+  .option(
     '--cpu-prof <dir>',
     "write a V8 CPU profile of each Node process of the stack into <dir> (Chrome DevTools' format)",
   )
@@ -105,6 +113,7 @@ const opts = program.opts<{
   workers: string;
   apiProcesses: string;
   cpuProf?: string;
+  preferWait?: string;
 }>();
 const CPU_PROF_DIR = opts.cpuProf ? path.resolve(opts.cpuProf) : undefined;
 const args = {
@@ -119,6 +128,7 @@ const args = {
   backend: opts.backend,
   workers: opts.workers,
   'api-processes': opts.apiProcesses,
+  'prefer-wait': opts.preferWait,
 };
 if (args.backend !== 'dev' && args.backend !== 'postgres') {
   console.error(`--backend must be dev or postgres, got ${JSON.stringify(args.backend)}`);
@@ -134,6 +144,8 @@ const LEVELS = String(args.concurrency)
 const WORKERS = positiveInt(args.workers, '--workers', 16);
 const API_PROCESSES = positiveInt(args['api-processes'], '--api-processes', 16);
 const TIMEOUT_MS = positiveInt(args['timeout-seconds'], '--timeout-seconds', 7200) * 1000;
+/** Seconds of `Prefer: wait` on each POST, or undefined (POST, then GET ?wait=). 0 is allowed: one read. */
+const PREFER_WAIT = args['prefer-wait'] === undefined ? undefined : preferWait(args['prefer-wait']);
 const PER_CLIENT_AT_LOW_LEVELS = 25;
 const HISTORY_SAMPLES = 5;
 /** How many of the slowest orders per level get their history's longest gaps printed. */
@@ -147,6 +159,16 @@ function positiveInt(raw: unknown, name: string, max: number): number {
   const n = Number(raw);
   if (!Number.isInteger(n) || n <= 0 || n > max) {
     console.error(`${name} must be an integer in [1, ${max}], got ${JSON.stringify(raw)}`);
+    process.exit(2);
+  }
+  return n;
+}
+
+/** --prefer-wait: 0 to 30, as the API takes it (more would be clamped to 30 and mislabel the run). */
+function preferWait(raw: string): number {
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw) || n > 30) {
+    console.error(`--prefer-wait must be an integer in [0, 30], got ${JSON.stringify(raw)}`);
     process.exit(2);
   }
   return n;
@@ -535,6 +557,8 @@ async function main(): Promise<void> {
     const completedIds: string[] = [];
     /** Every order's latency at the current level, to explain the slowest ones (see slowestReport). */
     let slowest: { workflowId: string; ms: number }[] = [];
+    /** With --prefer-wait: orders whose POST answered the outcome (200), and those that needed a GET. */
+    const preferAnswers = { outcome: 0, accepted: 0 };
     async function order(latencies: number[], serverLatencies: number[], failures: string[]): Promise<void> {
       const i = seq++;
       const wall0 = Date.now();
@@ -542,7 +566,12 @@ async function main(): Promise<void> {
       const headers = { authorization: `Bearer ${API_KEY}` };
       const res = await fetch(`${api}/v1/orders`, {
         method: 'POST',
-        headers: { ...headers, 'content-type': 'application/json', 'idempotency-key': `e2e-${runId}-${i}` },
+        headers: {
+          ...headers,
+          'content-type': 'application/json',
+          'idempotency-key': `e2e-${runId}-${i}`,
+          ...(PREFER_WAIT !== undefined ? { prefer: `wait=${PREFER_WAIT}` } : {}),
+        },
         body: JSON.stringify({
           customer: { id: `cus_${i % 17}`, email: `customer${i}@example.com` },
           currency: 'usd',
@@ -550,22 +579,25 @@ async function main(): Promise<void> {
           paymentMethod: 'pm_card_visa',
         }),
       });
-      const created = (await res.json()) as { id?: string; workflowId?: string };
-      if (res.status !== 202 || !created.id) throw new Error(`POST /v1/orders: ${res.status}`);
-      for (;;) {
-        const r = await fetch(`${api}/v1/orders/${encodeURIComponent(created.id)}?wait=30`, { headers });
-        const view = (await r.json()) as { status: string; updatedAt: string };
-        if (!r.ok) throw new Error(`GET order: ${r.status}`);
-        if ((TERMINAL_STATUSES as readonly string[]).includes(view.status)) {
-          latencies.push(performance.now() - t0);
-          serverLatencies.push(Date.parse(view.updatedAt) - wall0);
-          if (view.status === 'completed') completedIds.push(created.workflowId ?? '');
-          if (created.workflowId)
-            slowest.push({ workflowId: created.workflowId, ms: performance.now() - t0 });
-          else failures.push(view.status);
-          return;
-        }
+      type View = { id?: string; workflowId?: string; status: string; updatedAt: string };
+      const created = (await res.json()) as View;
+      // With Prefer: wait, a 200 is the terminal order as GET returns it: no GET needed.
+      const answered = PREFER_WAIT !== undefined && res.status === 200;
+      if (PREFER_WAIT !== undefined) preferAnswers[answered ? 'outcome' : 'accepted']++;
+      if ((res.status !== 202 && !answered) || !created.id) throw new Error(`POST /v1/orders: ${res.status}`);
+      let view = created;
+      if (!answered) {
+        do {
+          const r = await fetch(`${api}/v1/orders/${encodeURIComponent(created.id)}?wait=30`, { headers });
+          view = (await r.json()) as View;
+          if (!r.ok) throw new Error(`GET order: ${r.status}`);
+        } while (!(TERMINAL_STATUSES as readonly string[]).includes(view.status));
       }
+      latencies.push(performance.now() - t0);
+      serverLatencies.push(Date.parse(view.updatedAt) - wall0);
+      if (view.status === 'completed') completedIds.push(created.workflowId ?? '');
+      if (created.workflowId) slowest.push({ workflowId: created.workflowId, ms: performance.now() - t0 });
+      else failures.push(view.status);
     }
     async function baseline(latencies: number[]): Promise<void> {
       const i = seq++;
@@ -583,6 +615,7 @@ async function main(): Promise<void> {
     if (!BASELINE_ONLY) await closedLoop('warm-up orders', 8, 4, () => order([], [], []));
     await closedLoop('warm-up baseline', 8, 4, () => baseline([]));
     completedIds.length = 0;
+    preferAnswers.outcome = preferAnswers.accepted = 0;
 
     const results: Record<string, LevelResult> = {};
     const maxLevel = Math.max(...LEVELS);
@@ -727,7 +760,10 @@ async function main(): Promise<void> {
         baselineWorker: args['sdk-defaults'] ? 'sdk-defaults' : 'tuned',
         workers: WORKERS,
         apiProcesses: API_PROCESSES,
+        preferWait: PREFER_WAIT ?? null,
       },
+      // With --prefer-wait: how many POSTs answered the outcome (200), and how many a 202.
+      ...(PREFER_WAIT !== undefined ? { preferWaitAnswers: { ...preferAnswers } } : {}),
       workerReadySec,
       concurrency: results,
       cpuPerOrderSec: top.cpuPerOrderSec,
@@ -742,9 +778,19 @@ async function main(): Promise<void> {
         p50MsAt1: { target: 400, measured: c1?.p50Ms ?? null },
         p99MsAt32: { target: 4000, measured: results['32']?.p99Ms ?? null },
         cpuPerOrderSec: { target: 0.15, measured: results['32']?.cpuPerOrderSec ?? null },
+        // Issue #29: Prefer: wait=10 at C=1, POST to response (the outcome).
+        ...(PREFER_WAIT !== undefined
+          ? { preferWaitP50MsAt1: { target: 150, preferWait: PREFER_WAIT, measured: c1?.p50Ms ?? null } }
+          : {}),
       },
     };
     printTable(results);
+    if (PREFER_WAIT !== undefined) {
+      say(
+        `Prefer: wait=${PREFER_WAIT}: ${preferAnswers.outcome} POSTs answered the outcome (200), ` +
+          `${preferAnswers.accepted} a 202 (then GET ?wait=)`,
+      );
+    }
     say(
       `history events per order: ${report.historyEventsPerOrder} (baseline ${report.baselineHistoryEvents}); ` +
         Object.entries(perOrder)
@@ -766,6 +812,7 @@ async function main(): Promise<void> {
       args['sdk-defaults'] ? 'sdk-defaults' : '',
       WORKERS > 1 ? `workers${WORKERS}` : '',
       API_PROCESSES > 1 ? `api${API_PROCESSES}` : '',
+      PREFER_WAIT !== undefined ? `prefer-wait${PREFER_WAIT}` : '',
     ]
       .filter(Boolean)
       .join('-');

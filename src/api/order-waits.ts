@@ -62,9 +62,10 @@ export interface OrderWait {
   /**
    * Resolves when the order's status may have changed since the last call
    * (a notification, the listener going down or up) or after the current
-   * re-read interval, whichever is first, and at the latest after `maxMs`.
+   * re-read interval, whichever is first, and at the latest after `maxMs`;
+   * at once when `signal` aborts.
    */
-  next(maxMs: number): Promise<void>;
+  next(maxMs: number, signal?: AbortSignal): Promise<void>;
   /** Stops watching; call it in a finally. */
   done(): void;
 }
@@ -133,6 +134,8 @@ export class OrderWaits {
    * A long-poll: reads until `done(row)` (or no row), the deadline, or `aborted()`, watching
    * `id` before the first read so a change between a read and the wait still wakes it. Each
    * pass reads the whole row, so the last read is the answer. With `waitMs` 0, one read.
+   * `signal` (the client hung up) also ends the wait at once, without another read: the
+   * answer is for nobody, so what it returns then is the last row read.
    */
   async readUntil<T>(
     id: string,
@@ -140,6 +143,7 @@ export class OrderWaits {
     read: () => Promise<T | null>,
     done: (row: T) => boolean,
     aborted: () => boolean,
+    signal?: AbortSignal,
   ): Promise<T | null> {
     if (waitMs <= 0) return read();
     const deadline = Date.now() + waitMs;
@@ -147,9 +151,10 @@ export class OrderWaits {
     try {
       for (;;) {
         const row = await read();
-        if (row === null || done(row) || Date.now() >= deadline || aborted()) return row;
+        if (row === null || done(row) || Date.now() >= deadline || aborted() || signal?.aborted) return row;
         // Woken by a terminal status's notification, else re-read on the interval.
-        await wait.next(deadline - Date.now());
+        await wait.next(deadline - Date.now(), signal);
+        if (signal?.aborted) return row;
       }
     } finally {
       wait.done();
@@ -169,11 +174,12 @@ export class OrderWaits {
     if (!set) this.#waiters.set(orderId, (set = new Set()));
     set.add(onChange);
     return {
-      next: (maxMs) => {
+      next: (maxMs, signal) => {
         if (changed) {
           changed = false;
           return Promise.resolve();
         }
+        if (signal?.aborted) return Promise.resolve();
         let interval: number;
         if (this.#listening) {
           fallbackReads = 0;
@@ -183,8 +189,10 @@ export class OrderWaits {
         }
         return new Promise<void>((resolve) => {
           const timer = setTimeout(finish, Math.max(0, Math.min(maxMs, interval)));
+          signal?.addEventListener('abort', finish, { once: true });
           function finish() {
             clearTimeout(timer);
+            signal?.removeEventListener('abort', finish);
             wake = null;
             changed = false;
             resolve();

@@ -207,13 +207,29 @@ export const ListOrdersQuery = Type.Object({
  * `invalid-idempotency-key` (src/api/idempotency.ts), not a generic schema
  * error. The document marks it required (DOCUMENTED_REQUIRED, see app.ts).
  */
-export const CreateOrderHeaders = Type.Object({
+const IDEMPOTENCY_KEY_HEADER = {
   'idempotency-key': Type.Optional(
     Type.String({
       description:
         'Required. One key per intent, reused on every retry of it. 1-255 visible ASCII characters ' +
         '(0x21-0x7E), sent once; the structured-field string form (`"abc"`, RFC 8941) is the same key as `abc`.',
       [DOCUMENTED_REQUIRED]: true,
+    }),
+  ),
+};
+
+/** The headers of an idempotent create (POST /v1/orders/{id}/refunds). */
+export const IdempotentCreateHeaders = Type.Object(IDEMPOTENCY_KEY_HEADER);
+
+/** POST /v1/orders: the Idempotency-Key, and the `Prefer: wait` only creating an order honours. */
+export const CreateOrderHeaders = Type.Object({
+  ...IDEMPOTENCY_KEY_HEADER,
+  prefer: Type.Optional(
+    Type.String({
+      description:
+        'RFC 7240. `wait=N`: wait up to N whole seconds (more than 30 counts as 30) for the order to reach ' +
+        'a terminal status and answer 200 with it, else the usual 202. Other preferences are ignored, and ' +
+        'so is a header that cannot be parsed (never a 400). E.g. `respond-async, wait=10`.',
     }),
   ),
 });
@@ -244,6 +260,20 @@ export const Health = Type.Object(
 
 export const LOCATION_HEADER = {
   Location: Type.String({ description: "The order's URL: /v1/orders/{id}" }),
+};
+/** On POST /v1/orders answers to a request with `Prefer: wait=N`: the N used (RFC 7240). */
+export const PREFERENCE_APPLIED_HEADER = {
+  'Preference-Applied': Type.String({
+    pattern: '^wait=[0-9]+$',
+    description:
+      'Sent when the request asked for `Prefer: wait=N`: wait=<the seconds waited at most> (N, at most 30)',
+  }),
+};
+/** On POST /v1/orders answers to a request that carried a Prefer header. */
+export const VARY_PREFER_HEADER = {
+  Vary: Type.Literal('Prefer', {
+    description: 'Sent when the request carried a Prefer header: whether the answer waited depends on it',
+  }),
 };
 export const REPLAYED_HEADER = {
   'Idempotent-Replayed': Type.Literal('true', {

@@ -53,6 +53,8 @@ export interface paths {
     /**
      * Create an order (idempotent)
      * @description Requires an Idempotency-Key. The same key and body replays the original 202 with `Idempotent-Replayed: true`; a different body gets 422; a request still in progress gets 409 with Retry-After.
+     *
+     *     `Prefer: wait=N` (RFC 7240; N whole seconds, more than 30 counts as 30) waits, after the order is committed (or on a replay), up to N seconds for it to reach a terminal status (completed, rejected, needs_attention): then the answer is 200 with the order as GET /v1/orders/{id} returns it, otherwise the usual 202. Both carry `Preference-Applied: wait=N` and `Location`. What the key stores is always the 202 (what was true at acceptance): a replay with `Prefer: wait` answers the same way from the order as it is now (200 if terminal, else the stored 202), with `Idempotent-Replayed: true`; a replay without it gets the stored 202. A Prefer header that cannot be parsed, or a wait that is not a whole number, is ignored (no wait), never a 400. The 200 and 202 to a request with a Prefer header carry `Vary: Prefer`. See docs/API.md.
      */
     post: operations['createOrder'];
     delete?: never;
@@ -982,6 +984,8 @@ export interface operations {
       header: {
         /** @description Required. One key per intent, reused on every retry of it. 1-255 visible ASCII characters (0x21-0x7E), sent once; the structured-field string form (`"abc"`, RFC 8941) is the same key as `abc`. */
         'idempotency-key': string;
+        /** @description RFC 7240. `wait=N`: wait up to N whole seconds (more than 30 counts as 30) for the order to reach a terminal status and answer 200 with it, else the usual 202. Other preferences are ignored, and so is a header that cannot be parsed (never a 400). E.g. `respond-async, wait=10`. */
+        prefer?: string;
       };
       path?: never;
       cookie?: never;
@@ -992,11 +996,38 @@ export interface operations {
       };
     };
     responses: {
-      /** @description Accepted: the order exists and its workflow will run (or the stored answer, replayed) */
+      /** @description With `Prefer: wait=N` only: the order reached a terminal status within N seconds; the body is GET /v1/orders/{id} (on a replay too, with Idempotent-Replayed: the order as it is now) */
+      200: {
+        headers: {
+          /** @description The order's URL: /v1/orders/{id} */
+          Location: string;
+          /** @description Sent when the request asked for `Prefer: wait=N`: wait=<the seconds waited at most> (N, at most 30) */
+          'Preference-Applied': string;
+          /** @description Sent when the request carried a Prefer header: whether the answer waited depends on it */
+          Vary: 'Prefer';
+          /** @description Present (true) when this is the stored answer to an earlier request with the same key */
+          'Idempotent-Replayed'?: 'true';
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['OrderDetail'];
+        };
+      };
+      /** @description Accepted: the order exists and its workflow will run (or the stored answer, replayed). With `Prefer: wait=N`, the order was not terminal within N seconds */
       202: {
         headers: {
           /** @description The order's URL: /v1/orders/{id} */
           Location: string;
+          /** @description Sent when the request asked for `Prefer: wait=N`: wait=<the seconds waited at most> (N, at most 30) */
+          'Preference-Applied'?: string;
+          /** @description Sent when the request carried a Prefer header: whether the answer waited depends on it */
+          Vary?: 'Prefer';
           /** @description Present (true) when this is the stored answer to an earlier request with the same key */
           'Idempotent-Replayed'?: 'true';
           /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */

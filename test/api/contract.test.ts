@@ -40,6 +40,7 @@ const WEBHOOK_SECRET = 'whsec_contract_test';
 const CONTRACT_HEADERS = [
   'location',
   'idempotent-replayed',
+  'preference-applied',
   'retry-after',
   'x-ratelimit-limit',
   'x-ratelimit-remaining',
@@ -159,6 +160,37 @@ describe('orders', () => {
     expect(list.status).toBe(200);
     expect((list.body as { data: unknown[] }).data).toHaveLength(1);
     conforms('GET', '/v1/orders', list);
+  });
+
+  it('Prefer: wait: 202 when the order is not terminal in time, 200 (a replay) once it is', async () => {
+    const t = await newTenant(pool, 'contract');
+    const idem = uniq('idem');
+    const prefer = { prefer: 'wait=1' };
+    const waited = await call({ url }, 'POST', '/v1/orders', {
+      key: t.key,
+      idem,
+      body: validOrder(),
+      headers: prefer,
+    });
+    expect(waited.status).toBe(202);
+    expect(waited.headers.get('preference-applied')).toBe('wait=1');
+    conforms('POST', '/v1/orders', waited);
+
+    // No workflow runs here (OUTBOX_RELAY off): the order is made terminal by hand.
+    const id = (waited.body as { id: string }).id;
+    await pool.query(`update orders set status = 'completed' where tenant_id = $1 and id = $2`, [
+      t.tenantId,
+      id,
+    ]);
+    const done = await call({ url }, 'POST', '/v1/orders', {
+      key: t.key,
+      idem,
+      body: validOrder(),
+      headers: prefer,
+    });
+    expect(done.status).toBe(200);
+    expect(done.headers.get('idempotent-replayed')).toBe('true');
+    conforms('POST', '/v1/orders', done);
   });
 
   it('409 in progress (Retry-After), 422 key reused, 400 missing/malformed key and schema, 404', async () => {
@@ -324,5 +356,5 @@ describe('webhook, health, admin', () => {
 
 afterAll(() => {
   // Guards against the checks above silently not running.
-  expect(checked.size).toBeGreaterThanOrEqual(19);
+  expect(checked.size).toBeGreaterThanOrEqual(20);
 });

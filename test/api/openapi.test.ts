@@ -111,6 +111,26 @@ describe('POST /v1/orders', () => {
     expect(r['409']!.headers).toMatchObject({ 'Retry-After': {}, Location: {} });
     expect(r['429']!.headers).toMatchObject({ 'Retry-After': { required: true }, 'x-ratelimit-limit': {} });
   });
+
+  it('documents Prefer (optional) and the 200 it can answer: the order as GET returns it', () => {
+    const prefer = op().parameters?.find((p) => p.in === 'header' && p.name.toLowerCase() === 'prefer');
+    expect(prefer).toBeDefined();
+    expect(prefer?.required).not.toBe(true);
+    const r = op().responses;
+    expect(r['200']!.content).toMatchObject({
+      'application/json': { schema: { $ref: '#/components/schemas/OrderDetail' } },
+    });
+    expect(r['200']!.headers).toMatchObject({
+      Location: { required: true },
+      'Preference-Applied': { required: true },
+      Vary: { required: true },
+      'Idempotent-Replayed': {},
+    });
+    expect(r['202']!.headers).toMatchObject({ 'Preference-Applied': {}, Vary: {} });
+    // Only creating an order honours it; a refund's create does not document it.
+    const refund = doc.paths['/v1/orders/{id}/refunds']!.post!;
+    expect(refund.parameters?.some((p) => p.name.toLowerCase() === 'prefer')).toBe(false);
+  });
 });
 
 it('tenant routes use the apiKey scheme, admin routes the separate adminToken scheme', () => {

@@ -7,11 +7,13 @@
  * thing in the handler. None of these touch the database, so none is stored
  * and a corrected retry runs normally. Only then does the request reach its
  * one transaction (createOrderOnce): the idempotency record, the order and
- * its start intent.
+ * its start intent. `Prefer: wait=N` waits after that, outside any
+ * transaction and writing nothing, so it changes the answer, never what the
+ * key stores.
  */
 import { randomBytes } from 'node:crypto';
 import { Type, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { withClient } from '../../db/index.ts';
 import type { OperationRecord } from '../../ledger/index.ts';
 import {
@@ -25,6 +27,7 @@ import {
 import type { ApiContext } from '../context.ts';
 import { idempotentTransaction, readIdempotencyKey, refuseWhileRecovering } from '../idempotency.ts';
 import { ProblemError } from '../../http/problems.ts';
+import { MAX_PREFER_WAIT_SECONDS, preferredWaitSeconds } from '../../http/prefer.ts';
 import {
   CreateOrderBody,
   CreateOrderHeaders,
@@ -36,7 +39,9 @@ import {
   OrderList,
   MAX_ORDER_TOTAL,
   LOCATION_HEADER,
+  PREFERENCE_APPLIED_HEADER,
   REPLAYED_HEADER,
+  VARY_PREFER_HEADER,
 } from '../schemas.ts';
 import {
   RATE_LIMIT_HEADERS,
@@ -132,6 +137,42 @@ function orderView(row: OrderRow) {
     createdAt: row.created_at.toISOString(),
   };
 }
+
+/** GET /v1/orders/{id}'s body, which POST /v1/orders answers too when a `Prefer: wait` sees the order finish. */
+async function orderDetail(ledger: ApiContext['ledger'], tenantId: string, row: OrderRow) {
+  // Only the workflow's own step keys: a client's Idempotency-Key (http.create_order) is never read.
+  const steps = await readSteps(ledger, tenantId, row.workflow_id);
+  return {
+    ...orderView(row),
+    chargeId: row.charge_id,
+    receiptId: row.receipt_id,
+    // Never row.last_error: raw error text (internal addresses, database messages) is for operators.
+    ...publicReason(row.status, row.reason),
+    updatedAt: row.updated_at.toISOString(),
+    steps,
+  };
+}
+
+/**
+ * Aborts when the client hangs up before its answer is written, so a wait for
+ * it stops. Not request.raw's `destroyed` or 'close': a request with a body
+ * sets and emits those as soon as the body has been read, client or not.
+ */
+function clientGone(request: FastifyRequest, reply: FastifyReply): AbortSignal {
+  const gone = new AbortController();
+  const res = reply.raw;
+  if (request.raw.socket?.destroyed) gone.abort();
+  else res.once('close', () => !res.writableFinished && gone.abort());
+  return gone.signal;
+}
+
+/**
+ * A `Prefer: wait` ends this long before the API's idle timeout
+ * (API_IDLE_TIMEOUT_MS, which closes a socket that sent and received nothing
+ * that long), so the client gets its 202 rather than a closed connection
+ * when an operator set that timeout below the 30 s maximum.
+ */
+const IDLE_MARGIN_MS = 1000;
 
 function stepView(workflowId: string, r: OperationRecord) {
   return {
@@ -276,16 +317,43 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
         description:
           'Requires an Idempotency-Key. The same key and body replays the original 202 with ' +
           '`Idempotent-Replayed: true`; a different body gets 422; a request still in progress gets 409 ' +
-          'with Retry-After.',
+          'with Retry-After.\n\n' +
+          '`Prefer: wait=N` (RFC 7240; N whole seconds, more than ' +
+          `${MAX_PREFER_WAIT_SECONDS} counts as ${MAX_PREFER_WAIT_SECONDS}) waits, after the order is committed ` +
+          '(or on a replay), up to N seconds for it to reach a terminal status (completed, rejected, ' +
+          'needs_attention): then the answer is 200 with the order as GET /v1/orders/{id} returns it, ' +
+          'otherwise the usual 202. Both carry `Preference-Applied: wait=N` and `Location`. What the key ' +
+          'stores is always the 202 (what was true at acceptance): a replay with `Prefer: wait` answers ' +
+          'the same way from the order as it is now (200 if terminal, else the stored 202), with ' +
+          '`Idempotent-Replayed: true`; a replay without it gets the stored 202. A Prefer header that ' +
+          'cannot be parsed, or a wait that is not a whole number, is ignored (no wait), never a 400. ' +
+          'The 200 and 202 to a request with a Prefer header carry `Vary: Prefer`. See docs/API.md.',
         tags: ['orders'],
         security: [{ apiKey: [] }],
         headers: CreateOrderHeaders,
         body: CreateOrderBody,
         response: {
+          200: jsonResponse(
+            'With `Prefer: wait=N` only: the order reached a terminal status within N seconds; the body ' +
+              'is GET /v1/orders/{id} (on a replay too, with Idempotent-Replayed: the order as it is now)',
+            OrderDetail,
+            {
+              ...always({ ...LOCATION_HEADER, ...PREFERENCE_APPLIED_HEADER, ...VARY_PREFER_HEADER }),
+              ...REPLAYED_HEADER,
+              ...RATE_LIMIT_HEADERS,
+            },
+          ),
           202: jsonResponse(
-            'Accepted: the order exists and its workflow will run (or the stored answer, replayed)',
+            'Accepted: the order exists and its workflow will run (or the stored answer, replayed). With ' +
+              '`Prefer: wait=N`, the order was not terminal within N seconds',
             CreatedOrder,
-            { ...always(LOCATION_HEADER), ...REPLAYED_HEADER, ...RATE_LIMIT_HEADERS },
+            {
+              ...always(LOCATION_HEADER),
+              ...PREFERENCE_APPLIED_HEADER,
+              ...VARY_PREFER_HEADER,
+              ...REPLAYED_HEADER,
+              ...RATE_LIMIT_HEADERS,
+            },
           ),
           400: problemResponse(
             'Schema violation or a missing/invalid Idempotency-Key (nothing stored)',
@@ -319,6 +387,12 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
       },
     },
     async (request, reply) => {
+      // The socket's idle clock restarts with the request's last byte, about now.
+      const receivedAt = Date.now();
+      const prefer = request.headers.prefer;
+      const preferWaitS = preferredWaitSeconds(prefer);
+      // Watched from before the transaction: a client gone by its commit is not waited for.
+      const gone = preferWaitS === undefined ? undefined : clientGone(request, reply);
       // Validation only: a request refused here stores nothing, so a corrected retry runs normally.
       const key = readIdempotencyKey(request);
       const order = normalizeCreateOrder(request.body);
@@ -329,10 +403,30 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
       requestSpan(request)?.setAttribute('onceflow.workflow_id', result.body.workflowId);
       if (startIntent) relay.kick(startIntent);
       if (replayed) void reply.header('idempotent-replayed', 'true');
-      return reply
-        .code(result.statusCode as 202)
-        .header('location', result.headers.location)
-        .send(result.body);
+      void reply.header('location', result.headers.location);
+      // Any Prefer, even one not understood: whether this answer waits depends on it.
+      if (prefer !== undefined) void reply.header('vary', 'Prefer');
+      if (preferWaitS !== undefined && gone) {
+        const idleMs = ctx.config.api.idleTimeoutMs - IDLE_MARGIN_MS;
+        const appliedS = Math.min(preferWaitS, Math.max(0, Math.floor(idleMs / 1000)));
+        void reply.header('preference-applied', `wait=${appliedS}`);
+        // The stored response stays the 202 (what was true at acceptance); this only reads the
+        // order as it is now. Woken by the order's terminal-status notification (order-waits.ts),
+        // holding no connection while it waits; a client that hangs up ends the wait.
+        const tenantId = request.tenantId!;
+        const row = await orderWaits.readUntil(
+          result.body.id,
+          Math.min(appliedS * 1000, receivedAt + idleMs - Date.now()),
+          () => withClient(pool, (c) => getOrder(c, tenantId, result.body.id)),
+          (r) => TERMINAL_STATUSES.includes(r.status),
+          () => gone.aborted,
+          gone,
+        );
+        if (row && TERMINAL_STATUSES.includes(row.status) && !gone.aborted) {
+          return reply.code(200).send(await orderDetail(ledger, tenantId, row));
+        }
+      }
+      return reply.code(result.statusCode as 202).send(result.body);
     },
   );
 
@@ -372,17 +466,7 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
         () => request.raw.destroyed,
       );
       if (!row) throw new ProblemError('notFound', 'No order with this ID.');
-      // Only the workflow's own step keys: a client's Idempotency-Key (http.create_order) is never read.
-      const steps = await readSteps(ledger, tenantId, row.workflow_id);
-      return reply.send({
-        ...orderView(row),
-        chargeId: row.charge_id,
-        receiptId: row.receipt_id,
-        // Never row.last_error: raw error text (internal addresses, database messages) is for operators.
-        ...publicReason(row.status, row.reason),
-        updatedAt: row.updated_at.toISOString(),
-        steps,
-      });
+      return reply.send(await orderDetail(ledger, tenantId, row));
     },
   );
 

@@ -24,7 +24,7 @@ import type { ApiContext } from '../context.ts';
 import { idempotentTransaction, readIdempotencyKey, refuseWhileRecovering } from '../idempotency.ts';
 import { ProblemError } from '../../http/problems.ts';
 import {
-  CreateOrderHeaders,
+  IdempotentCreateHeaders,
   CreateRefundBody,
   GetRefundQuery,
   OrderRefundParams,
@@ -111,7 +111,7 @@ export const refundRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = asyn
           'exceeds the amount charged.',
         tags: ['refunds'],
         security: [{ apiKey: [] }],
-        headers: CreateOrderHeaders,
+        headers: IdempotentCreateHeaders,
         params: OrderRefundParams,
         body: CreateRefundBody,
         response: {

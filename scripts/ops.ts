@@ -363,8 +363,7 @@ async function main(
     temporalUi: { url: config.temporal.uiUrl, namespace: config.temporal.namespace },
     source: 'cli',
   });
-  if (command === 'recover-after-restore')
-    return recoverCommand(values, config, pool, resources, actor, warn, out);
+  if (command === 'recover-after-restore') return recoverCommand(values, config, pool, resources, actor, out);
   // commander checked the number of arguments; this only names them.
   const [tenantId, operationType, key] = rest as [string, string, string];
 
@@ -712,7 +711,6 @@ async function recoverCommand(
   pool: ReturnType<typeof openPool>,
   resources: Resources,
   actor: string,
-  warn: (text: string) => void,
   out: (json: unknown, human: string) => void,
 ): Promise<number> {
   const recovery = new Recovery({
@@ -726,7 +724,8 @@ async function recoverCommand(
     since: values.since!,
     ...(values.marginSeconds !== undefined ? { marginMs: values.marginSeconds * 1000 } : {}),
     actor,
-    progress: (line) => warn(line),
+    // Progress, not warnings: plain lines on stderr (stdout is the summary).
+    progress: (line) => process.stderr.write(`${line}\n`),
   });
   const s = summary;
   out(

@@ -24,6 +24,14 @@ export interface Config {
    */
   metricsBacklog: boolean | undefined;
   /**
+   * RESTORE_DETECTION=on|off (default on): whether the API and workers check at start that the
+   * database has every order Temporal's latest order workflows name, and close the restore gate
+   * when it does not (src/recovery/gate.ts). Off only where several databases share one task
+   * queue on purpose, or to watch what a restore without recovery does (the chaos drill's
+   * --skip-recovery); the operator's `ops recover-after-restore` closes the gate either way.
+   */
+  restoreDetection: boolean;
+  /**
    * Whether the API may be reachable from other hosts, and every sign that
    * says so. Exposed, the published local credentials and demo keys are
    * refused. See `exposureOf`.
@@ -695,6 +703,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
       env.METRICS_BACKLOG === undefined || env.METRICS_BACKLOG === ''
         ? undefined
         : onOff(env, 'METRICS_BACKLOG', true),
+    restoreDetection: onOff(env, 'RESTORE_DETECTION', true),
     exposure,
     temporal: {
       address: externalAddress ?? `127.0.0.1:${ports.temporal}`,

@@ -90,10 +90,11 @@ options:
                         restore: how long orders keep flowing between the pg_dump
                         and the restore (default ${DEFAULTS.restoreGapSeconds}, at least 5; the
                         sandbox's key window is ${RESTORE_KEY_WINDOW_MS / 1000} s during the drill)
-  --skip-recovery       restore: the same drill without recover-after-restore; it
-                        must fail: the restarted processes detect the restore and
-                        hold all new work (creates 503, workers wait), so the
-                        orders accepted after T0 stay lost and clients unanswered
+  --skip-recovery       restore: the same drill without recover-after-restore, and
+                        with the processes' restore detection off (RESTORE_DETECTION=off):
+                        it must fail, and shows why the recovery exists: steps run
+                        again past the key window and client retries make second
+                        orders, so customers are charged twice
   --providers A,B       real adapters: stripe (the sandbox's Stripe surface), smtp (a local SMTP server)
   --seed N              seed for the fault schedule and order mix (default ${DEFAULTS.seed})
   --json                print the result as JSON instead of a table

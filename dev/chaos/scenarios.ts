@@ -291,6 +291,12 @@ async function restoreDrill(ctx: FaultContext): Promise<FaultResult> {
     fs.rmSync(file, { force: true });
     // Whatever a stopped worker charged is past the provider's key window before anything runs again.
     await sleep(Math.max(0, stoppedAt + RESTORE_KEY_WINDOW_MS - Date.now()), ctx.signal);
+    // --skip-recovery shows what a restore without recovery does, so the processes must not see it
+    // either: with detection on they close the restore gate themselves (and hold all new work).
+    for (const p of [stack.api, ...stack.workers]) {
+      if (options.skipRecovery) p.spec.env.RESTORE_DETECTION = 'off';
+      else delete p.spec.env.RESTORE_DETECTION;
+    }
     await Promise.all(stack.workers.map((w) => w.start()));
     await stack.api.start();
     log(`API and workers started again, ${seconds(Date.now() - stoppedAt)} after the stop`);

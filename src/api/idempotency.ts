@@ -95,10 +95,14 @@ function decodeKey(value: string): string {
  * Refuses a create while a recovery after a database restore is pending
  * (src/recovery/gate.ts): 503 with Retry-After, nothing stored, so a client
  * that retries under the same key gets its original answer once the
- * recovery has rebuilt it. Called by every create before its transaction.
+ * recovery has rebuilt it. A key whose record the database has (a create
+ * from before the backup, or one the recovery already rebuilt) is a replay,
+ * not new work: it goes through. Called by every create before its
+ * transaction; the record is read only while the gate is closed.
  */
-export async function refuseWhileRecovering(gate: RecoveryGate): Promise<void> {
+export async function refuseWhileRecovering(gate: RecoveryGate, ledger: Ledger, scope: Scope): Promise<void> {
   if (!(await gate.pending())) return;
+  if (await ledger.get(scope)) return;
   throw new ProblemError(
     'recoveryPending',
     'The service is recovering from a database restore. Retry later with the same Idempotency-Key: ' +

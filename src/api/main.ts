@@ -63,7 +63,8 @@ await runProcess('api', async ({ resources, stopping, started }) => {
   await assertNoDemoKeys(pool, config.exposure);
   // The restore gate's detection rule (src/recovery/gate.ts), before the first request: if the
   // database lacks orders Temporal has, creates answer 503 until ops recover-after-restore ran.
-  await detectRestore(pool, temporal, config.temporal.taskQueue, `api pid ${process.pid}`);
+  if (config.restoreDetection)
+    await detectRestore(pool, temporal, config.temporal.taskQueue, `api pid ${process.pid}`);
   // Metrics on a listener of their own (METRICS_BIND_HOST, loopback unless set), never on the
   // API port: they show every tenant's figures. Under node:cluster the primary owns that
   // listener and asks each process for its registry (src/metrics/cluster.ts).

@@ -92,7 +92,8 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
   // The restore gate (src/recovery/gate.ts): no step runs while the database may lack the records
   // a restore lost. Detection first (Temporal has order workflows the database doesn't), then wait
   // out any pending recovery before the first poll.
-  await detectRestore(pool, client, config.temporal.taskQueue, `worker pid ${process.pid}`);
+  if (config.restoreDetection)
+    await detectRestore(pool, client, config.temporal.taskQueue, `worker pid ${process.pid}`);
   await waitWhileRecoveryPending(pool, { signal: stopping });
   // A signal during start-up: nothing is running yet, so just close what is open.
   if (stopping.aborted) return;

@@ -87,6 +87,14 @@ describe('recover-after-restore', () => {
     expect(refused.status).toBe(503);
     expect(refused.headers.get('retry-after')).toBe('30');
     expect((refused.body as { type: string }).type).toMatch(/recovery-pending$/);
+    // A key the database still has (a create from before the backup) is a replay, not new work.
+    const replayedMeanwhile = await call(api, 'POST', '/v1/orders', {
+      key: tenant.key,
+      idem: 'rr-before',
+      body: validOrder(),
+    });
+    expect(replayedMeanwhile.status).toBe(202);
+    expect(replayedMeanwhile.text).toBe(before.text);
 
     const progress: string[] = [];
     const summary = await recovery().run({

@@ -396,7 +396,11 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
       // Validation only: a request refused here stores nothing, so a corrected retry runs normally.
       const key = readIdempotencyKey(request);
       const order = normalizeCreateOrder(request.body);
-      await refuseWhileRecovering(ctx.recovery);
+      await refuseWhileRecovering(ctx.recovery, ctx.ledger, {
+        tenantId: request.tenantId!,
+        operationType: OPERATION_TYPES.createOrder,
+        key,
+      });
       const { result, replayed, startIntent } = await createOrderOnce(ctx, request, key, order);
       // After commit: nothing below writes, and a replay repeats none of it but the answer.
       // Searchable in a trace viewer: the order's trace by its workflow ID.

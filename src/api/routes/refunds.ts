@@ -155,7 +155,11 @@ export const refundRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = asyn
         amount: request.body.amount,
         ...(request.body.reason !== undefined ? { reason: request.body.reason } : {}),
       };
-      await refuseWhileRecovering(ctx.recovery);
+      await refuseWhileRecovering(ctx.recovery, ledger, {
+        tenantId,
+        operationType: REFUND_OPERATION_TYPES.createRefund,
+        key,
+      });
       let startIntent: OutboxRow | undefined;
       const createRequest = {
         schemaVersion: CREATE_REFUND_SCHEMA_VERSION,

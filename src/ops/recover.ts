@@ -38,7 +38,7 @@ import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
 import { withClient, withTransaction, type Pool } from '../db/index.ts';
 import type { Json, Ledger, LedgerInput, OperationRecord, Scope } from '../ledger/index.ts';
-import { OPERATION_TYPES, type OrderWorkflowInput } from '../orders/model.ts';
+import { OPERATION_TYPES, ORDER_REASONS, type OrderWorkflowInput } from '../orders/model.ts';
 import { OrderLastErrorKey, OrderStatusKey } from '../orders/contract.ts';
 import {
   REFUND_OPERATION_TYPES,
@@ -265,6 +265,7 @@ export class Recovery {
         chargeId: charge?.final?.state === 'succeeded' ? charge.final.providerRef : null,
         receiptId: receipt?.final?.providerRef ?? null,
         lastError: status === 'needs_attention' || status === 'rejected' ? lastError : null,
+        reason: status === 'rejected' ? rejectionReason(charge) : null,
         createdAt: memo ? new Date(memo.createdAt) : wf.startTime,
       };
       rowChanged = await withClient(pool, async (c) =>
@@ -516,6 +517,23 @@ export class Recovery {
       );
     }
   }
+}
+
+/**
+ * Why a rejected order was rejected, as the workflow decided it (workflows/order.ts, rejection):
+ * the charge's decline code, a charge settled failed without one, or a refusal (the charge
+ * activity failed with a definite refusal and left no record). A parked order's reason is not in
+ * its history's results: it stays null (its last error comes from the workflow's search attribute).
+ */
+function rejectionReason(charge: StepTrace | undefined): string | null {
+  if (charge?.final?.state === 'failed') {
+    const code = (charge.final.result as { failureCode?: unknown } | null)?.failureCode;
+    return typeof code === 'string' && code !== ''
+      ? ORDER_REASONS.declined(code)
+      : ORDER_REASONS.paymentFailed;
+  }
+  if (charge?.refused) return ORDER_REASONS.providerRejected;
+  return null;
 }
 
 /** The stored 202 body of a create memo. */

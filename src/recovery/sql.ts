@@ -72,6 +72,8 @@ export interface RestoredOrder {
   chargeId: string | null;
   receiptId: string | null;
   lastError: string | null;
+  /** The machine-readable reason (ORDER_REASONS) where the history proves it; else null. */
+  reason: string | null;
   createdAt: Date;
 }
 
@@ -80,8 +82,8 @@ export async function insertRestoredOrder(db: Queryable, o: RestoredOrder): Prom
   const { rowCount } = await db.query(
     `insert into orders (tenant_id, id, workflow_id, status, status_seq, amount, currency, customer_id,
                          customer_email, items, payment_method, merchant_reference, charge_id, receipt_id,
-                         last_error, created_at)
-     values ($1, $2, $3, $4, 1, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                         last_error, reason, created_at)
+     values ($1, $2, $3, $4, 1, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
      on conflict do nothing`,
     [
       o.tenantId,
@@ -98,6 +100,7 @@ export async function insertRestoredOrder(db: Queryable, o: RestoredOrder): Prom
       o.chargeId,
       o.receiptId,
       o.lastError,
+      o.reason,
       o.createdAt,
     ],
   );
@@ -112,17 +115,20 @@ export async function insertRestoredOrder(db: Queryable, o: RestoredOrder): Prom
  */
 export async function syncOrderFromWorkflow(
   db: Queryable,
-  o: Pick<RestoredOrder, 'tenantId' | 'orderId' | 'status' | 'chargeId' | 'receiptId' | 'lastError'>,
+  o: Pick<
+    RestoredOrder,
+    'tenantId' | 'orderId' | 'status' | 'chargeId' | 'receiptId' | 'lastError' | 'reason'
+  >,
 ): Promise<boolean> {
   const { rowCount } = await db.query(
     `update orders
         set status = $3, status_seq = status_seq + 1,
             charge_id = coalesce($4, charge_id), receipt_id = coalesce($5, receipt_id),
-            last_error = coalesce($6, last_error), updated_at = now()
+            last_error = coalesce($6, last_error), reason = coalesce($7, reason), updated_at = now()
       where tenant_id = $1 and id = $2
         and (status <> $3 or charge_id is distinct from coalesce($4, charge_id)
              or receipt_id is distinct from coalesce($5, receipt_id))`,
-    [o.tenantId, o.orderId, o.status, o.chargeId, o.receiptId, o.lastError],
+    [o.tenantId, o.orderId, o.status, o.chargeId, o.receiptId, o.lastError, o.reason],
   );
   return rowCount === 1;
 }

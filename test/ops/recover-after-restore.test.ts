@@ -34,12 +34,17 @@ afterAll(async () => {
 
 type Created = { id: string; workflowId: string; status: string };
 
-async function placeAndFinish(idem: string): Promise<{ created: Created; text: string }> {
-  const res = await call(api, 'POST', '/v1/orders', { key: tenant.key, idem, body: validOrder() });
+async function placeAndFinish(
+  idem: string,
+  paymentMethod = 'pm_card_visa',
+  ends = 'completed',
+): Promise<{ created: Created; text: string }> {
+  const body = { ...validOrder(), paymentMethod };
+  const res = await call(api, 'POST', '/v1/orders', { key: tenant.key, idem, body });
   expect(res.status).toBe(202);
   const created = res.body as Created;
   const done = await call(api, 'GET', `/v1/orders/${created.id}?wait=30`, { key: tenant.key });
-  expect((done.body as { status: string }).status).toBe('completed');
+  expect((done.body as { status: string }).status).toBe(ends);
   return { created, text: res.text };
 }
 
@@ -67,6 +72,7 @@ describe('recover-after-restore', () => {
     const t0 = new Date();
     await new Promise((r) => setTimeout(r, 20)); // created_at strictly after T0
     const after = await placeAndFinish('rr-after');
+    const declined = await placeAndFinish('rr-declined', 'pm_card_chargeDeclined', 'rejected');
     await stack.stopWorker();
     await restoreTo(t0);
 
@@ -104,11 +110,11 @@ describe('recover-after-restore', () => {
       progress: (l) => progress.push(l),
     });
     expect(summary.errors).toEqual([]);
-    expect(summary.rows.restored).toBe(1);
-    expect(summary.createRecords.restored).toBe(1);
-    expect(summary.outbox.restored).toBe(1);
-    // Charge and receipt, both final from the history.
-    expect(summary.steps).toMatchObject({ final: 2, unknown: 0 });
+    expect(summary.rows.restored).toBe(2);
+    expect(summary.createRecords.restored).toBe(2);
+    expect(summary.outbox.restored).toBe(2);
+    // The completed order's charge and receipt, the declined one's charge: final from the history.
+    expect(summary.steps).toMatchObject({ final: 3, unknown: 0 });
     expect(progress.some((l) => l.includes(after.created.workflowId))).toBe(true);
     expect(await api.pool.query('select 1 from restore_recoveries where completed_at is null')).toMatchObject(
       {
@@ -133,6 +139,20 @@ describe('recover-after-restore', () => {
     });
     expect(charge).toMatchObject({ state: 'succeeded' });
     expect(charge?.providerRef).toMatch(/^ch_/);
+
+    // The declined order is back as rejected, with the reason a tenant reads.
+    const rejected = await call(api, 'GET', `/v1/orders/${declined.created.id}`, { key: tenant.key });
+    expect(rejected.body).toMatchObject({
+      status: 'rejected',
+      reason: expect.stringMatching(/^decline_code:/),
+    });
+    expect(
+      await api.ledger.get({
+        tenantId: tenant.tenantId,
+        operationType: OPERATION_TYPES.charge,
+        key: `${declined.created.workflowId}/charge`,
+      }),
+    ).toMatchObject({ state: 'failed' });
 
     // A client's retry of the lost create replays the original 202, byte for byte (after the gate's TTL).
     await new Promise((r) => setTimeout(r, 1100));

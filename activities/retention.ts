@@ -1,8 +1,16 @@
 import { log } from '@temporalio/activity';
+import type { Pool } from '../src/db/index.ts';
 import { MAX_LIST_LIMIT, type Ledger } from '../src/ledger/index.ts';
-import type { RetentionInput } from '../src/retention/contract.ts';
+import {
+  assertRedeliveryWindow,
+  DEFAULT_OUTBOX_WINDOW_MS,
+  DEFAULT_WEBHOOK_WINDOW_MS,
+  type RetentionInput,
+} from '../src/retention/contract.ts';
+import { pruneOutbox, pruneWebhookEvents, type PruneResult } from '../src/retention/prune.ts';
 
 export interface RetentionSummary {
+  /** The ledger's `operations` (the fields from before the other tables had retention). */
   deleted: number;
   batches: number;
   succeeded: number;
@@ -14,20 +22,45 @@ export interface RetentionSummary {
    * read 1000 as "at least 1000".
    */
   spared: { inProgress: number; unknown: number };
+  /** Started `workflow_outbox` rows deleted (unstarted ones never are). */
+  outbox: PruneResult & { windowMs: number };
+  /** `webhook_events` markers deleted (`signal_pending` ones never are). */
+  webhookEvents: PruneResult & { windowMs: number };
 }
 
 export interface RetentionActivities {
+  /**
+   * The retention run: the ledger first, then the outbox and webhook_events,
+   * each in its own bounded batches. Still named for the ledger alone, its
+   * first job: the name is in every retention workflow's history, and the
+   * workflow's commands stay as they were.
+   */
   pruneLedger(input: RetentionInput): Promise<RetentionSummary>;
 }
 
-export function createRetentionActivities(deps: { ledger: Ledger }): RetentionActivities {
+export function createRetentionActivities(deps: { ledger: Ledger; pool: Pool }): RetentionActivities {
   return {
-    async pruneLedger({ windowMs, batchSize, maxBatches }) {
+    async pruneLedger(input) {
+      const { windowMs, batchSize, maxBatches } = input;
+      // An input stored by an older Schedule has neither field: the defaults.
+      const outboxWindowMs = input.outboxWindowMs ?? DEFAULT_OUTBOX_WINDOW_MS;
+      const webhookWindowMs = input.webhookWindowMs ?? DEFAULT_WEBHOOK_WINDOW_MS;
+      // Checked before anything is deleted: a Schedule edited by hand may hold anything.
+      assertRedeliveryWindow('outboxWindowMs', outboxWindowMs);
+      assertRedeliveryWindow('webhookWindowMs', webhookWindowMs);
+
       const result = await deps.ledger.reap({ olderThanMs: windowMs, batchSize, maxBatches });
       const [inProgress, unknown] = await Promise.all([
         deps.ledger.list({ state: 'in_progress', olderThanMs: windowMs, limit: MAX_LIST_LIMIT }),
         deps.ledger.list({ state: 'unknown', olderThanMs: windowMs, limit: MAX_LIST_LIMIT }),
       ]);
+      // One table after the other, not at once: the run is background work on a shared pool.
+      const outbox = await pruneOutbox(deps.pool, { olderThanMs: outboxWindowMs, batchSize, maxBatches });
+      const webhookEvents = await pruneWebhookEvents(deps.pool, {
+        olderThanMs: webhookWindowMs,
+        batchSize,
+        maxBatches,
+      });
       const summary: RetentionSummary = {
         deleted: result.deleted,
         batches: result.batches,
@@ -35,8 +68,10 @@ export function createRetentionActivities(deps: { ledger: Ledger }): RetentionAc
         failed: result.byState.failed,
         windowMs,
         spared: { inProgress: inProgress.length, unknown: unknown.length },
+        outbox: { ...outbox, windowMs: outboxWindowMs },
+        webhookEvents: { ...webhookEvents, windowMs: webhookWindowMs },
       };
-      log.info('pruned ledger', { ...summary });
+      log.info('retention run', { ...summary });
       return summary;
     },
   };

@@ -226,3 +226,32 @@ export async function insertStartedOutbox(
   );
   return rowCount === 1;
 }
+
+/**
+ * Retention (src/retention/prune.ts): deletes at most `limit` rows whose
+ * workflow was started longer ago than `olderThanMs`, oldest first, in one
+ * short autocommitted statement; returns how many it deleted. A started row
+ * is history: the relay only reads unstarted rows, the workflow carries its
+ * input and memo in Temporal, and a recovery after a restore re-inserts the
+ * started rows it needs (insertStartedOutbox). The webhook route reads
+ * started_at to tell a workflow that ran and is gone from one not started yet;
+ * the window (never shorter than the providers' redelivery horizon) outlasts
+ * every delivery about the order. An unstarted row is never deleted, however
+ * old: it is an order whose workflow must still start. Served by the partial
+ * index workflow_outbox_started_idx (0022).
+ */
+export async function deleteStartedOutbox(db: Queryable, olderThanMs: number, limit: number): Promise<number> {
+  const { rowCount } = await db.query(
+    `with victims as (
+       select workflow_id from workflow_outbox
+        where started_at is not null
+          and started_at < now() - $1::float8 * interval '1 millisecond'
+        order by started_at
+        limit $2
+        for update skip locked)
+     delete from workflow_outbox o using victims v
+      where o.workflow_id = v.workflow_id and o.started_at is not null`,
+    [olderThanMs, limit],
+  );
+  return rowCount ?? 0;
+}

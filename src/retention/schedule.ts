@@ -4,9 +4,31 @@
  */
 import { ScheduleAlreadyRunning, ScheduleOverlapPolicy, type Client } from '@temporalio/client';
 import { PROVIDER_KEY_WINDOW_MS } from '../providers/contract.ts';
-import type { RetentionInput } from './contract.ts';
+import {
+  assertRedeliveryWindow,
+  DEFAULT_OUTBOX_WINDOW_MS,
+  DEFAULT_WEBHOOK_WINDOW_MS,
+  type RetentionInput,
+} from './contract.ts';
 
 const RETENTION_SCHEDULE_ID = 'onceflow-retention';
+
+/**
+ * Keeping up with the load. At the benchmark's rate, 30 orders/s, a day
+ * brings 2.6 M orders: 2.6 M started outbox rows, about as many webhook
+ * markers (one payment event per charge), and 15.6 M ledger records (6 per
+ * order: the create's key, charge, receipt and three statuses). One run every
+ * 15 min (RETENTION_INTERVAL_MS's default, src/config.ts) is 96 runs a day, so a run must clear 162 k
+ * ledger records and 27 k rows of each other table. A run deletes up to
+ * DEFAULT_BATCH_SIZE x DEFAULT_MAX_BATCHES = 500 k rows per table: 48 M a
+ * day, 3x the ledger's rate and 18x the others', so a backlog (a stopped
+ * worker, a first run on an old database) drains too. The earlier default,
+ * 100 k rows an hour (2.4 M a day), fell behind even the outbox. A run's
+ * worst case, 1,500 statements of 1,000 rows, takes a minute or two, well
+ * within the activity's 10-minute timeout (workflows/retention.ts).
+ */
+const DEFAULT_BATCH_SIZE = 1000;
+const DEFAULT_MAX_BATCHES = 500;
 
 export interface RetentionScheduleOptions {
   taskQueue: string;
@@ -14,6 +36,10 @@ export interface RetentionScheduleOptions {
   intervalMs: number;
   batchSize?: number;
   maxBatches?: number;
+  /** webhook_events window; default 7 days, never below the 3-day redelivery horizon. */
+  webhookWindowMs?: number;
+  /** Started workflow_outbox rows' window; default 7 days, never below the 3-day redelivery horizon. */
+  outboxWindowMs?: number;
   scheduleId?: string;
 }
 
@@ -32,12 +58,18 @@ export async function ensureRetentionSchedule(
   opts: RetentionScheduleOptions,
 ): Promise<boolean> {
   assertRetentionWindow(opts.windowMs);
-  const scheduleId = opts.scheduleId ?? RETENTION_SCHEDULE_ID;
+  const webhookWindowMs = opts.webhookWindowMs ?? DEFAULT_WEBHOOK_WINDOW_MS;
+  const outboxWindowMs = opts.outboxWindowMs ?? DEFAULT_OUTBOX_WINDOW_MS;
+  assertRedeliveryWindow('The webhook_events retention window', webhookWindowMs);
+  assertRedeliveryWindow('The workflow_outbox retention window', outboxWindowMs);
   const input: RetentionInput = {
     windowMs: opts.windowMs,
-    batchSize: opts.batchSize ?? 1000,
-    maxBatches: opts.maxBatches ?? 100,
+    batchSize: opts.batchSize ?? DEFAULT_BATCH_SIZE,
+    maxBatches: opts.maxBatches ?? DEFAULT_MAX_BATCHES,
+    webhookWindowMs,
+    outboxWindowMs,
   };
+  const scheduleId = opts.scheduleId ?? RETENTION_SCHEDULE_ID;
   try {
     await client.schedule.create({
       scheduleId,
@@ -51,7 +83,9 @@ export async function ensureRetentionSchedule(
       },
       policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: opts.intervalMs },
       memo: {
-        purpose: 'Deletes finished ledger records past the retention window; never in_progress or unknown.',
+        purpose:
+          'Deletes finished ledger records, started outbox rows and webhook event markers past their windows; ' +
+          'never in_progress or unknown records, unstarted outbox rows or signal_pending events.',
       },
     });
     return true;

@@ -108,3 +108,36 @@ export async function releaseWebhookSignal(db: Queryable, e: EventRef): Promise<
     [e.provider, e.eventId, e.consumer],
   );
 }
+
+/**
+ * Retention (src/retention/prune.ts): deletes at most `limit` events received
+ * longer ago than `olderThanMs`, oldest first, in one short autocommitted
+ * statement; returns how many it deleted. A marker past the providers'
+ * redelivery horizon (3 days at Stripe; the window is never shorter) only
+ * dedupes a delivery that can no longer come, and a very late one that does
+ * come is processed again harmlessly (the workflow ignores a payment event
+ * once its charge is settled). A `signal_pending` row is never deleted: its
+ * processing never finished, and it is the only trace of that. Served by
+ * webhook_events_received_idx (0022). SKIP LOCKED: a row a delivery holds is
+ * left for the next run.
+ */
+export async function deleteOldWebhookEvents(
+  db: Queryable,
+  olderThanMs: number,
+  limit: number,
+): Promise<number> {
+  const { rowCount } = await db.query(
+    `with victims as (
+       select provider, event_id, consumer from webhook_events
+        where received_at < now() - $1::float8 * interval '1 millisecond'
+          and outcome <> '${SIGNAL_PENDING}'
+        order by received_at
+        limit $2
+        for update skip locked)
+     delete from webhook_events w using victims v
+      where w.provider = v.provider and w.event_id = v.event_id and w.consumer = v.consumer
+        and w.outcome <> '${SIGNAL_PENDING}'`,
+    [olderThanMs, limit],
+  );
+  return rowCount ?? 0;
+}

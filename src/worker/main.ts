@@ -84,10 +84,11 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
     taskQueue: config.temporal.taskQueue,
     windowMs: config.retention.windowMs,
     intervalMs: config.retention.intervalMs,
+    webhookWindowMs: config.retention.webhookWindowMs,
+    outboxWindowMs: config.retention.outboxWindowMs,
   });
   log.info(created ? 'retention schedule created' : 'retention schedule already exists', {
-    windowMs: config.retention.windowMs,
-    intervalMs: config.retention.intervalMs,
+    ...config.retention,
   });
   // The restore gate (src/recovery/gate.ts): no step runs while the database may lack the records
   // a restore lost. Detection first (Temporal has order workflows the database doesn't), then wait

@@ -240,7 +240,11 @@ export async function insertStartedOutbox(
  * old: it is an order whose workflow must still start. Served by the partial
  * index workflow_outbox_started_idx (0022).
  */
-export async function deleteStartedOutbox(db: Queryable, olderThanMs: number, limit: number): Promise<number> {
+export async function deleteStartedOutbox(
+  db: Queryable,
+  olderThanMs: number,
+  limit: number,
+): Promise<number> {
   const { rowCount } = await db.query(
     `with victims as (
        select workflow_id from workflow_outbox

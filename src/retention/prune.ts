@@ -26,7 +26,11 @@ export interface PruneResult {
 
 type DeleteBatch = (db: Queryable, olderThanMs: number, limit: number) => Promise<number>;
 
-async function pruneInBatches(pool: Pool, deleteBatch: DeleteBatch, opts: PruneOptions): Promise<PruneResult> {
+async function pruneInBatches(
+  pool: Pool,
+  deleteBatch: DeleteBatch,
+  opts: PruneOptions,
+): Promise<PruneResult> {
   for (const [name, n] of [
     ['batchSize', opts.batchSize],
     ['maxBatches', opts.maxBatches],

@@ -30,7 +30,10 @@ afterAll(async () => {
 });
 
 /** An order and its outbox row; started `startedDaysAgo` days ago, or never (null). */
-async function outboxRow(startedDaysAgo: number | null, createdDaysAgo = startedDaysAgo ?? 0): Promise<string> {
+async function outboxRow(
+  startedDaysAgo: number | null,
+  createdDaysAgo = startedDaysAgo ?? 0,
+): Promise<string> {
   const orderId = uniq('ord');
   const workflowId = orderWorkflowId('acme', orderId);
   await insertAcceptedOrder(pool, {
@@ -144,9 +147,9 @@ describe('workflow_outbox retention', () => {
 
     const result = await pruneOutbox(pool, { olderThanMs: WINDOW, batchSize: 1000, maxBatches: 10 });
     expect(result).toEqual({ deleted: 2, batches: 1 });
-    expect(
-      await outboxIds([...oldStarted, youngStarted, lateStarted, oldUnstarted, youngUnstarted]),
-    ).toEqual([youngStarted, lateStarted, oldUnstarted, youngUnstarted].sort());
+    expect(await outboxIds([...oldStarted, youngStarted, lateStarted, oldUnstarted, youngUnstarted])).toEqual(
+      [youngStarted, lateStarted, oldUnstarted, youngUnstarted].sort(),
+    );
     // The orders stay: they are the business record (docs/OPERATIONS.md, Retention).
     const { rows } = await pool.query<{ n: number }>(
       'select count(*)::int as n from orders where workflow_id = any($1::text[])',

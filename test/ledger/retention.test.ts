@@ -9,6 +9,8 @@ import { uniq } from '../support/env.ts';
 import { until } from '../support/wait.ts';
 import { assertRetentionWindow, ensureRetentionSchedule } from '../../src/retention/schedule.ts';
 import type { RetentionSummary } from '../../activities/retention.ts';
+import { insertOutbox, markOutboxStarted } from '../../src/outbox/sql.ts';
+import { recordWebhookEvent } from '../../src/webhooks/sql.ts';
 
 let pool: Pool;
 
@@ -134,7 +136,7 @@ describe('retention schedule', () => {
     expect(() => assertRetentionWindow(DAY)).not.toThrow();
   });
 
-  it('the schedule is created once, runs, deletes old finished records and spares unknown and in-progress ones', async () => {
+  it('the schedule is created once, runs, deletes old finished records and spares unknown and in-progress ones; the same run prunes started outbox rows and webhook markers', async () => {
     const tenantId = uniq('retention');
     const scope = (key: string) => ({ tenantId, operationType: 'test.retention', key });
     const input = { schemaVersion: 1, value: { n: 1 } };
@@ -160,6 +162,41 @@ describe('retention schedule', () => {
               completed_at = case when completed_at is null then null else now() - interval '30 days' end
         where tenant_id = $1 and key like 'old-%'`,
       [tenantId],
+    );
+
+    // The same run prunes the other tables: an outbox row started 30 days ago, one never
+    // started, and a webhook marker received 30 days ago.
+    const started = await stack.insertOrder();
+    const unstarted = await stack.insertOrder();
+    for (const { input, workflowId } of [started, unstarted])
+      await insertOutbox(stack.pool, {
+        workflowId,
+        tenantId: input.tenantId,
+        orderId: input.orderId,
+        workflowType: 'orderWorkflow',
+        taskQueue: uniq('retention-unpolled'),
+        input,
+      });
+    await markOutboxStarted(stack.pool, started.workflowId);
+    await stack.pool.query(
+      `update workflow_outbox set created_at = now() - interval '30 days',
+              started_at = case when started_at is null then null else now() - interval '30 days' end
+        where workflow_id = any($1::text[])`,
+      [[started.workflowId, unstarted.workflowId]],
+    );
+    const eventId = uniq('evt');
+    await recordWebhookEvent(stack.pool, {
+      provider: 'sandbox',
+      eventId,
+      consumer: 'payments',
+      eventType: 'charge.succeeded',
+      tenantId: null,
+      orderId: null,
+      outcome: 'signalled',
+    });
+    await stack.pool.query(
+      `update webhook_events set received_at = now() - interval '30 days' where event_id = $1`,
+      [eventId],
     );
 
     const scheduleId = uniq('retention-schedule');
@@ -204,5 +241,17 @@ describe('retention schedule', () => {
       { key: 'old-unknown', state: 'unknown' },
       { key: 'recent-ok', state: 'succeeded' },
     ]);
+
+    expect(summary.outbox).toMatchObject({ windowMs: 7 * DAY });
+    expect(summary.outbox.deleted).toBeGreaterThanOrEqual(1);
+    expect(summary.webhookEvents).toMatchObject({ windowMs: 7 * DAY });
+    expect(summary.webhookEvents.deleted).toBeGreaterThanOrEqual(1);
+    const outbox = await stack.pool.query<{ workflow_id: string }>(
+      'select workflow_id from workflow_outbox where workflow_id = any($1::text[])',
+      [[started.workflowId, unstarted.workflowId]],
+    );
+    expect(outbox.rows).toEqual([{ workflow_id: unstarted.workflowId }]);
+    const events = await stack.pool.query('select 1 from webhook_events where event_id = $1', [eventId]);
+    expect(events.rowCount).toBe(0);
   });
 });

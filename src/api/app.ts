@@ -50,6 +50,8 @@ export interface ApiDeps {
   onRequestMetrics?: (route: string, status: number, durationMs: number) => void;
   /** Fastify's logger; default the process's (src/log.ts). Tests pass one writing to memory. */
   logger?: Logger;
+  /** The restore gate; default one reading `restore_recoveries` at most once a second. */
+  recovery?: RecoveryGate;
 }
 
 let formatsRegistered = false;
@@ -146,7 +148,12 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
       pollMs: deps.config.api.outboxPollMs,
     });
   const orderWaits = deps.orderWaits ?? new OrderWaits({ pool: deps.pool });
-  const ctx: ApiContext = { ...deps, relay, orderWaits, recovery: new RecoveryGate(deps.pool) };
+  const ctx: ApiContext = {
+    ...deps,
+    relay,
+    orderWaits,
+    recovery: deps.recovery ?? new RecoveryGate(deps.pool),
+  };
   const limits = deps.config.api;
 
   const app = Fastify({

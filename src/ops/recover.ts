@@ -36,7 +36,7 @@
  */
 import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
-import { withClient, withTransaction, type Pool } from '../db/index.ts';
+import { withClient, withTransaction, type Pool, type PoolClient } from '../db/index.ts';
 import type { Json, Ledger, LedgerInput, OperationRecord, Scope } from '../ledger/index.ts';
 import { OPERATION_TYPES, ORDER_REASONS, type OrderWorkflowInput } from '../orders/model.ts';
 import { OrderLastErrorKey, OrderStatusKey } from '../orders/contract.ts';
@@ -48,15 +48,9 @@ import {
 import { insertAudit } from '../audit/sql.ts';
 import { insertStartedOutbox } from '../outbox/sql.ts';
 import { idempotentLedgerInput, readCreateMemo, type CreateMemo } from '../recovery/memo.ts';
-import {
-  completeRecovery,
-  declareRecovery,
-  insertRestoredOrder,
-  insertRestoredRefund,
-  recomputeRefundedAmounts,
-  syncOrderFromWorkflow,
-  syncRefundFromWorkflow,
-} from '../recovery/sql.ts';
+import { completeRecovery, declareRecovery } from '../recovery/sql.ts';
+import { insertRestoredOrder, syncOrderFromWorkflow } from '../orders/sql.ts';
+import { insertRestoredRefund, recomputeRefundedAmounts, syncRefundFromWorkflow } from '../refunds/sql.ts';
 import type { PaymentProvider } from '../providers/types.ts';
 import { chargeLedgerInput, reconcileCharge, settledCharge } from '../steps/payment.ts';
 import { receiptLedgerInput, refundReceiptLedgerInput } from '../steps/receipt.ts';
@@ -103,7 +97,7 @@ export interface RecoverySummary {
   finishedAt: string;
 }
 
-/** What one external step looks like in a history. */
+/** What one external step looks like in a history (every one was attempted: it may have acted). */
 interface StepTrace {
   tenantId: string;
   operationType: string;
@@ -115,11 +109,9 @@ interface StepTrace {
   final?: { state: 'succeeded' | 'failed'; result: Json; providerRef: string | null; at: Date };
   /** The last perform attempt ended in a definite refusal (nothing happened; the claim was released). */
   refused: boolean;
-  /** A perform attempt was scheduled (it may have acted). */
-  performed: boolean;
   reconcile?: 'charge' | 'refund';
-  /** Set for a refund step: what reconcileRefund needs to ask a search-only provider. */
-  refundRef?: { orderId: string; refundId: string; chargeId: string };
+  /** A refund step's charge: what reconcileRefund asks a search-only provider by. */
+  chargeId?: string;
 }
 
 type Event = temporal.api.history.v1.IHistoryEvent;
@@ -268,12 +260,10 @@ export class Recovery {
         reason: status === 'rejected' ? rejectionReason(charge) : null,
         createdAt: memo ? new Date(memo.createdAt) : wf.startTime,
       };
-      rowChanged = await withClient(pool, async (c) =>
-        (await insertRestoredOrder(c, row))
-          ? 'restored'
-          : (await syncOrderFromWorkflow(c, row))
-            ? 'broughtForward'
-            : 'unchanged',
+      rowChanged = await restoreRow(
+        pool,
+        (c) => insertRestoredOrder(c, row),
+        (c) => syncOrderFromWorkflow(c, row),
       );
     } else {
       const r = input as RefundWorkflowInput;
@@ -292,12 +282,10 @@ export class Recovery {
         lastError: status === 'needs_attention' ? lastError : null,
         createdAt: memo ? new Date(memo.createdAt) : wf.startTime,
       };
-      rowChanged = await withClient(pool, async (c) =>
-        (await insertRestoredRefund(c, row))
-          ? 'restored'
-          : (await syncRefundFromWorkflow(c, row))
-            ? 'broughtForward'
-            : 'unchanged',
+      rowChanged = await restoreRow(
+        pool,
+        (c) => insertRestoredRefund(c, row),
+        (c) => syncRefundFromWorkflow(c, row),
       );
       refundOf = { tenantId, orderId: r.orderId };
     }
@@ -377,7 +365,7 @@ export class Recovery {
       const key = String(args.key);
       let t = byKey.get(key);
       if (!t) {
-        t = { tenantId, operationType, key, input, firstScheduledAt: at, refused: false, performed: false };
+        t = { tenantId, operationType, key, input, firstScheduledAt: at, refused: false };
         byKey.set(key, t);
       }
       return t;
@@ -393,18 +381,10 @@ export class Recovery {
         const spec = STEP_SPECS[type];
         if (spec) {
           const t = trace(spec.operationType, args, spec.input(args), at);
-          if (spec.performs) {
-            t.performed = true;
-            t.refused = false;
-          }
+          // A new attempt: whatever the last one ended in, this one may act.
+          t.refused = false;
           if (spec.reconcile) t.reconcile = spec.reconcile;
-          if (spec.reconcile === 'refund') {
-            t.refundRef = {
-              orderId: String(args.orderId),
-              refundId: String(args.refundId),
-              chargeId: String(args.chargeId),
-            };
-          }
+          if (spec.reconcile === 'refund') t.chargeId = String(args.chargeId);
         }
         continue;
       }
@@ -418,8 +398,7 @@ export class Recovery {
         const at = eventTime(e);
         if (spec && result) {
           const t = byKey.get(String(sched.args.key))!;
-          const final = spec.final(result);
-          if (final) t.final = { ...final, at };
+          t.final = { ...spec.final(result), at };
         } else if (settle && result && result.settled === true) {
           const t = byKey.get(String(sched.args.key));
           const outcome = result.outcome === 'failed' ? 'failed' : 'succeeded';
@@ -432,7 +411,7 @@ export class Recovery {
       if (f) {
         const sched = scheduled.get(String(f.scheduledEventId));
         const spec = sched && STEP_SPECS[sched.type];
-        if (!sched || !spec?.performs) continue;
+        if (!sched || !spec) continue;
         const type = f.failure?.applicationFailureInfo?.type ?? '';
         const t = byKey.get(String(sched.args.key));
         if (t && !t.final) t.refused = DEFINITE_REFUSALS.has(type);
@@ -475,7 +454,7 @@ export class Recovery {
       }
       return 'present';
     }
-    if (!step.performed || step.refused) return 'none';
+    if (step.refused) return 'none';
     const restored = await ledger.restore(scope, step.input, {
       state: 'unknown',
       external: true,
@@ -502,8 +481,8 @@ export class Recovery {
         ...(providerKeyWindowMs !== undefined ? { keyWindowMs: providerKeyWindowMs } : {}),
       };
       const r =
-        step.reconcile === 'refund' && step.refundRef
-          ? await reconcileRefund(deps, { tenantId, key: step.key, ...step.refundRef })
+        step.reconcile === 'refund'
+          ? await reconcileRefund(deps, { tenantId, key: step.key, chargeId: step.chargeId })
           : await reconcileCharge(deps, { tenantId, key: step.key });
       if (r.settled) summary.reconciled.settled++;
       else summary.reconciled.stillUnknown++;
@@ -536,6 +515,18 @@ function rejectionReason(charge: StepTrace | undefined): string | null {
   return null;
 }
 
+/** A row inserted where a restore lost it, else brought forward to its workflow (what changed). */
+async function restoreRow(
+  pool: Pool,
+  insert: (c: PoolClient) => Promise<boolean>,
+  sync: (c: PoolClient) => Promise<boolean>,
+): Promise<'restored' | 'broughtForward' | 'unchanged'> {
+  return withClient(pool, async (c) => {
+    if (await insert(c)) return 'restored';
+    return (await sync(c)) ? 'broughtForward' : 'unchanged';
+  });
+}
+
 /** The stored 202 body of a create memo. */
 function memoBody(memo: CreateMemo | null): Record<string, unknown> | null {
   const response = memo?.response as { body?: Record<string, unknown> } | null | undefined;
@@ -548,23 +539,22 @@ function isFinal(r: OperationRecord): boolean {
 
 interface StepSpec {
   operationType: string;
-  /** The activity acts on the provider (a charge, a refund, a message). */
-  performs: boolean;
   input: (args: Record<string, unknown>) => LedgerInput;
   /** The ledger outcome of a completed activity's result (what the step stored). */
-  final: (
-    result: Record<string, unknown>,
-  ) => { state: 'succeeded' | 'failed'; result: Json; providerRef: string | null } | null;
+  final: (result: Record<string, unknown>) => {
+    state: 'succeeded' | 'failed';
+    result: Json;
+    providerRef: string | null;
+  };
   reconcile?: 'charge' | 'refund';
 }
 
 const str = (v: unknown): string | null => (typeof v === 'string' && v !== '' ? v : null);
 
-/** The order and refund workflows' external activities, by activity type (activities/*.ts). */
+/** The activities that act at a provider (a charge, a refund, a message), by activity type (activities/*.ts). */
 const STEP_SPECS: Record<string, StepSpec> = {
   chargePayment: {
     operationType: OPERATION_TYPES.charge,
-    performs: true,
     reconcile: 'charge',
     input: (a) =>
       chargeLedgerInput({
@@ -585,7 +575,6 @@ const STEP_SPECS: Record<string, StepSpec> = {
   },
   sendReceipt: {
     operationType: OPERATION_TYPES.receipt,
-    performs: true,
     input: (a) =>
       receiptLedgerInput({ orderId: String(a.orderId), to: String(a.to), chargeId: String(a.chargeId) }),
     final: (r) => ({
@@ -596,7 +585,6 @@ const STEP_SPECS: Record<string, StepSpec> = {
   },
   refundPayment: {
     operationType: REFUND_OPERATION_TYPES.providerRefund,
-    performs: true,
     reconcile: 'refund',
     input: (a) =>
       refundLedgerInput({
@@ -613,7 +601,6 @@ const STEP_SPECS: Record<string, StepSpec> = {
   },
   sendRefundReceipt: {
     operationType: REFUND_OPERATION_TYPES.receipt,
-    performs: true,
     input: (a) =>
       refundReceiptLedgerInput({
         refundId: String(a.refundId),

@@ -269,3 +269,84 @@ export async function countUnrecordedParked(db: Queryable, workflowIds: readonly
   );
   return rows[0]?.n ?? 0;
 }
+
+// --- recovery after a database restore (src/ops/recover.ts) ------------------
+// The one other writer: rows a restore lost, rebuilt from their workflows, and
+// surviving rows brought forward to their workflow's status.
+
+/** An order row as the recovery rebuilds it: from the create memo's stored response, or the workflow's input. */
+export interface RestoredOrder {
+  tenantId: string;
+  orderId: string;
+  workflowId: string;
+  status: string;
+  amount: number;
+  currency: string;
+  customerId: string;
+  customerEmail: string;
+  items: unknown[];
+  paymentMethod: string;
+  merchantReference: string | null;
+  chargeId: string | null;
+  receiptId: string | null;
+  lastError: string | null;
+  /** The machine-readable reason (ORDER_REASONS) where the history proves it; else null. */
+  reason: string | null;
+  createdAt: Date;
+}
+
+/** Inserts the order where it is missing; false when a row (by ID, workflow or natural key) exists. */
+export async function insertRestoredOrder(db: Queryable, o: RestoredOrder): Promise<boolean> {
+  const { rowCount } = await db.query(
+    `insert into orders (tenant_id, id, workflow_id, status, status_seq, amount, currency, customer_id,
+                         customer_email, items, payment_method, merchant_reference, charge_id, receipt_id,
+                         last_error, reason, created_at)
+     values ($1, $2, $3, $4, 1, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+     on conflict do nothing`,
+    [
+      o.tenantId,
+      o.orderId,
+      o.workflowId,
+      o.status,
+      o.amount,
+      o.currency,
+      o.customerId,
+      o.customerEmail,
+      JSON.stringify(o.items),
+      o.paymentMethod,
+      o.merchantReference,
+      o.chargeId,
+      o.receiptId,
+      o.lastError,
+      o.reason,
+      o.createdAt,
+    ],
+  );
+  return rowCount === 1;
+}
+
+/**
+ * Brings an order row that survived the restore up to its workflow's status
+ * (the restored row is as old as the backup; the workflow is not). Fills the
+ * step references the history names and keeps the ones it doesn't. True when
+ * the row changed.
+ */
+export async function syncOrderFromWorkflow(
+  db: Queryable,
+  o: Pick<
+    RestoredOrder,
+    'tenantId' | 'orderId' | 'status' | 'chargeId' | 'receiptId' | 'lastError' | 'reason'
+  >,
+): Promise<boolean> {
+  const { rowCount } = await db.query(
+    `update orders
+        set status = $3, status_seq = status_seq + 1,
+            charge_id = coalesce($4, charge_id), receipt_id = coalesce($5, receipt_id),
+            last_error = coalesce($6, last_error), reason = coalesce($7, reason), updated_at = now()
+      where tenant_id = $1 and id = $2
+        and (status <> $3 or charge_id is distinct from coalesce($4, charge_id)
+             or receipt_id is distinct from coalesce($5, receipt_id))`,
+    [o.tenantId, o.orderId, o.status, o.chargeId, o.receiptId, o.lastError, o.reason],
+  );
+  return rowCount === 1;
+}

@@ -155,33 +155,23 @@ export async function waitWhileRecoveryPending(
 ): Promise<void> {
   const everyMs = opts.everyMs ?? 2000;
   let waiting = false;
-  for (;;) {
-    if (opts.signal?.aborted) return;
-    let pending: RecoveryRow | null = null;
+  while (!opts.signal?.aborted) {
     try {
-      pending = await withClient(pool, (c) => selectPendingRecovery(c));
+      const pending = await withClient(pool, (c) => selectPendingRecovery(c));
+      if (!pending) {
+        if (waiting) log.info('the recovery after the restore has finished; starting');
+        return;
+      }
+      if (!waiting) {
+        log.warn('a recovery after a database restore is pending; waiting for it before polling', {
+          recoveryId: pending.id,
+          declaredBy: pending.declared_by,
+        });
+        waiting = true;
+      }
     } catch (err) {
-      // The database is what the worker needs anyway; keep waiting for it.
+      // The database is what the worker needs anyway: keep waiting for it, as for the gate.
       log.warn('could not read the restore gate; retrying', errorFields(err));
-      pending = {
-        id: '?',
-        since: null,
-        declared_by: '?',
-        declared_at: new Date(),
-        completed_at: null,
-        summary: null,
-      };
-    }
-    if (!pending) {
-      if (waiting) log.info('the recovery after the restore has finished; starting');
-      return;
-    }
-    if (!waiting) {
-      log.warn('a recovery after a database restore is pending; waiting for it before polling', {
-        recoveryId: pending.id,
-        declaredBy: pending.declared_by,
-      });
-      waiting = true;
     }
     await new Promise((r) => setTimeout(r, everyMs));
   }

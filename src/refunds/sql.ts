@@ -251,3 +251,83 @@ export async function getRefundById(
   );
   return rows[0] ?? null;
 }
+
+// --- recovery after a database restore (src/ops/recover.ts) ------------------
+
+export interface RestoredRefund {
+  tenantId: string;
+  refundId: string;
+  orderId: string;
+  workflowId: string;
+  status: string;
+  amount: number;
+  currency: string;
+  reason: string | null;
+  providerRefundId: string | null;
+  lastError: string | null;
+  createdAt: Date;
+}
+
+/** Inserts the refund where it is missing (its order must exist: restore orders first). */
+export async function insertRestoredRefund(db: Queryable, r: RestoredRefund): Promise<boolean> {
+  const { rowCount } = await db.query(
+    `insert into refunds (tenant_id, id, order_id, workflow_id, amount, currency, reason, status, status_seq,
+                          provider_refund_id, last_error, created_at)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9, $10, $11)
+     on conflict do nothing`,
+    [
+      r.tenantId,
+      r.refundId,
+      r.orderId,
+      r.workflowId,
+      r.amount,
+      r.currency,
+      r.reason,
+      r.status,
+      r.providerRefundId,
+      r.lastError,
+      r.createdAt,
+    ],
+  );
+  return rowCount === 1;
+}
+
+/** syncOrderFromWorkflow for a refund row. */
+export async function syncRefundFromWorkflow(
+  db: Queryable,
+  r: Pick<RestoredRefund, 'tenantId' | 'refundId' | 'status' | 'providerRefundId' | 'lastError'>,
+): Promise<boolean> {
+  const { rowCount } = await db.query(
+    `update refunds
+        set status = $3, status_seq = status_seq + 1,
+            provider_refund_id = coalesce($4, provider_refund_id),
+            last_error = coalesce($5, last_error), updated_at = now()
+      where tenant_id = $1 and id = $2
+        and (status <> $3 or provider_refund_id is distinct from coalesce($4, provider_refund_id))`,
+    [r.tenantId, r.refundId, r.status, r.providerRefundId, r.lastError],
+  );
+  return rowCount === 1;
+}
+
+/**
+ * Sets each order's refunded total to what its refund rows hold (every refund
+ * that is not failed), the rule the API's reservation and the failed
+ * transition keep: after refunds were rebuilt, the restored total is stale.
+ */
+export async function recomputeRefundedAmounts(
+  db: Queryable,
+  orders: readonly { tenantId: string; orderId: string }[],
+): Promise<number> {
+  if (orders.length === 0) return 0;
+  const { rowCount } = await db.query(
+    `update orders o
+        set refunded_amount = coalesce((select sum(r.amount) from refunds r
+                                         where r.tenant_id = o.tenant_id and r.order_id = o.id
+                                           and r.status <> 'failed'), 0),
+            updated_at = now()
+       from unnest($1::text[], $2::text[]) as t(tenant_id, id)
+      where o.tenant_id = t.tenant_id and o.id = t.id`,
+    [orders.map((o) => o.tenantId), orders.map((o) => o.orderId)],
+  );
+  return rowCount ?? 0;
+}

@@ -45,6 +45,8 @@ export async function startApi(
     onRequestMetrics?: ApiDeps['onRequestMetrics'];
     /** Replaces the app's own long-poll waker (which it would start and stop itself). */
     orderWaits?: (pool: Pool) => NonNullable<ApiDeps['orderWaits']>;
+    /** Replaces the app's restore gate (e.g. one that reads on every request). */
+    recovery?: (pool: Pool) => NonNullable<ApiDeps['recovery']>;
   } = {},
 ): Promise<TestApi> {
   const config = testConfig(opts.env);
@@ -65,6 +67,7 @@ export async function startApi(
     relay,
     ...(opts.onRequestMetrics ? { onRequestMetrics: opts.onRequestMetrics } : {}),
     ...(opts.orderWaits ? { orderWaits: opts.orderWaits(pool) } : {}),
+    ...(opts.recovery ? { recovery: opts.recovery(pool) } : {}),
   });
   const port = await freePort();
   await app.listen({ host: '127.0.0.1', port });

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { call, newTenant, startApi, validOrder, type TestApi } from '../api/support.ts';
 import { Recovery } from '../../src/ops/recover.ts';
-import { detectRestore } from '../../src/recovery/gate.ts';
+import { RecoveryGate, detectRestore } from '../../src/recovery/gate.ts';
 import { selectPendingRecovery } from '../../src/recovery/sql.ts';
 import { createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { OPERATION_TYPES } from '../../src/orders/model.ts';
@@ -23,7 +23,11 @@ let tenant: { tenantId: string; key: string };
 
 beforeAll(async () => {
   stack = await startOrderStack({ startWorker: true });
-  api = await startApi({ env: { TEMPORAL_TASK_QUEUE: stack.taskQueue } });
+  // A gate that reads on every request, so the test needs no wait for its once-a-second read.
+  api = await startApi({
+    env: { TEMPORAL_TASK_QUEUE: stack.taskQueue },
+    recovery: (pool) => new RecoveryGate(pool, 0),
+  });
   tenant = await newTenant(api.pool, 'rr');
 }, 60_000);
 
@@ -69,8 +73,8 @@ function recovery(): Recovery {
 describe('recover-after-restore', () => {
   it('detects the restore, refuses creates with 503 until the recovery, then replays the original answers and charges nobody twice', async () => {
     const before = await placeAndFinish('rr-before');
-    const t0 = new Date();
-    await new Promise((r) => setTimeout(r, 20)); // created_at strictly after T0
+    // The database's clock, as created_at is: every later create is after T0.
+    const t0 = (await api.pool.query<{ now: Date }>('select clock_timestamp() as now')).rows[0]!.now;
     const after = await placeAndFinish('rr-after');
     const declined = await placeAndFinish('rr-declined', 'pm_card_chargeDeclined', 'rejected');
     await stack.stopWorker();
@@ -83,8 +87,7 @@ describe('recover-after-restore', () => {
     // The detection rule: Temporal has an order workflow whose row is missing.
     const declared = await detectRestore(api.pool, api.client, stack.taskQueue, 'test');
     expect(declared?.declared_by).toMatch(/have no order row/);
-    // Creates are refused while it is pending (the gate reads at most once a second).
-    await new Promise((r) => setTimeout(r, 1100));
+    // Creates are refused while it is pending.
     const refused = await call(api, 'POST', '/v1/orders', {
       key: tenant.key,
       idem: 'rr-after',
@@ -154,8 +157,7 @@ describe('recover-after-restore', () => {
       }),
     ).toMatchObject({ state: 'failed' });
 
-    // A client's retry of the lost create replays the original 202, byte for byte (after the gate's TTL).
-    await new Promise((r) => setTimeout(r, 1100));
+    // A client's retry of the lost create replays the original 202, byte for byte.
     const retry = await call(api, 'POST', '/v1/orders', {
       key: tenant.key,
       idem: 'rr-after',

@@ -251,10 +251,11 @@ export class Ledger {
     const { replayProbe = 'auto' } = opts;
     if (replayProbe !== 'auto' && typeof replayProbe !== 'boolean')
       throw new LedgerError('invalid_input', "replayProbe must be true, false or 'auto'");
-    const ran = await this.#local<T>(
+    const ran = await this.#local<T, PoolClient>(
       scope,
       fp,
       replayProbe,
+      (body) => withClient(this.#pool, body),
       this.#transactionAttempt(scope, input.schemaVersion, fp, fn, opts.first),
     );
     if (!ran) throw new Error('ledger invariant: a transaction attempt always stores or finds a record');
@@ -289,7 +290,20 @@ export class Ledger {
     // statement more than reading first, while reading first costs every first run a second
     // statement. Its caller, a status step (a local activity), runs again only when its workflow
     // task failed before recording the result, so replays are rare.
-    return this.#local<T>(scope, fp, false, this.#statementAttempt(scope, input.schemaVersion, fp, body));
+    //
+    // And no checkout of its own: its statement and the replay's read are each autocommitted,
+    // so each goes to the pool (pool.query) like any single statement. bench:ledger, 2 s per
+    // measurement, fresh steps as a ratio to one prepared transaction, two back-to-back pairs:
+    // through a checked-out client (withClient, as runLocal needs for its transaction) the
+    // statement path ran about 10 % slower at 32 connections than this (docs/BENCHMARKS-JOURNAL.md,
+    // "0.2.0 against round 8" and "runLocalStatement through the pool").
+    return this.#local<T, Queryable>(
+      scope,
+      fp,
+      false,
+      (step) => step(this.#pool),
+      this.#statementAttempt(scope, input.schemaVersion, fp, body),
+    );
   }
 
   /**
@@ -301,16 +315,18 @@ export class Ledger {
    * transient conflicts, run the whole thing again (LOCAL_RETRY); a record
    * that keeps vanishing ends as in_progress.
    */
-  async #local<T extends Json>(
+  async #local<T extends Json, D extends Queryable>(
     scope: Scope,
     fp: string,
     replayProbe: boolean | 'auto',
-    attempt: (client: PoolClient) => Promise<LocalAttempt>,
+    /** Where one try runs: on one checked-out client (a transaction), or on the pool (single statements). */
+    on: <R>(step: (db: D) => Promise<R>) => Promise<R>,
+    attempt: (db: D) => Promise<LocalAttempt>,
   ): Promise<{ result: T; replayed: boolean } | null> {
     const type = scope.operationType;
     try {
       return await withRetry(LOCAL_RETRY, () =>
-        withClient(this.#pool, async (client) => {
+        on(async (client) => {
           const probe = replayProbe === 'auto' ? this.#probePolicy.shouldProbe(type) : replayProbe;
           // A replay is answered by one primary-key read, outside any transaction,
           // when probing first is worth it; otherwise the attempt finds the record.
@@ -456,14 +472,14 @@ export class Ledger {
     schemaVersion: number,
     fp: string,
     body: LocalStatement,
-  ): (client: PoolClient) => Promise<LocalAttempt> {
-    return async (client) => {
+  ): (db: Queryable) => Promise<LocalAttempt> {
+    return async (db) => {
       let row: { result: Json } | null;
       try {
         row = await this.#claiming(
           scope,
           sql.insertLocalStatement(
-            client,
+            db,
             scope,
             { fingerprint: fp, schemaVersion, lockTimeoutMs: this.#localWaitMs },
             body,

@@ -31,6 +31,7 @@ import {
   ApplicationFailure,
   condition,
   log,
+  patched,
   proxyActivities,
   proxyLocalActivities,
   setHandler,
@@ -59,12 +60,27 @@ import {
 import {
   activityOptions,
   externalActivityOptions,
+  externalLocalActivityOptions,
   localActivityOptions,
   parksOrder,
   resolveTiming,
   type OrderTiming,
 } from './policies.ts';
 import { failureMessage, failureType, summarized } from './steps.ts';
+
+/**
+ * The patch (docs/UPGRADING.md, "When `patched()` is still needed") under which the charge and
+ * the receipt run as local activities instead of activities (issue 29): the worker runs them
+ * while it holds the workflow task, so a straight-through order is one workflow task, with no
+ * activity task and no round trip through the server between its steps. What stays the same:
+ * each claims its key in the ledger first, and the ledger's lease (renewed while the provider
+ * call runs) and owner-token fencing make a second run safe, whoever runs it. What changes: a
+ * worker that dies mid-step is noticed by the workflow task's timeout instead of the activity's
+ * heartbeat timeout; the next worker replays the order and runs the step again, which waits
+ * for the dead attempt's lease and then takes over and reconciles (docs/MODEL.md, "Local
+ * activities").
+ */
+export const LOCAL_EXTERNAL_STEPS = '29-local-external-steps';
 
 export interface OrderWorkflowArgs extends OrderWorkflowInput {
   /** Test and operator overrides of the declared timeouts; defaults in workflows/policies.ts. */
@@ -241,22 +257,24 @@ async function chargeToOutcome(run: OrderRun): Promise<ChargeOutcome> {
 async function performCharge(run: OrderRun): Promise<ChargeAttempt> {
   const { input } = run;
   const key = stepKeys.charge(run.workflowId);
+  const summary = `charge ${input.amount} ${input.currency} (key ${key})`;
+  const args = {
+    ...run.ref,
+    key,
+    amount: input.amount,
+    currency: input.currency,
+    paymentMethod: input.paymentMethod,
+  };
   try {
-    const result = await run.acts.chargePayment.executeWithOptions(
-      summarized(
-        externalActivityOptions(run.timing, run.timing.chargeMaxAttempts),
-        `charge ${input.amount} ${input.currency} (key ${key})`,
-      ),
-      [
-        {
-          ...run.ref,
-          key,
-          amount: input.amount,
-          currency: input.currency,
-          paymentMethod: input.paymentMethod,
-        },
-      ],
-    );
+    const result = await (run.externalStepsLocal
+      ? run.local.chargePayment.executeWithOptions(
+          summarized(externalLocalActivityOptions(run.timing, run.timing.chargeMaxAttempts), summary),
+          [args],
+        )
+      : run.acts.chargePayment.executeWithOptions(
+          summarized(externalActivityOptions(run.timing, run.timing.chargeMaxAttempts), summary),
+          [args],
+        ));
     const outcome = {
       settled: true,
       outcome: result.outcome,
@@ -435,24 +453,26 @@ function rejection(charged: ChargeOutcome): { reason: string; lastError: string 
 async function sendReceipt(run: OrderRun): Promise<void> {
   const { input } = run;
   const key = stepKeys.receipt(run.workflowId);
+  const summary = `send receipt (key ${key})`;
   for (;;) {
+    const args = {
+      ...run.ref,
+      key,
+      to: input.customer.email,
+      amount: input.amount,
+      currency: input.currency,
+      chargeId: run.state.chargeId ?? '',
+    };
     try {
-      const result = await run.acts.sendReceipt.executeWithOptions(
-        summarized(
-          externalActivityOptions(run.timing, run.timing.stepMaxAttempts),
-          `send receipt (key ${key})`,
-        ),
-        [
-          {
-            ...run.ref,
-            key,
-            to: input.customer.email,
-            amount: input.amount,
-            currency: input.currency,
-            chargeId: run.state.chargeId ?? '',
-          },
-        ],
-      );
+      const result = await (run.externalStepsLocal
+        ? run.local.sendReceipt.executeWithOptions(
+            summarized(externalLocalActivityOptions(run.timing, run.timing.stepMaxAttempts), summary),
+            [args],
+          )
+        : run.acts.sendReceipt.executeWithOptions(
+            summarized(externalActivityOptions(run.timing, run.timing.stepMaxAttempts), summary),
+            [args],
+          ));
       run.state.receiptId = result.messageId;
       return;
     } catch (err) {
@@ -498,8 +518,14 @@ interface OrderRun {
   readonly ref: { tenantId: string; orderId: string; workflowId: string };
   /** Every call passes its own options (attempt budget + a summary naming the step and key). */
   readonly acts: ActivityInterfaceFor<OrderActivities>;
-  /** The status writes: local activities, in this worker. */
+  /** The status writes, and (see externalStepsLocal) the charge and the receipt: local activities, in this worker. */
   readonly local: LocalActivityInterfaceFor<OrderActivities>;
+  /**
+   * The charge and the receipt run as local activities (patch LOCAL_EXTERNAL_STEPS), so an order
+   * that goes straight through takes one workflow task and no activity task. Runs started before
+   * the patch replay their histories, where both are activities, as activities.
+   */
+  readonly externalStepsLocal: boolean;
   /** What the status query answers. */
   readonly state: OrderState;
   readonly payment: {
@@ -547,6 +573,7 @@ function openOrderRun(input: OrderWorkflowArgs): OrderRun {
     ref: { tenantId: input.tenantId, orderId: input.orderId, workflowId },
     acts: proxyActivities<OrderActivities>(activityOptions(timing, timing.stepMaxAttempts)),
     local: proxyLocalActivities<OrderActivities>(localActivityOptions(timing, timing.stepMaxAttempts)),
+    externalStepsLocal: patched(LOCAL_EXTERNAL_STEPS),
     state: {
       status: 'accepted',
       chargeId: null,

@@ -111,6 +111,20 @@ export function externalActivityOptions(timing: OrderTiming, maximumAttempts: nu
 }
 
 /**
+ * The charge and the receipt as local activities (workflows/order.ts,
+ * LOCAL_EXTERNAL_STEPS): the same timeout and retries as their activity
+ * form, and no heartbeat timeout (a local activity has none). Their ledger
+ * lease is still renewed while the provider call runs (the ledger renews at
+ * a third of the lease without a heartbeat timeout), and a dead worker is
+ * noticed through the workflow task's timeout. Retry pauses stay under the
+ * SDK's local retry threshold (1 min; retryMaxMs is 30 s), so retries run in
+ * the same workflow task, which the worker keeps alive.
+ */
+export function externalLocalActivityOptions(timing: OrderTiming, maximumAttempts: number): LocalActivityOptions {
+  return localActivityOptions(timing, maximumAttempts);
+}
+
+/**
  * Database-only steps (status writes) run as local activities in the
  * workflow's own worker: no round trip through the server per step. They go
  * through the ledger's local mode (claim, business write and completion in

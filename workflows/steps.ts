@@ -8,17 +8,27 @@
  */
 import { ActivityFailure, ApplicationFailure } from '@temporalio/workflow';
 
-/** An activity failure as operators read it: the cause's type and message when there is one. */
+/**
+ * The failure a step ended with: an activity's arrives as an ActivityFailure
+ * around it, a local activity's (the order's steps, workflows/order.ts) as
+ * the failure itself.
+ */
+function stepCause(err: unknown): unknown {
+  return err instanceof ActivityFailure ? err.cause : err;
+}
+
+/** A step's failure as operators read it: the cause's type and message when there is one. */
 export function failureMessage(err: unknown): string {
-  if (err instanceof ActivityFailure && err.cause) return `${err.cause.name}: ${err.cause.message}`;
+  const cause = stepCause(err);
+  if (cause instanceof ApplicationFailure || (err instanceof ActivityFailure && cause instanceof Error))
+    return `${cause.name}: ${cause.message}`;
   return err instanceof Error ? err.message : String(err);
 }
 
-/** The ApplicationFailure type an activity failed with (after its retries), if it set one. */
+/** The ApplicationFailure type a step failed with (after its retries), if it set one. */
 export function failureType(err: unknown): string | undefined {
-  return err instanceof ActivityFailure && err.cause instanceof ApplicationFailure
-    ? (err.cause.type ?? undefined)
-    : undefined;
+  const cause = stepCause(err);
+  return cause instanceof ApplicationFailure ? (cause.type ?? undefined) : undefined;
 }
 
 /**

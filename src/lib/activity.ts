@@ -33,11 +33,15 @@ export { LEDGER_FAILURE } from './failures.ts';
 /**
  * Heartbeats to Temporal, and renews the step's lease, while an external
  * step runs: at least twice per heartbeat timeout (the ledger caps it at a
- * third of the lease). Without a heartbeat timeout the lease is still renewed.
+ * third of the lease). Without a heartbeat timeout, or in a local activity,
+ * the lease is still renewed.
  * Call it inside an activity (it reads Context.current()).
  */
 export function heartbeatRenewal(): Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> {
   const ctx = Context.current();
+  // A local activity has no heartbeat (its worker keeps the workflow task alive instead):
+  // the lease alone is renewed, at the ledger's default pace.
+  if (ctx.info.isLocal) return {};
   const timeout = ctx.info.heartbeatTimeoutMs;
   return {
     heartbeat: () => ctx.heartbeat(),

@@ -33,12 +33,22 @@
  * 503 and workers wait) and cleared last, with its summary.
  * Local status steps are not rebuilt: the row's status comes from the
  * workflow, and a status step that runs again finds the row there.
+ *
+ * An order's charge and receipt are local activities from 0.3.0 on
+ * (workflows/order.ts, LOCAL_EXTERNAL_STEPS): the history has a marker for
+ * each one that finished (its result or its failure, not its arguments,
+ * which are rebuilt from the workflow's input), and nothing for one in
+ * flight. So for a running order whose steps run locally, the step that
+ * may be in flight (the charge, before any charge marker; the receipt,
+ * after a succeeded charge and before any receipt marker) is restored
+ * `unknown` too: if it never started, reconciling finds nothing and the
+ * step performs under its key.
  */
 import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
 import { withClient, withTransaction, type Pool, type PoolClient } from '../db/index.ts';
 import type { Json, Ledger, LedgerInput, OperationRecord, Scope } from '../ledger/index.ts';
-import { OPERATION_TYPES, ORDER_REASONS, type OrderWorkflowInput } from '../orders/model.ts';
+import { OPERATION_TYPES, ORDER_REASONS, stepKeys, type OrderWorkflowInput } from '../orders/model.ts';
 import { OrderLastErrorKey, OrderStatusKey } from '../orders/contract.ts';
 import {
   REFUND_OPERATION_TYPES,
@@ -58,6 +68,11 @@ import { reconcileRefund, refundLedgerInput, settledRefund } from '../steps/refu
 import { FAILURE } from '../orders/contract.ts';
 
 const ORDER_WORKFLOW_TYPE = 'orderWorkflow';
+/** What the SDK names the history marker of a finished local activity, and of a patch (`patched()`). */
+const LOCAL_ACTIVITY_MARKER = 'core_local_activity';
+const PATCH_MARKER = 'core_patch';
+/** workflows/order.ts LOCAL_EXTERNAL_STEPS (workflows/ is not imported from src/). */
+const LOCAL_EXTERNAL_STEPS_PATCH = '29-local-external-steps';
 /** Default margin before T0: a backup's "taken at" is rarely exact to the second. */
 const DEFAULT_RESTORE_MARGIN_MS = 5 * 60_000;
 
@@ -231,7 +246,11 @@ export class Recovery {
     const saStatus = described.typedSearchAttributes.get(OrderStatusKey);
     const lastError = described.typedSearchAttributes.get(OrderLastErrorKey) ?? null;
     const tenantId = input.tenantId;
-    const steps = this.#steps(events, tenantId);
+    const steps = this.#steps(
+      events,
+      tenantId,
+      kind === 'order' ? orderLocalSteps(wf, input as OrderWorkflowInput) : undefined,
+    );
     const done: string[] = [];
 
     let rowChanged: 'restored' | 'broughtForward' | 'unchanged';
@@ -357,8 +376,11 @@ export class Recovery {
     };
   }
 
-  /** The external steps of a history, each with what the history proves about it. */
-  #steps(events: Event[], tenantId: string): StepTrace[] {
+  /**
+   * The external steps of a history, each with what the history proves about it. `local`: how
+   * an order's steps that ran as local activities look (their markers carry no arguments).
+   */
+  #steps(events: Event[], tenantId: string, local?: OrderLocalSteps): StepTrace[] {
     const byKey = new Map<string, StepTrace>();
     const scheduled = new Map<string, { type: string; args: Record<string, unknown>; at: Date }>();
     const trace = (operationType: string, args: Record<string, unknown>, input: LedgerInput, at: Date) => {
@@ -370,7 +392,29 @@ export class Recovery {
       }
       return t;
     };
+    let stepsRunLocally = false;
     for (const e of events) {
+      const m = e.markerRecordedEventAttributes;
+      if (m?.markerName === PATCH_MARKER) {
+        const patch = this.#decode(m.details?.patch_data) as { id?: unknown } | undefined;
+        if (patch?.id === LOCAL_EXTERNAL_STEPS_PATCH) stepsRunLocally = true;
+        continue;
+      }
+      if (m?.markerName === LOCAL_ACTIVITY_MARKER && local) {
+        const data = this.#decode(m.details?.data) as { activity_type?: unknown } | undefined;
+        const type = String(data?.activity_type ?? '');
+        const spec = STEP_SPECS[type];
+        const args = spec ? local.args(type, byKey) : null;
+        if (!spec || !args) continue;
+        // Scheduled no later than the marker's workflow task began: the record's created_at may be
+        // earlier than the real first attempt, which only makes the key window end sooner (safe).
+        const t = trace(spec.operationType, args, spec.input(args), local.since);
+        if (spec.reconcile) t.reconcile = spec.reconcile;
+        const result = this.#decode(m.details?.result) as Record<string, unknown> | undefined;
+        if (result) t.final = { ...spec.final(result), at: eventTime(e) };
+        else if (!t.final) t.refused = DEFINITE_REFUSALS.has(m.failure?.cause?.applicationFailureInfo?.type ?? m.failure?.applicationFailureInfo?.type ?? '');
+        continue;
+      }
       const s = e.activityTaskScheduledEventAttributes;
       if (s) {
         const type = s.activityType?.name ?? '';
@@ -415,6 +459,16 @@ export class Recovery {
         const type = f.failure?.applicationFailureInfo?.type ?? '';
         const t = byKey.get(String(sched.args.key));
         if (t && !t.final) t.refused = DEFINITE_REFUSALS.has(type);
+      }
+    }
+    if (local?.running && stepsRunLocally) {
+      // The step that may be running now has no marker yet: it may have acted.
+      const inFlight = local.inFlight(byKey);
+      const spec = inFlight && STEP_SPECS[inFlight.type];
+      if (inFlight && spec) {
+        trace(spec.operationType, inFlight.args, spec.input(inFlight.args), local.since);
+        const t = byKey.get(String(inFlight.args.key))!;
+        if (spec.reconcile) t.reconcile = spec.reconcile;
       }
     }
     return [...byKey.values()];
@@ -496,6 +550,46 @@ export class Recovery {
       );
     }
   }
+}
+
+/** An order's charge and receipt as local activities: their arguments, rebuilt from the workflow's input. */
+interface OrderLocalSteps {
+  /** The arguments the workflow passed to a step it ran locally, or null for any other activity. */
+  args(type: string, steps: Map<string, StepTrace>): Record<string, unknown> | null;
+  /** The step that may be running now, if the workflow is (its marker comes only when it ends). */
+  inFlight(steps: Map<string, StepTrace>): { type: string; args: Record<string, unknown> } | null;
+  running: boolean;
+  /** The earliest a step could have started: the workflow's start. */
+  since: Date;
+}
+
+/** workflows/order.ts performCharge and sendReceipt: what they pass, from the order's input. */
+function orderLocalSteps(wf: WorkflowExecutionInfo, o: OrderWorkflowInput): OrderLocalSteps {
+  const ref = { tenantId: o.tenantId, orderId: o.orderId, workflowId: wf.workflowId };
+  const chargeKey = stepKeys.charge(wf.workflowId);
+  const receiptKey = stepKeys.receipt(wf.workflowId);
+  const charge = { ...ref, key: chargeKey, amount: o.amount, currency: o.currency, paymentMethod: o.paymentMethod };
+  const receipt = (steps: Map<string, StepTrace>) => ({
+    ...ref,
+    key: receiptKey,
+    to: o.customer.email,
+    amount: o.amount,
+    currency: o.currency,
+    chargeId: steps.get(chargeKey)?.final?.providerRef ?? '',
+  });
+  return {
+    args: (type, steps) =>
+      type === 'chargePayment' ? charge : type === 'sendReceipt' ? receipt(steps) : null,
+    inFlight(steps) {
+      const charged = steps.get(chargeKey);
+      if (!charged) return { type: 'chargePayment', args: charge };
+      if (charged.final?.state === 'succeeded' && !steps.has(receiptKey))
+        return { type: 'sendReceipt', args: receipt(steps) };
+      return null;
+    },
+    running: wf.status.name === 'RUNNING',
+    since: wf.startTime,
+  };
 }
 
 /**

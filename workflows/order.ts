@@ -44,6 +44,7 @@ import type { OrderActivities, ReconcileResult } from '../activities/order.ts';
 import { ORDER_REASONS, stepKeys, type OrderStatus, type OrderWorkflowInput } from '../src/orders/model.ts';
 import {
   FIRST_ORDER_STATUS,
+  LOCAL_EXTERNAL_STEPS,
   OrderLastErrorKey,
   OrderStatusKey,
   FAILURE,
@@ -67,20 +68,6 @@ import {
   type OrderTiming,
 } from './policies.ts';
 import { failureMessage, failureType, summarized } from './steps.ts';
-
-/**
- * The patch (docs/UPGRADING.md, "When `patched()` is still needed") under which the charge and
- * the receipt run as local activities instead of activities (issue 29): the worker runs them
- * while it holds the workflow task, so a straight-through order is one workflow task, with no
- * activity task and no round trip through the server between its steps. What stays the same:
- * each claims its key in the ledger first, and the ledger's lease (renewed while the provider
- * call runs) and owner-token fencing make a second run safe, whoever runs it. What changes: a
- * worker that dies mid-step is noticed by the workflow task's timeout instead of the activity's
- * heartbeat timeout; the next worker replays the order and runs the step again, which waits
- * for the dead attempt's lease and then takes over and reconciles (docs/MODEL.md, "Local
- * activities").
- */
-export const LOCAL_EXTERNAL_STEPS = '29-local-external-steps';
 
 export interface OrderWorkflowArgs extends OrderWorkflowInput {
   /** Test and operator overrides of the declared timeouts; defaults in workflows/policies.ts. */

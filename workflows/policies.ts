@@ -120,7 +120,10 @@ export function externalActivityOptions(timing: OrderTiming, maximumAttempts: nu
  * SDK's local retry threshold (1 min; retryMaxMs is 30 s), so retries run in
  * the same workflow task, which the worker keeps alive.
  */
-export function externalLocalActivityOptions(timing: OrderTiming, maximumAttempts: number): LocalActivityOptions {
+export function externalLocalActivityOptions(
+  timing: OrderTiming,
+  maximumAttempts: number,
+): LocalActivityOptions {
   return localActivityOptions(timing, maximumAttempts);
 }
 

@@ -49,7 +49,7 @@ import type { temporal } from '@temporalio/proto';
 import { withClient, withTransaction, type Pool, type PoolClient } from '../db/index.ts';
 import type { Json, Ledger, LedgerInput, OperationRecord, Scope } from '../ledger/index.ts';
 import { OPERATION_TYPES, ORDER_REASONS, stepKeys, type OrderWorkflowInput } from '../orders/model.ts';
-import { OrderLastErrorKey, OrderStatusKey } from '../orders/contract.ts';
+import { LOCAL_EXTERNAL_STEPS, OrderLastErrorKey, OrderStatusKey } from '../orders/contract.ts';
 import {
   REFUND_OPERATION_TYPES,
   REFUND_WORKFLOW_TYPE,
@@ -71,8 +71,6 @@ const ORDER_WORKFLOW_TYPE = 'orderWorkflow';
 /** What the SDK names the history marker of a finished local activity, and of a patch (`patched()`). */
 const LOCAL_ACTIVITY_MARKER = 'core_local_activity';
 const PATCH_MARKER = 'core_patch';
-/** workflows/order.ts LOCAL_EXTERNAL_STEPS (workflows/ is not imported from src/). */
-const LOCAL_EXTERNAL_STEPS_PATCH = '29-local-external-steps';
 /** Default margin before T0: a backup's "taken at" is rarely exact to the second. */
 const DEFAULT_RESTORE_MARGIN_MS = 5 * 60_000;
 
@@ -397,7 +395,7 @@ export class Recovery {
       const m = e.markerRecordedEventAttributes;
       if (m?.markerName === PATCH_MARKER) {
         const patch = this.#decode(m.details?.patch_data) as { id?: unknown } | undefined;
-        if (patch?.id === LOCAL_EXTERNAL_STEPS_PATCH) stepsRunLocally = true;
+        if (patch?.id === LOCAL_EXTERNAL_STEPS) stepsRunLocally = true;
         continue;
       }
       if (m?.markerName === LOCAL_ACTIVITY_MARKER && local) {
@@ -412,7 +410,10 @@ export class Recovery {
         if (spec.reconcile) t.reconcile = spec.reconcile;
         const result = this.#decode(m.details?.result) as Record<string, unknown> | undefined;
         if (result) t.final = { ...spec.final(result), at: eventTime(e) };
-        else if (!t.final) t.refused = DEFINITE_REFUSALS.has(m.failure?.cause?.applicationFailureInfo?.type ?? m.failure?.applicationFailureInfo?.type ?? '');
+        else if (!t.final)
+          t.refused = DEFINITE_REFUSALS.has(
+            m.failure?.cause?.applicationFailureInfo?.type ?? m.failure?.applicationFailureInfo?.type ?? '',
+          );
         continue;
       }
       const s = e.activityTaskScheduledEventAttributes;
@@ -568,7 +569,13 @@ function orderLocalSteps(wf: WorkflowExecutionInfo, o: OrderWorkflowInput): Orde
   const ref = { tenantId: o.tenantId, orderId: o.orderId, workflowId: wf.workflowId };
   const chargeKey = stepKeys.charge(wf.workflowId);
   const receiptKey = stepKeys.receipt(wf.workflowId);
-  const charge = { ...ref, key: chargeKey, amount: o.amount, currency: o.currency, paymentMethod: o.paymentMethod };
+  const charge = {
+    ...ref,
+    key: chargeKey,
+    amount: o.amount,
+    currency: o.currency,
+    paymentMethod: o.paymentMethod,
+  };
   const receipt = (steps: Map<string, StepTrace>) => ({
     ...ref,
     key: receiptKey,

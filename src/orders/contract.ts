@@ -29,6 +29,21 @@ export const OrderLastErrorKey = defineSearchAttributeKey('OrderLastError', Sear
  */
 export const FIRST_ORDER_STATUS: OrderStatus = 'payment_pending';
 
+/**
+ * The patch (docs/UPGRADING.md, "When `patched()` is still needed") under which the charge and
+ * the receipt run as local activities instead of activities (issue 29): the worker runs them
+ * while it holds the workflow task, so a straight-through order is one workflow task, with no
+ * activity task and no round trip through the server between its steps. What stays the same:
+ * each claims its key in the ledger first, and the ledger's lease (renewed while the provider
+ * call runs) and owner-token fencing make a second run safe, whoever runs it. What changes: a
+ * worker that dies mid-step is noticed by the workflow task's timeout instead of the activity's
+ * heartbeat timeout; the next worker replays the order and runs the step again, which waits
+ * for the dead attempt's lease and then takes over and reconciles (docs/MODEL.md, "Local
+ * activities"), and the restore recovery (src/ops/recover.ts) reads their
+ * markers.
+ */
+export const LOCAL_EXTERNAL_STEPS = '29-local-external-steps';
+
 /** The search attributes an order workflow is started with (src/api/outbox.ts). */
 export function orderStartSearchAttributes(tenantId: string): SearchAttributePair[] {
   return [

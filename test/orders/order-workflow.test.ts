@@ -66,7 +66,10 @@ function markerData(e: HistoryEvent): { activity_type: string; attempt: number }
 }
 
 /** The finished calls of a step that runs as a local activity (one marker each). */
-function localCalls(events: HistoryEvent[], activityType: string): { activity_type: string; attempt: number }[] {
+function localCalls(
+  events: HistoryEvent[],
+  activityType: string,
+): { activity_type: string; attempt: number }[] {
   return events.map(markerData).filter((d) => d?.activity_type === activityType) as {
     activity_type: string;
     attempt: number;
@@ -102,7 +105,9 @@ describe('order workflow', () => {
     // (the provider calls too, since LOCAL_EXTERNAL_STEPS), behind the patch's own marker.
     const events = (await handle.fetchHistory()).events ?? [];
     expect(events.filter((e) => e.activityTaskScheduledEventAttributes)).toEqual([]);
-    expect(events.filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_patch')).toHaveLength(1);
+    expect(events.filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_patch')).toHaveLength(
+      1,
+    );
     expect(localActivityMarkers(events).map(summaryOf)).toEqual([
       `status -> payment_pending (key ${stepKeys.status(workflowId, 'payment_pending')})`,
       `charge ${input.amount} ${input.currency} (key ${stepKeys.charge(workflowId)})`,
@@ -367,7 +372,8 @@ describe('order workflow', () => {
   it('a receipt that runs out of retries parks the order until a re-drive, even with a payment event pending', async () => {
     await stack.fault('messages.create', 'fail_before', 1000);
     const { input, workflowId, handle } = await stack.startOrder();
-    const receiptAttempts = async () => localCalls((await handle.fetchHistory()).events ?? [], 'sendReceipt').length;
+    const receiptAttempts = async () =>
+      localCalls((await handle.fetchHistory()).events ?? [], 'sendReceipt').length;
     try {
       const parked = await untilStatus(handle, 'needs_attention');
       expect(parked.lastError).toMatch(/receipt failed/);

@@ -40,6 +40,7 @@ import { DEMO_TENANTS } from '../src/api/demo-keys.ts';
 import { insertTenant } from '../src/tenants/sql.ts';
 import { Ledger } from '../src/ledger/index.ts';
 import { pruneOutbox, pruneWebhookEvents } from '../src/retention/prune.ts';
+import { DEFAULT_BATCH_SIZE, DEFAULT_MAX_BATCHES } from '../src/retention/schedule.ts';
 import { SIGNATURE_HEADER, signWebhook } from '../src/providers/webhook-signature.ts';
 import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
 import { createCommand, parseCli } from '../scripts/lib/cli.ts';
@@ -80,6 +81,11 @@ const program = createCommand(
   .option('--prune-batches <n>', 'retention batches (1,000 rows) per table for the prune rate', '30')
   .option('--quick', 'a smoke run: 5,000 preloaded orders, 64 per phase, a soak of 400', false)
   .option('--timeout-seconds <n>', 'give up after this long', '5400')
+  .option(
+    '--keep-databases',
+    'leave both databases for EXPLAIN ANALYZE (their names are printed; drop them yourself)',
+    false,
+  )
   .addHelpText('after', '\nRun as: npm run bench:growth [-- options], e.g. npm run bench:growth -- --quick');
 parseCli(program);
 const opts = program.opts<{
@@ -94,6 +100,7 @@ const opts = program.opts<{
   pruneBatches: string;
   quick: boolean;
   timeoutSeconds: string;
+  keepDatabases: boolean;
 }>();
 const QUICK = opts.quick;
 const PRELOAD_ORDERS = QUICK ? 5_000 : positiveInt(opts.preloadOrders, '--preload-orders', 5_000_000);
@@ -407,9 +414,10 @@ async function main(): Promise<void> {
 
   const dbBase = `onceflow_bench_growth_${runId}`;
   const urls = {
-    empty: await createSeededDatabase(config, `${dbBase}_empty`, procs),
-    preloaded: await createSeededDatabase(config, `${dbBase}_preloaded`, procs),
+    empty: await createSeededDatabase(config, `${dbBase}_empty`, procs, opts.keepDatabases),
+    preloaded: await createSeededDatabase(config, `${dbBase}_preloaded`, procs, opts.keepDatabases),
   };
+  if (opts.keepDatabases) say(`keeping the databases ${dbBase}_empty and ${dbBase}_preloaded`);
   for (const url of Object.values(urls)) {
     const pool = createPool(url, { max: 1 });
     try {
@@ -604,7 +612,9 @@ async function main(): Promise<void> {
         lastVsFirst: {
           ordersPerSec: ratio(lastTenth.ordersPerSec, first.ordersPerSec),
           rss: Object.fromEntries(
-            Object.keys(first.rssMb).map((k) => [k, ratio(lastTenth.rssMb[k] ?? NaN, first.rssMb[k] ?? NaN)]),
+            Object.keys(first.rssMb)
+              .filter((k) => k !== 'postgresBackendCount')
+              .map((k) => [k, ratio(lastTenth.rssMb[k] ?? NaN, first.rssMb[k] ?? NaN)]),
           ),
         },
       };
@@ -632,15 +642,26 @@ async function main(): Promise<void> {
       workflow_outbox: 1,
       webhook_events: 1,
     };
+    // The schedule a worker of this release creates: a run every RETENTION_INTERVAL_MS, at most
+    // DEFAULT_MAX_BATCHES batches of DEFAULT_BATCH_SIZE rows per table and run.
+    const intervalSec = config.retention.intervalMs / 1000;
+    const capPerRun = DEFAULT_BATCH_SIZE * DEFAULT_MAX_BATCHES;
     const retention = Object.fromEntries(
       Object.entries(prune).map(([table, r]) => {
         const insertsPerSec = soakRate * perOrder[table as keyof typeof perOrder];
+        const perRun = insertsPerSec * intervalSec;
         return [
           table,
           {
             ...r,
             insertsPerSec: round(insertsPerSec, 1),
+            // What the prune can do against what the load adds, both per second.
             pruneOverInsert: round(r.rowsPerSec / insertsPerSec, 1),
+            // Per scheduled run: the rows the load adds, the run's cap over them, and the seconds
+            // the run takes at the measured prune rate.
+            rowsPerRun: Math.round(perRun),
+            runCapOverRows: round(capPerRun / perRun, 1),
+            runSecondsAtMeasuredRate: round(perRun / r.rowsPerSec, 1),
           },
         ];
       }),
@@ -648,7 +669,9 @@ async function main(): Promise<void> {
     say(
       `retention vs the load: ${Object.entries(retention)
         .map(
-          ([t, r]) => `${t} prunes ${r.rowsPerSec}/s, inserts ${r.insertsPerSec}/s (x${r.pruneOverInsert})`,
+          ([t, r]) =>
+            `${t} prunes ${r.rowsPerSec}/s, inserts ${r.insertsPerSec}/s (x${r.pruneOverInsert}); ` +
+            `a run clears ${r.rowsPerRun} in ${r.runSecondsAtMeasuredRate} s (cap x${r.runCapOverRows})`,
         )
         .join('; ')}`,
     );
@@ -679,7 +702,7 @@ async function main(): Promise<void> {
       preloaded: p,
       ratios,
       soak: soakReport,
-      retention,
+      retention: { intervalSec, capPerRun, byTable: retention },
       targets: {
         throughputRatio: { target: 0.9, measured: ratios.throughput },
         getP99Ratio: {

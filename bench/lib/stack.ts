@@ -161,14 +161,15 @@ export class BenchProcesses {
   }
 }
 
-/** A migrated database with the demo tenants and keys, dropped at cleanup. Returns its URL. */
+/** A migrated database with the demo tenants and keys, dropped at cleanup (unless `keep`). Returns its URL. */
 export async function createSeededDatabase(
   config: Config,
   dbName: string,
   procs: BenchProcesses,
+  keep = false,
 ): Promise<string> {
   const database = await createThrowawayDatabase(config.databaseUrl, dbName);
-  procs.atCleanup('drop the database', database.drop);
+  if (!keep) procs.atCleanup('drop the database', database.drop);
   const seedPool = createPool(database.url, { max: 1 });
   try {
     await seedDemoData(seedPool, '127.0.0.1');

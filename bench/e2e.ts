@@ -45,28 +45,25 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { Client, Connection } from '@temporalio/client';
 import { loadConfig } from '../src/config.ts';
-import { createThrowawayDatabase } from '../src/db/migrate.ts';
 import { createPool } from '../src/db/index.ts';
 import { DEMO_TENANTS } from '../src/api/demo-keys.ts';
-import { seedDemoData } from '../dev/seed.ts';
-import { freePort } from '../src/process/ports.ts';
-import { Supervisor } from '../src/process/supervisor.ts';
-import {
-  ensureTemporalCli,
-  startDevServerOnFreePorts,
-  waitForHttp,
-  type DevServer,
-} from '../dev/devserver/temporal.ts';
-import {
-  dropTemporalDatabases,
-  ensureTemporalServerTools,
-  startTemporalServerOnFreePorts,
-  TEMPORAL_SERVER_DYNAMIC_CONFIG,
-} from '../dev/devserver/temporal-server.ts';
 import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
-import { TERMINAL_STATUSES } from '../src/orders/model.ts';
 import { createCommand, parseCli } from '../scripts/lib/cli.ts';
-import { cpuSeconds } from './lib/proc-cpu.ts';
+import {
+  BenchProcesses,
+  ROOT,
+  childPids,
+  closedLoop as runClosedLoop,
+  cpuMeter,
+  createSeededDatabase,
+  orderToTerminal,
+  percentile,
+  positiveInt,
+  printColumns,
+  round,
+  startOrderStack,
+  startTemporal,
+} from './lib/stack.ts';
 
 const program = createCommand(
   'bench:e2e',
@@ -151,18 +148,9 @@ const HISTORY_SAMPLES = 5;
 /** How many of the slowest orders per level get their history's longest gaps printed. */
 const SLOWEST_SHOWN = 3;
 const API_KEY = DEMO_TENANTS[0].key; // the local demo key, seeded into the throwaway database below
-const root = path.resolve(import.meta.dirname, '..');
+const root = ROOT;
 const runId = `${process.pid}_${randomBytes(3).toString('hex')}`;
 const started = Date.now();
-
-function positiveInt(raw: unknown, name: string, max: number): number {
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n <= 0 || n > max) {
-    console.error(`${name} must be an integer in [1, ${max}], got ${JSON.stringify(raw)}`);
-    process.exit(2);
-  }
-  return n;
-}
 
 /** --prefer-wait: 0 to 30, as the API takes it (more would be clamped to 30 and mislabel the run). */
 function preferWait(raw: string): number {
@@ -176,140 +164,13 @@ function preferWait(raw: string): number {
 
 const say = (line: string) => console.log(`[e2e] ${line}`);
 
-// ------------------------------------------------------------------ processes
-
-/**
- * The stack's processes, under the one supervisor (src/process/supervisor.ts) with restarts
- * off: a benchmark measures the stack as it is, so a process that dies ends the run's
- * figures' validity; the exit is reported, with where its log is.
- */
-const children: Supervisor[] = [];
-let devServer: DevServer | undefined;
-let dropDatabase: (() => Promise<void>) | undefined;
-let dropTemporalDbs: (() => Promise<void>) | undefined;
-let cleaning: Promise<void> | undefined;
-
-function startChild(
-  name: string,
-  argv: string[],
-  env: NodeJS.ProcessEnv,
-  logDir: string,
-  onLine?: (line: string) => void,
-): Supervisor {
-  // One directory per process: each of its threads (main, loader, workflow threads) writes a profile.
-  const profile = CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${path.join(CPU_PROF_DIR, name)}`] : [];
-  const logFile = path.join(logDir, `${name}.log`);
-  const child = new Supervisor({
-    name,
-    args: [...profile, '--import', 'tsx', ...argv],
-    cwd: root,
-    env,
-    logFile,
-    ...(onLine ? { onLine } : {}),
-    restart: false,
-    stopGraceMs: 15_000,
-  });
-  child.on('exit', (exit) => {
-    if (!cleaning && !exit.expected) say(`${name} exited unexpectedly (${exit.how}); see ${logFile}`);
-  });
-  void child.start();
-  children.push(child);
-  return child;
-}
-
-function cleanup(): Promise<void> {
-  cleaning ??= (async () => {
-    for (const c of [...children].reverse()) await c.stop().catch(() => undefined);
-    await devServer?.stop().catch(() => undefined);
-    await dropTemporalDbs?.().catch((err: unknown) =>
-      say(`could not drop the Temporal databases: ${String(err)}`),
-    );
-    await dropDatabase?.().catch((err: unknown) => say(`could not drop the database: ${String(err)}`));
-  })();
-  return cleaning;
-}
-
-// SIGHUP too (a closed terminal): the children have process groups of their own and never see it.
-for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
-  process.once(signal, () => {
-    say(`${signal}: stopping everything`);
-    void cleanup().then(() => process.exit(130));
-  });
-}
-
-// ------------------------------------------------------------------------ CPU
-
-/** Direct children of `pid` (from /proc/<n>/stat's ppid field). */
-function childPids(pid: number): number[] {
-  const out: number[] = [];
-  for (const entry of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
-      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) out.push(Number(entry));
-    } catch {
-      // exited meanwhile
-    }
-  }
-  return out;
-}
-
-/**
- * A CPU meter over named groups of PIDs (temporal, api, worker, ...) plus the
- * Postgres backends serving one database. Reports the total of the groups
- * (`stack`), Postgres, and each group on its own (where the time goes).
- */
-function cpuMeter(groups: () => Record<string, (number | undefined)[]>, pgBackends: () => Promise<number[]>) {
-  return async () => {
-    const named = groups();
-    const own = Object.values(named).flat();
-    const backends = await pgBackends();
-    const before = new Map([...own, ...backends].map((p) => [p, cpuSeconds(p)]));
-    return async () => {
-      const later = await pgBackends();
-      const delta = (list: (number | undefined)[]) =>
-        list.reduce<number>((sum, p) => sum + (p ? cpuSeconds(p) - (before.get(p) ?? 0) : 0), 0);
-      const byGroup = Object.fromEntries(Object.entries(named).map(([k, list]) => [k, delta(list)]));
-      return { stack: delta(own), postgres: delta([...new Set([...backends, ...later])]), byGroup };
-    };
-  };
-}
-
-// -------------------------------------------------------------------- helpers
-
-function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[i] as number;
-}
-
-function round(x: number, digits = 1): number {
-  const f = 10 ** digits;
-  return Math.round(x * f) / f;
-}
+/** Every process and resource of the run, stopped and released by PID at the end (also on Ctrl-C). */
+const procs = new BenchProcesses(say, CPU_PROF_DIR);
+const cleanup = () => procs.cleanup();
 
 /** Runs `count` jobs on `concurrency` loops; prints progress every 10 %. */
-async function closedLoop(
-  label: string,
-  count: number,
-  concurrency: number,
-  job: (i: number) => Promise<void>,
-): Promise<number> {
-  let next = 0;
-  let done = 0;
-  const step = Math.max(1, Math.round(count / 10));
-  const t0 = performance.now();
-  await Promise.all(
-    Array.from({ length: Math.min(concurrency, count) }, async () => {
-      for (let i = next++; i < count; i = next++) {
-        if (Date.now() - started > TIMEOUT_MS) throw new Error(`--timeout-seconds exceeded during ${label}`);
-        await job(i);
-        done++;
-        if (done % step === 0 || done === count) say(`  ${label}: ${done}/${count}`);
-      }
-    }),
-  );
-  return (performance.now() - t0) / 1000;
+function closedLoop(label: string, count: number, concurrency: number, job: (i: number) => Promise<void>) {
+  return runClosedLoop(label, count, concurrency, job, { say, deadline: started + TIMEOUT_MS });
 }
 
 /**
@@ -386,125 +247,40 @@ async function main(): Promise<void> {
   say(`run ${runId}; logs in ${path.relative(process.cwd(), runDir)}`);
 
   const dbName = `onceflow_bench_e2e_${runId}`;
-  const database = await createThrowawayDatabase(config.databaseUrl, dbName);
-  dropDatabase = database.drop;
-  const seedPool = createPool(database.url, { max: 1 });
-  try {
-    await seedDemoData(seedPool, '127.0.0.1');
-  } finally {
-    await seedPool.end();
-  }
+  const databaseUrl = await createSeededDatabase(config, dbName, procs);
   say(`database ${dbName} created, migrated and seeded`);
 
-  const temporalDbNames = [`${dbName}_temporal`, `${dbName}_temporal_vis`];
-  if (BACKEND === 'postgres') {
-    if (args.sqlite !== 'wal') say('--sqlite has no effect with --backend=postgres');
-    const tools = await ensureTemporalServerTools({ toolsDir: config.toolsDir, log: say });
-    const temporalDatabases = {
-      postgresUrl: config.temporal.postgres.url,
-      database: temporalDbNames[0]!,
-      visibilityDatabase: temporalDbNames[1]!,
-    };
-    dropTemporalDbs = () => dropTemporalDatabases(temporalDatabases);
-    devServer = await startTemporalServerOnFreePorts({
-      tools,
-      databases: temporalDatabases,
-      dataDir: runDir,
-      ui: false,
-      log: say,
-      ...(args.eager === 'off'
-        ? {
-            dynamicConfig: {
-              ...TEMPORAL_SERVER_DYNAMIC_CONFIG,
-              'system.enableActivityEagerExecution': false,
-            },
-          }
-        : {}),
-    });
-  } else {
-    const cli = await ensureTemporalCli({ toolsDir: config.toolsDir, log: say });
-    devServer = await startDevServerOnFreePorts({
-      cli,
-      ui: false,
-      dbFile: path.join(runDir, 'temporal.sqlite'),
-      logFile: path.join(runDir, 'temporal.log'),
-      log: say,
-      ...(args.sqlite === 'default' ? { sqlitePragmas: {} } : {}),
-      ...(args.eager === 'off' ? { dynamicConfig: { 'system.enableActivityEagerExecution': 'false' } } : {}),
-    });
-  }
-  const address = devServer.address;
+  const temporal = await startTemporal(
+    config,
+    { backend: BACKEND, dbName, runDir, sqlite: args.sqlite, eager: args.eager },
+    procs,
+    say,
+  );
+  const temporalDbNames = temporal.databases;
+  const address = temporal.address;
   say(`Temporal ${BACKEND === 'postgres' ? 'server on Postgres' : 'dev server'} at ${address}`);
 
   // The product worker finds this bundle itself (by hash); building it here shows the cost once.
   const bundle = await ensureWorkflowBundle({ log: say, smoke: true });
   say(`workflow bundle ${bundle.built ? 'built' : 'up to date'}`);
 
-  const ports = {
-    api: await freePort(),
-    // The API's metrics listener (under --api-processes, the cluster primary's).
-    apiMetrics: await freePort(),
-    sandbox: await freePort(),
-    // Each worker process gets its own pair of metrics ports.
-    workers: await Promise.all(
-      Array.from({ length: WORKERS }, async () => ({ metrics: await freePort(), sdk: await freePort() })),
-    ),
-  };
-  const taskQueue = `bench-orders-${runId}`;
   const baselineQueue = `bench-baseline-${runId}`;
-  const api = `http://127.0.0.1:${ports.api}`;
-  const env: NodeJS.ProcessEnv = {
-    PATH: process.env.PATH,
-    HOME: process.env.HOME,
-    DATABASE_URL: database.url,
-    TEMPORAL_ADDRESS: address,
-    TEMPORAL_TASK_QUEUE: taskQueue,
-    API_PORT: String(ports.api),
-    API_METRICS_PORT: String(ports.apiMetrics),
-    SANDBOX_PORT: String(ports.sandbox),
-    SANDBOX_URL: `http://127.0.0.1:${ports.sandbox}`,
-    WEBHOOK_URL: `${api}/v1/webhooks/payments`,
-    ONCEFLOW_DATA_DIR: runDir,
-    API_RATE_LIMIT_MAX: '100000000',
-    LOG_LEVEL: 'warn',
-    ...(process.env.WEBHOOK_CHARGE_WAIT_MS
-      ? { WEBHOOK_CHARGE_WAIT_MS: process.env.WEBHOOK_CHARGE_WAIT_MS }
-      : {}),
-  };
-  const sandbox = startChild('sandbox', ['dev/sandbox/main.ts'], env, runDir);
-  await waitForHttp(`${env.SANDBOX_URL}/healthz`, 60_000);
   const connection = await Connection.connect({ address });
   const client = new Client({ connection });
-  // Worker start-up, measured alone: spawn -> the smoke workflow has run on it (as `npm start`
-  // checks). Includes Node + tsx start, finding the bundle by hash, connecting and polling.
-  const workerSpawned = performance.now();
-  const workers = ports.workers.map((p, i) =>
-    startChild(
-      WORKERS > 1 ? `worker-${i + 1}` : 'worker',
-      ['src/worker/main.ts'],
-      {
-        ...env,
-        WORKER_SMOKE_WORKFLOW: 'on', // start-up is timed by the smoke workflow, as `npm start` checks
-        WORKER_METRICS_PORT: String(p.metrics),
-        WORKER_SDK_METRICS_PORT: String(p.sdk),
-        ...(WORKERS > 1 ? { ONCEFLOW_PROCESS: `worker-${i + 1}` } : {}),
-      },
+  const stack = await startOrderStack(
+    {
+      databaseUrl,
+      address,
       runDir,
-    ),
+      taskQueue: `bench-orders-${runId}`,
+      workers: WORKERS,
+      apiProcesses: API_PROCESSES,
+      client,
+    },
+    procs,
   );
-  await client.workflow.execute('smokeWorkflow', {
-    taskQueue,
-    workflowId: `bench-smoke-${runId}`,
-    args: [],
-    workflowExecutionTimeout: '3 minutes',
-  });
-  const workerReadySec = round((performance.now() - workerSpawned) / 1000, 1);
+  const { api, env, sandbox, workers, apiProc, workerReadySec } = stack;
   say(`worker ran its first workflow ${workerReadySec} s after spawn`);
-  const apiProc =
-    API_PROCESSES > 1
-      ? startChild('api', ['src/api/cluster.ts'], { ...env, API_PROCESSES: String(API_PROCESSES) }, runDir)
-      : startChild('api', ['src/api/main.ts'], env, runDir);
-  await waitForHttp(`${api}/healthz`, 60_000);
   let baselineReady!: () => void;
   const baselineStarted = new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('baseline worker did not start')), 120_000);
@@ -513,7 +289,7 @@ async function main(): Promise<void> {
       resolve();
     };
   });
-  const baselineWorker = startChild(
+  const baselineWorker = procs.start(
     'baseline-worker',
     ['bench/baseline/worker.ts', address, baselineQueue, ...(args['sdk-defaults'] ? ['sdk-defaults'] : [])],
     env,
@@ -524,7 +300,7 @@ async function main(): Promise<void> {
   );
   await baselineStarted;
 
-  const pool = createPool(database.url, { max: 2 });
+  const pool = createPool(databaseUrl, { max: 2 });
   try {
     say(
       `stack is up: sandbox, ${WORKERS} worker process(es), ${API_PROCESSES} API process(es), baseline worker`,
@@ -533,7 +309,7 @@ async function main(): Promise<void> {
     // The API cluster's processes are children of its primary: counted one by one (a live
     // child's CPU is not in its parent's /proc stat until it is reaped).
     const stackPids = () => ({
-      temporal: [devServer?.process.pid],
+      temporal: [temporal.pid()],
       api: [apiProc.pid, ...(API_PROCESSES > 1 && apiProc.pid ? childPids(apiProc.pid) : [])],
       worker: workers.map((w) => w.pid),
       sandbox: [sandbox.pid],
@@ -547,7 +323,7 @@ async function main(): Promise<void> {
       ).rows.map((r) => r.pid);
     const orderCpu = cpuMeter(stackPids, pgBackends);
     const baselineCpu = cpuMeter(
-      () => ({ temporal: [devServer?.process.pid], worker: [baselineWorker.pid] }),
+      () => ({ temporal: [temporal.pid()], worker: [baselineWorker.pid] }),
       async () => [],
     );
 
@@ -561,43 +337,18 @@ async function main(): Promise<void> {
     const preferAnswers = { outcome: 0, accepted: 0 };
     async function order(latencies: number[], serverLatencies: number[], failures: string[]): Promise<void> {
       const i = seq++;
-      const wall0 = Date.now();
-      const t0 = performance.now();
-      const headers = { authorization: `Bearer ${API_KEY}` };
-      const res = await fetch(`${api}/v1/orders`, {
-        method: 'POST',
-        headers: {
-          ...headers,
-          'content-type': 'application/json',
-          'idempotency-key': `e2e-${runId}-${i}`,
-          ...(PREFER_WAIT !== undefined ? { prefer: `wait=${PREFER_WAIT}` } : {}),
-        },
-        body: JSON.stringify({
-          customer: { id: `cus_${i % 17}`, email: `customer${i}@example.com` },
-          currency: 'usd',
-          items: [{ sku: `SKU-${i % 5}`, quantity: 1 + (i % 3), unitAmount: 1000 + (i % 7) * 250 }],
-          paymentMethod: 'pm_card_visa',
-        }),
+      const o = await orderToTerminal(api, {
+        apiKey: API_KEY,
+        idempotencyKey: `e2e-${runId}-${i}`,
+        i,
+        preferWait: PREFER_WAIT,
       });
-      type View = { id?: string; workflowId?: string; status: string; updatedAt: string };
-      const created = (await res.json()) as View;
-      // With Prefer: wait, a 200 is the terminal order as GET returns it: no GET needed.
-      const answered = PREFER_WAIT !== undefined && res.status === 200;
-      if (PREFER_WAIT !== undefined) preferAnswers[answered ? 'outcome' : 'accepted']++;
-      if ((res.status !== 202 && !answered) || !created.id) throw new Error(`POST /v1/orders: ${res.status}`);
-      let view = created;
-      if (!answered) {
-        do {
-          const r = await fetch(`${api}/v1/orders/${encodeURIComponent(created.id)}?wait=30`, { headers });
-          view = (await r.json()) as View;
-          if (!r.ok) throw new Error(`GET order: ${r.status}`);
-        } while (!(TERMINAL_STATUSES as readonly string[]).includes(view.status));
-      }
-      latencies.push(performance.now() - t0);
-      serverLatencies.push(Date.parse(view.updatedAt) - wall0);
-      if (view.status === 'completed') completedIds.push(created.workflowId ?? '');
-      if (created.workflowId) slowest.push({ workflowId: created.workflowId, ms: performance.now() - t0 });
-      else failures.push(view.status);
+      if (PREFER_WAIT !== undefined) preferAnswers[o.answered ? 'outcome' : 'accepted']++;
+      latencies.push(o.ms);
+      serverLatencies.push(Date.parse(o.updatedAt) - o.postedAt);
+      if (o.status === 'completed') completedIds.push(o.workflowId ?? '');
+      if (o.workflowId) slowest.push({ workflowId: o.workflowId, ms: o.ms });
+      else failures.push(o.status);
     }
     async function baseline(latencies: number[]): Promise<void> {
       const i = seq++;
@@ -844,10 +595,7 @@ function printTable(results: Record<string, LevelResult>): void {
       String(r.cpuPerOrderSec),
     ]);
   }
-  const widths = header.map((_, i) => Math.max(...lines.map((l) => (l[i] ?? '').length)));
-  console.log('');
-  for (const l of lines) console.log(l.map((cell, i) => cell.padStart(widths[i] ?? 0)).join('  '));
-  console.log('');
+  printColumns(lines);
 }
 
 try {

@@ -29,8 +29,8 @@ const RETENTION_SCHEDULE_ID = 'onceflow-retention';
  * seconds, and a run at the cap (1,500 batches) well under a minute, far
  * within the activity's 10-minute timeout (workflows/retention.ts).
  */
-const DEFAULT_BATCH_SIZE = 1000;
-const DEFAULT_MAX_BATCHES = 500;
+export const DEFAULT_BATCH_SIZE = 1000;
+export const DEFAULT_MAX_BATCHES = 500;
 
 export interface RetentionScheduleOptions {
   taskQueue: string;

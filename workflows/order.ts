@@ -186,6 +186,13 @@ function writeStatus(
  */
 function upsertStatus(run: OrderRun, status: OrderStatus, lastError?: string | null): void {
   const { visibility } = run;
+  // With the steps local (LOCAL_EXTERNAL_STEPS), `paid` lasts from the charge's answer to the
+  // receipt's, inside the one workflow task that runs both: its upsert would reach visibility
+  // together with the next status's, which replaces it. So it is not indexed: visibility goes
+  // from payment_pending to completed, or to needs_attention if the receipt parks the order.
+  // (What visibility is read for, src/orders/attention.ts and the UI, never asks for `paid`;
+  // the order's row and GET /v1/orders/{id} still say paid.)
+  if (run.externalStepsLocal && status === 'paid' && !lastError) return;
   const indexed = visibility.firstStatusIndexed && status === FIRST_ORDER_STATUS && !lastError;
   visibility.firstStatusIndexed = false;
   if (indexed) return;

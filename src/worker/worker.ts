@@ -75,9 +75,14 @@ export interface CreateWorkerOptions {
  * Slots and cache, fitted to the machine class we run on (2 cores, one
  * worker process, a pool of 10 connections) following the SDK's
  * performance guidance (docs/BENCHMARKS-JOURNAL.md, "Tuning changes", has the measured effect):
- * - workflow tasks are CPU work on one thread; more than a handful in
- *   flight only queue inside the process, while each held slot keeps a
- *   long poll open on the server;
+ * - a workflow task holds its slot while its local activities run, and
+ *   an order's charge and receipt are local activities (LOCAL_EXTERNAL_STEPS):
+ *   a straight-through order holds one slot from its first step to its
+ *   last, most of it waiting on a provider. With 8 slots (the setting when
+ *   workflow tasks were CPU work only) 32 clients' orders queued 3-4 s for a
+ *   slot (bench:e2e, workflowTaskScheduled -> workflowTaskStarted); 64 slots
+ *   cover 32 orders in flight twice over. Polls stay at 4: each held poll
+ *   keeps a long poll open on the server;
  * - activities wait on Postgres or a provider, so they may outnumber the
  *   cores, but far beyond the pool size they only queue for a connection;
  * - the sticky cache holds every workflow in flight, so a workflow task
@@ -88,11 +93,11 @@ export interface CreateWorkerOptions {
  *   matching round trip per activity. Up to 3 per task (the SDK default).
  */
 export const WORKER_TUNING = {
-  maxConcurrentWorkflowTaskExecutions: 8,
+  maxConcurrentWorkflowTaskExecutions: 64,
   maxConcurrentWorkflowTaskPolls: 4,
   maxConcurrentActivityTaskExecutions: 32,
   maxConcurrentActivityTaskPolls: 4,
-  maxConcurrentLocalActivityExecutions: 32,
+  maxConcurrentLocalActivityExecutions: 64,
   maxCachedWorkflows: 2_000,
   maxEagerActivityReservationsPerWorkflowTask: 3,
 } as const satisfies Partial<WorkerOptions>;

@@ -71,14 +71,22 @@ export interface PersistenceSettings {
 }
 
 /**
- * The server's persistence settings. Each of the four services opens its
- * own pool per store, so the cluster holds up to 4 x maxConns connections
- * to Postgres per store.
+ * The server's persistence settings (docs/DEPLOYING.md, "The Temporal server
+ * on Postgres: settings"; docker-compose.yml sets the same). Each of the four
+ * services opens its own pool per store, so the cluster holds up to
+ * 4 x (8 + 3) = 44 connections to Postgres at peak (history and matching
+ * hold most of them).
+ * - pgx: its per-connection cache of prepared statements saves Postgres a
+ *   parse and plan per statement (lib/pq sends every statement unprepared).
+ * - maxIdleConns = maxConns: with fewer idle slots than connections, Go's
+ *   pool closes every connection it cannot park, and the next burst opens a
+ *   new one (a new Postgres backend, and pgx's statement cache lost). Under
+ *   load that was a connection per few statements.
  */
 export const TEMPORAL_PERSISTENCE: Readonly<PersistenceSettings> = {
-  plugin: 'postgres12',
-  default: { maxConns: 6, maxIdleConns: 2 },
-  visibility: { maxConns: 2, maxIdleConns: 1 },
+  plugin: 'postgres12_pgx',
+  default: { maxConns: 8, maxIdleConns: 8 },
+  visibility: { maxConns: 3, maxIdleConns: 3 },
 };
 
 /** Where the server exposes its own metrics and Go pprof (loopback only). */
@@ -489,8 +497,8 @@ export function writeServerConfig(opts: {
   const configFile = path.join(configDir, 'onceflow.yaml');
   const dynamicConfigFile = path.join(configDir, 'dynamicconfig.yaml');
 
-  // Small pools: the server runs four services in one process, each with its
-  // own pool per store, on a Postgres shared with the product.
+  // Small pools (TEMPORAL_PERSISTENCE): the server runs four services in one
+  // process, each with its own pool per store, on a Postgres shared with the product.
   const store = (database: string, { maxConns, maxIdleConns }: SqlPool) =>
     [
       `      sql:`,

@@ -15,6 +15,14 @@
  *   --workers=N          N order worker processes (default 1), as `npm start -- --workers N`
  *   --api-processes=M    M API processes sharing the API port through node:cluster
  *                        (src/api/cluster.ts), as `npm start -- --api-processes M`
+ *   --server-dynamic=k=v,...  (postgres) dynamic config keys set on top of ops/temporal/dynamicconfig.yaml
+ *   --server-shards=N    (postgres) history shards of the run's throwaway cluster
+ *   --server-pool=C:I    (postgres) the default store's maxConns:maxIdleConns per service
+ *   --server-vis-pool=C:I  (postgres) the same for the visibility store
+ *   --server-plugin=P    (postgres) the server's SQL plugin: postgres12 (lib/pq) or postgres12_pgx
+ *   --server-db=k=v,...  (postgres) ALTER DATABASE ... SET k = v on both Temporal databases before start
+ *   --server-observe     (postgres) the server's Prometheus endpoint and Go pprof on loopback ports,
+ *                        printed at start (for sampling them during a level)
  *   --prefer-wait=N      each POST /v1/orders asks `Prefer: wait=N` (0-30) and takes a 200
  *                        as the outcome; an order still running after N s (a 202) is followed
  *                        by the usual GET ?wait= loop. p50/p99 are then POST to response
@@ -47,6 +55,7 @@ import { Client, Connection } from '@temporalio/client';
 import { loadConfig } from '../src/config.ts';
 import { createPool } from '../src/db/index.ts';
 import { DEMO_TENANTS } from '../src/api/demo-keys.ts';
+import { TEMPORAL_PERSISTENCE, type SqlPool } from '../dev/devserver/temporal-server.ts';
 import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
 import { createCommand, parseCli } from '../scripts/lib/cli.ts';
 import {
@@ -92,6 +101,16 @@ const program = createCommand(
     'Temporal dev server on SQLite, or the Temporal server on Postgres',
     'dev',
   )
+  .option(
+    '--server-dynamic <k=v,...>',
+    '(postgres) dynamic config keys on top of ops/temporal/dynamicconfig.yaml',
+  )
+  .option('--server-shards <n>', '(postgres) history shards of the throwaway cluster')
+  .option('--server-pool <maxConns:maxIdle>', "(postgres) the default store's pool per service")
+  .option('--server-vis-pool <maxConns:maxIdle>', "(postgres) the visibility store's pool per service")
+  .option('--server-plugin <name>', "(postgres) the server's SQL plugin: postgres12 or postgres12_pgx")
+  .option('--server-db <k=v,...>', '(postgres) ALTER DATABASE ... SET on both Temporal databases')
+  .option('--server-observe', "(postgres) the server's metrics and pprof on loopback ports", false)
   .addHelpText(
     'after',
     '\nRun as: npm run bench:e2e [-- options], e.g. npm run bench:e2e -- --orders=500 --quick',
@@ -111,6 +130,13 @@ const opts = program.opts<{
   apiProcesses: string;
   cpuProf?: string;
   preferWait?: string;
+  serverDynamic?: string;
+  serverShards?: string;
+  serverPool?: string;
+  serverVisPool?: string;
+  serverPlugin?: string;
+  serverDb?: string;
+  serverObserve: boolean;
 }>();
 const CPU_PROF_DIR = opts.cpuProf ? path.resolve(opts.cpuProf) : undefined;
 const args = {
@@ -143,6 +169,37 @@ const API_PROCESSES = positiveInt(args['api-processes'], '--api-processes', 16);
 const TIMEOUT_MS = positiveInt(args['timeout-seconds'], '--timeout-seconds', 7200) * 1000;
 /** Seconds of `Prefer: wait` on each POST, or undefined (POST, then GET ?wait=). 0 is allowed: one read. */
 const PREFER_WAIT = args['prefer-wait'] === undefined ? undefined : preferWait(args['prefer-wait']);
+/** Server-side levers of the Postgres-backed server (docs/BENCHMARKS-JOURNAL.md, "Topologies"). */
+const SERVER = {
+  dynamic: keyValues(opts.serverDynamic, '--server-dynamic', (v) =>
+    v === 'true' || v === 'false' ? v === 'true' : Number.isFinite(Number(v)) ? Number(v) : v,
+  ) as Record<string, boolean | number>,
+  shards:
+    opts.serverShards === undefined ? undefined : positiveInt(opts.serverShards, '--server-shards', 4096),
+  persistence:
+    opts.serverPool === undefined && opts.serverVisPool === undefined && opts.serverPlugin === undefined
+      ? undefined
+      : {
+          plugin: serverPlugin(opts.serverPlugin ?? TEMPORAL_PERSISTENCE.plugin),
+          default: opts.serverPool
+            ? serverPool(opts.serverPool, '--server-pool')
+            : TEMPORAL_PERSISTENCE.default,
+          visibility: opts.serverVisPool
+            ? serverPool(opts.serverVisPool, '--server-vis-pool')
+            : TEMPORAL_PERSISTENCE.visibility,
+        },
+  db: keyValues(opts.serverDb, '--server-db', (v) => v),
+  observe: Boolean(opts.serverObserve),
+};
+const SERVER_TWEAKED =
+  Object.keys(SERVER.dynamic).length > 0 ||
+  SERVER.shards !== undefined ||
+  SERVER.persistence !== undefined ||
+  Object.keys(SERVER.db).length > 0;
+if (SERVER_TWEAKED && BACKEND !== 'postgres') {
+  console.error('--server-* flags need --backend=postgres');
+  process.exit(2);
+}
 const PER_CLIENT_AT_LOW_LEVELS = 25;
 const HISTORY_SAMPLES = 5;
 /** How many of the slowest orders per level get their history's longest gaps printed. */
@@ -160,6 +217,36 @@ function preferWait(raw: string): number {
     process.exit(2);
   }
   return n;
+}
+
+/** `k=v,k=v` into an object (values through `parse`); exits on a malformed pair. */
+function keyValues<T>(raw: string | undefined, name: string, parse: (v: string) => T): Record<string, T> {
+  if (raw === undefined) return {};
+  return Object.fromEntries(
+    raw.split(',').map((pair) => {
+      const m = /^([\w.]+)=(.+)$/.exec(pair.trim());
+      if (!m) {
+        console.error(`${name} takes key=value pairs separated by commas, got ${JSON.stringify(pair)}`);
+        process.exit(2);
+      }
+      return [m[1]!, parse(m[2]!)];
+    }),
+  );
+}
+
+/** --server-pool / --server-vis-pool maxConns:maxIdle. */
+function serverPool(raw: string, name: string): SqlPool {
+  const [conns, idle] = raw.split(':');
+  const maxConns = positiveInt(conns, `${name} maxConns`, 200);
+  return { maxConns, maxIdleConns: positiveInt(idle ?? conns, `${name} maxIdle`, maxConns) };
+}
+
+function serverPlugin(raw: string): 'postgres12' | 'postgres12_pgx' {
+  if (raw !== 'postgres12' && raw !== 'postgres12_pgx') {
+    console.error(`--server-plugin must be postgres12 or postgres12_pgx, got ${JSON.stringify(raw)}`);
+    process.exit(2);
+  }
+  return raw;
 }
 
 const say = (line: string) => console.log(`[e2e] ${line}`);
@@ -252,7 +339,14 @@ async function main(): Promise<void> {
 
   const temporal = await startTemporal(
     config,
-    { backend: BACKEND, dbName, runDir, sqlite: args.sqlite, eager: args.eager },
+    {
+      backend: BACKEND,
+      dbName,
+      runDir,
+      sqlite: args.sqlite,
+      eager: args.eager,
+      ...(SERVER_TWEAKED || SERVER.observe ? { server: SERVER } : {}),
+    },
     procs,
     say,
   );
@@ -512,6 +606,16 @@ async function main(): Promise<void> {
         workers: WORKERS,
         apiProcesses: API_PROCESSES,
         preferWait: PREFER_WAIT ?? null,
+        ...(SERVER_TWEAKED
+          ? {
+              server: {
+                dynamic: SERVER.dynamic,
+                shards: SERVER.shards ?? null,
+                persistence: SERVER.persistence ?? null,
+                db: SERVER.db,
+              },
+            }
+          : {}),
       },
       // With --prefer-wait: how many POSTs answered the outcome (200), and how many a 202.
       ...(PREFER_WAIT !== undefined ? { preferWaitAnswers: { ...preferAnswers } } : {}),
@@ -564,6 +668,7 @@ async function main(): Promise<void> {
       WORKERS > 1 ? `workers${WORKERS}` : '',
       API_PROCESSES > 1 ? `api${API_PROCESSES}` : '',
       PREFER_WAIT !== undefined ? `prefer-wait${PREFER_WAIT}` : '',
+      SERVER_TWEAKED ? 'server-levers' : '',
     ]
       .filter(Boolean)
       .join('-');

@@ -10,8 +10,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Client } from '@temporalio/client';
+import pg from 'pg';
 import type { Config } from '../../src/config.ts';
-import { createThrowawayDatabase } from '../../src/db/migrate.ts';
+import { createThrowawayDatabase, ensureDatabase, withDatabase } from '../../src/db/migrate.ts';
 import { createPool } from '../../src/db/index.ts';
 import { seedDemoData } from '../../dev/seed.ts';
 import { freePort } from '../../src/process/ports.ts';
@@ -22,6 +23,7 @@ import {
   ensureTemporalServerTools,
   startTemporalServerOnFreePorts,
   TEMPORAL_SERVER_DYNAMIC_CONFIG,
+  type PersistenceSettings,
 } from '../../dev/devserver/temporal-server.ts';
 import { TERMINAL_STATUSES } from '../../src/orders/model.ts';
 import { cpuSeconds } from './proc-cpu.ts';
@@ -188,6 +190,20 @@ export interface TemporalOptions {
   sqlite?: string;
   /** Eager activity dispatch on the server ('on', the default, or 'off'). */
   eager?: string;
+  /** Levers of the Temporal server on Postgres (bench:e2e --server-*): each unset one keeps the project's setting. */
+  server?: ServerLevers;
+}
+
+/** Settings of the Postgres-backed server a benchmark can change (docs/BENCHMARKS-JOURNAL.md, "Topologies"). */
+interface ServerLevers {
+  /** Dynamic config keys over ops/temporal/dynamicconfig.yaml's. */
+  dynamic: Record<string, boolean | number>;
+  shards?: number;
+  persistence?: PersistenceSettings;
+  /** Per-database Postgres settings of both Temporal databases (ALTER DATABASE ... SET). */
+  db: Record<string, string>;
+  /** The server's Prometheus endpoint and pprof on free loopback ports. */
+  observe: boolean;
 }
 
 /** Starts the Temporal server on free ports, stopped (and its databases dropped) at cleanup. */
@@ -207,21 +223,56 @@ export async function startTemporal(
       visibilityDatabase: databases[1]!,
     };
     procs.atCleanup('drop the Temporal databases', () => dropTemporalDatabases(temporalDatabases));
+    const levers = o.server ?? { dynamic: {}, db: {}, observe: false };
+    if (Object.keys(levers.db).length > 0) {
+      // Per-database settings apply to every session opened afterwards: set before the server connects.
+      const admin = new pg.Client({
+        connectionString: withDatabase(temporalDatabases.postgresUrl, 'postgres'),
+      });
+      await admin.connect();
+      try {
+        for (const name of databases) {
+          await ensureDatabase(withDatabase(temporalDatabases.postgresUrl, name));
+          for (const [key, value] of Object.entries(levers.db)) {
+            await admin.query(
+              `ALTER DATABASE ${pg.escapeIdentifier(name)} SET ${pg.escapeIdentifier(key)} = ${pg.escapeLiteral(value)}`,
+            );
+          }
+        }
+      } finally {
+        await admin.end();
+      }
+      say(`Temporal databases: ${JSON.stringify(levers.db)}`);
+    }
+    const dynamicConfig = {
+      ...TEMPORAL_SERVER_DYNAMIC_CONFIG,
+      ...(o.eager === 'off' ? { 'system.enableActivityEagerExecution': false } : {}),
+      ...levers.dynamic,
+    };
+    const observability = levers.observe
+      ? { metricsPort: await freePort(), pprofPort: await freePort() }
+      : undefined;
     const server = await startTemporalServerOnFreePorts({
       tools,
       databases: temporalDatabases,
       dataDir: o.runDir,
       ui: false,
       log: say,
-      ...(o.eager === 'off'
-        ? {
-            dynamicConfig: {
-              ...TEMPORAL_SERVER_DYNAMIC_CONFIG,
-              'system.enableActivityEagerExecution': false,
-            },
-          }
-        : {}),
+      ...(o.eager === 'off' || Object.keys(levers.dynamic).length > 0 ? { dynamicConfig } : {}),
+      ...(levers.shards !== undefined ? { historyShards: levers.shards } : {}),
+      ...(levers.persistence ? { persistence: levers.persistence } : {}),
+      ...(observability ? { observability } : {}),
     });
+    if (o.server) {
+      say(
+        `server levers: dynamic ${JSON.stringify(levers.dynamic)}, shards ${levers.shards ?? 'default'}, persistence ${JSON.stringify(levers.persistence ?? 'default')}`,
+      );
+    }
+    if (observability) {
+      say(
+        `server metrics at http://127.0.0.1:${observability.metricsPort}/metrics, pprof at http://127.0.0.1:${observability.pprofPort}/debug/pprof/ (pid ${server.process.pid})`,
+      );
+    }
     procs.atCleanup('stop the Temporal server', () => server.stop());
     return { address: server.address, pid: () => server.process.pid, databases };
   }

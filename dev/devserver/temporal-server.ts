@@ -55,6 +55,46 @@ export const TEMPORAL_UI_SERVER_VERSION = 'v2.42.1';
  */
 export const TEMPORAL_HISTORY_SHARDS = 4;
 
+/** A Temporal SQL store's connection pool, per service (frontend, history, matching, worker each open their own). */
+export interface SqlPool {
+  maxConns: number;
+  maxIdleConns: number;
+}
+
+/** How the server reaches Postgres: its SQL plugin and the pool of each store. */
+export interface PersistenceSettings {
+  /** `postgres12` (the lib/pq driver) or `postgres12_pgx` (pgx). */
+  plugin: 'postgres12' | 'postgres12_pgx';
+  /** Persistence (history, matching, shards, namespaces). */
+  default: SqlPool;
+  visibility: SqlPool;
+}
+
+/**
+ * The server's persistence settings (docs/DEPLOYING.md, "The Temporal server
+ * on Postgres: settings"; docker-compose.yml sets the same). Each of the four
+ * services opens its own pool per store, so the cluster holds up to
+ * 4 x (8 + 3) = 44 connections to Postgres at peak (history and matching
+ * hold most of them).
+ * - pgx: its per-connection cache of prepared statements saves Postgres a
+ *   parse and plan per statement (lib/pq sends every statement unprepared).
+ * - maxIdleConns = maxConns: with fewer idle slots than connections, Go's
+ *   pool closes every connection it cannot park, and the next burst opens a
+ *   new one (a new Postgres backend, and pgx's statement cache lost). Under
+ *   load that was a connection per few statements.
+ */
+export const TEMPORAL_PERSISTENCE: Readonly<PersistenceSettings> = {
+  plugin: 'postgres12_pgx',
+  default: { maxConns: 8, maxIdleConns: 8 },
+  visibility: { maxConns: 3, maxIdleConns: 3 },
+};
+
+/** Where the server exposes its own metrics and Go pprof (loopback only). */
+export interface ServerObservability {
+  metricsPort?: number;
+  pprofPort?: number;
+}
+
 /** Retention of closed workflows in the namespace we register (the dev server keeps 24 h). */
 const NAMESPACE_RETENTION = '3 days';
 
@@ -443,6 +483,10 @@ export function writeServerConfig(opts: {
   logLevel?: 'debug' | 'info' | 'warn' | 'error';
   historyShards?: number;
   dynamicConfig?: Readonly<Record<string, boolean | number>>;
+  /** TEMPORAL_PERSISTENCE when unset. */
+  persistence?: PersistenceSettings;
+  /** Loopback ports for the server's Prometheus endpoint and Go pprof (benchmarks); off when unset. */
+  observability?: ServerObservability;
 }): ServerConfigFiles {
   const { ports } = opts;
   const url = new URL(opts.databases.postgresUrl);
@@ -453,19 +497,19 @@ export function writeServerConfig(opts: {
   const configFile = path.join(configDir, 'onceflow.yaml');
   const dynamicConfigFile = path.join(configDir, 'dynamicconfig.yaml');
 
-  // Small pools: the server runs four services in one process, each with its
-  // own pool per store, on a Postgres shared with the product.
-  const store = (database: string, maxConns: number, maxIdle: number) =>
+  // Small pools (TEMPORAL_PERSISTENCE): the server runs four services in one
+  // process, each with its own pool per store, on a Postgres shared with the product.
+  const store = (database: string, { maxConns, maxIdleConns }: SqlPool) =>
     [
       `      sql:`,
-      `        pluginName: "postgres12"`,
+      `        pluginName: ${q(persistence.plugin)}`,
       `        databaseName: ${q(database)}`,
       `        connectAddr: ${q(`${url.hostname}:${url.port || '5432'}`)}`,
       `        connectProtocol: "tcp"`,
       `        user: ${q(decodeURIComponent(url.username || 'postgres'))}`,
       `        password: ${q(decodeURIComponent(url.password))}`,
       `        maxConns: ${maxConns}`,
-      `        maxIdleConns: ${maxIdle}`,
+      `        maxIdleConns: ${maxIdleConns}`,
       `        maxConnLifetime: "1h"`,
     ].join('\n');
   const service = (grpc: number, membership: number, http?: number) =>
@@ -476,6 +520,21 @@ export function writeServerConfig(opts: {
       `      bindOnLocalHost: true`,
       ...(http !== undefined ? [`      httpPort: ${http}`] : []),
     ].join('\n');
+  const persistence = opts.persistence ?? TEMPORAL_PERSISTENCE;
+  const { metricsPort, pprofPort } = opts.observability ?? {};
+  const observability = [
+    ...(pprofPort !== undefined ? [`  pprof:`, `    port: ${pprofPort}`, `    host: "127.0.0.1"`] : []),
+    ...(metricsPort !== undefined
+      ? [
+          `  metrics:`,
+          `    prometheus:`,
+          `      timerType: "histogram"`,
+          `      listenAddress: ${q(`127.0.0.1:${metricsPort}`)}`,
+        ]
+      : []),
+  ]
+    .map((line) => `${line}\n`)
+    .join('');
   const yaml = `# Written by onceflow (dev/devserver/temporal-server.ts) on every start; edits are overwritten.
 log:
   stdout: true
@@ -488,15 +547,15 @@ persistence:
   numHistoryShards: ${opts.historyShards ?? TEMPORAL_HISTORY_SHARDS}
   datastores:
     postgres-default:
-${store(opts.databases.database, 6, 2)}
+${store(opts.databases.database, persistence.default)}
     postgres-visibility:
-${store(opts.databases.visibilityDatabase, 2, 1)}
+${store(opts.databases.visibilityDatabase, persistence.visibility)}
 
 global:
   membership:
     maxJoinDuration: 30s
     broadcastAddress: "127.0.0.1"
-
+${observability}
 services:
   frontend:
 ${service(ports.frontend, ports.frontendMembership, ports.frontendHttp)}
@@ -575,6 +634,9 @@ export interface TemporalServerOptions {
   readyTimeoutMs?: number;
   log?: Log;
   dynamicConfig?: Readonly<Record<string, boolean | number>>;
+  historyShards?: number;
+  persistence?: PersistenceSettings;
+  observability?: ServerObservability;
 }
 
 interface Proc {
@@ -641,6 +703,9 @@ export async function startTemporalServer(opts: TemporalServerOptions): Promise<
     databases: opts.databases,
     namespace,
     ...(opts.dynamicConfig ? { dynamicConfig: opts.dynamicConfig } : {}),
+    ...(opts.historyShards !== undefined ? { historyShards: opts.historyShards } : {}),
+    ...(opts.persistence ? { persistence: opts.persistence } : {}),
+    ...(opts.observability ? { observability: opts.observability } : {}),
   });
   const logFile = path.join(opts.dataDir, 'temporal-server.log');
   const server = startProcess(

@@ -20,6 +20,7 @@ import {
   setupTemporalDatabases,
   TEMPORAL_DYNAMIC_CONFIG_FILE,
   TEMPORAL_HISTORY_SHARDS,
+  TEMPORAL_PERSISTENCE,
   writeServerConfig,
   type TemporalDatabases,
 } from '../../dev/devserver/temporal-server.ts';
@@ -115,17 +116,26 @@ describe('Temporal server on Postgres: config', () => {
     expect(config.persistence.numHistoryShards).toBe(TEMPORAL_HISTORY_SHARDS);
     expect(TEMPORAL_HISTORY_SHARDS).toBe(4);
     const stores = config.persistence.datastores;
+    // pgx, and as many idle connections as open ones (docs/DEPLOYING.md): a pool that closes what it
+    // cannot park opens a new Postgres backend for the next burst.
     expect(stores[config.persistence.defaultStore].sql).toMatchObject({
-      pluginName: 'postgres12',
+      pluginName: 'postgres12_pgx',
       databaseName: 'temporal',
       connectAddr: '127.0.0.1:5432',
       user: 'temporal',
       password: 's3cret',
+      maxConns: 8,
+      maxIdleConns: 8,
     });
     expect(stores[config.persistence.visibilityStore].sql).toMatchObject({
-      pluginName: 'postgres12',
+      pluginName: 'postgres12_pgx',
       databaseName: 'temporal_visibility',
+      maxConns: 3,
+      maxIdleConns: 3,
     });
+    for (const pool of [TEMPORAL_PERSISTENCE.default, TEMPORAL_PERSISTENCE.visibility]) {
+      expect(pool.maxIdleConns).toBe(pool.maxConns);
+    }
     for (const name of ['frontend', 'history', 'matching', 'worker']) {
       expect(config.services[name].rpc.bindOnLocalHost).toBe(true);
     }
@@ -141,6 +151,9 @@ describe('Temporal server on Postgres: config', () => {
     // Worker Versioning (docs/UPGRADING.md): workers poll as Deployment Versions, runs are Pinned.
     expect(dynamic['system.enableDeploymentVersions'][0].value).toBe(true);
     expect(dynamic['frontend.workerVersioningWorkflowAPIs'][0].value).toBe(true);
+    // One task queue partition for one worker deployment (docs/DEPLOYING.md).
+    expect(dynamic['matching.numTaskqueueReadPartitions'][0].value).toBe(1);
+    expect(dynamic['matching.numTaskqueueWritePartitions'][0].value).toBe(1);
     expect(config.dynamicConfigClient.filepath).toBe(files.dynamicConfigFile);
     // The same file compose mounts (test/ops-assets/compose.test.ts), byte for byte.
     expect(fs.readFileSync(files.dynamicConfigFile, 'utf8')).toBe(

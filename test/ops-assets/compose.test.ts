@@ -19,6 +19,7 @@ import { OrderLastErrorKey, OrderStatusKey, TenantIdKey } from '../../src/orders
 import {
   TEMPORAL_DYNAMIC_CONFIG_FILE,
   TEMPORAL_HISTORY_SHARDS,
+  TEMPORAL_PERSISTENCE,
   TEMPORAL_SERVER_VERSION,
   TEMPORAL_UI_SERVER_VERSION,
 } from '../../dev/devserver/temporal-server.ts';
@@ -336,9 +337,19 @@ describe('docker-compose.yml', () => {
     const pg = service('postgres').environment!;
     const schema = service('temporal-schema');
     const server = service('temporal');
+    // The schema job's plugin is only a name for the SQL tool; the server runs the project's driver.
+    expect(schema.environment!.DB).toBe('postgres12');
+    expect(server.environment!.DB).toBe(TEMPORAL_PERSISTENCE.plugin);
+    // The same pools as the server the project runs (the image's own defaults are 20 and 10 per
+    // service: up to 120 connections, past Postgres's default max_connections of 100).
+    expect(server.environment).toMatchObject({
+      SQL_MAX_CONNS: String(TEMPORAL_PERSISTENCE.default.maxConns),
+      SQL_MAX_IDLE_CONNS: String(TEMPORAL_PERSISTENCE.default.maxIdleConns),
+      SQL_VIS_MAX_CONNS: String(TEMPORAL_PERSISTENCE.visibility.maxConns),
+      SQL_VIS_MAX_IDLE_CONNS: String(TEMPORAL_PERSISTENCE.visibility.maxIdleConns),
+    });
     for (const s of [schema, server]) {
       const env = s.environment!;
-      expect(env.DB).toBe('postgres12');
       expect(env.POSTGRES_SEEDS).toBe('postgres');
       expect(String(env.DB_PORT)).toBe('5432');
       expect(env.POSTGRES_USER).toBe(pg.POSTGRES_USER);

@@ -35,6 +35,7 @@ import {
   proxyActivities,
   proxyLocalActivities,
   setHandler,
+  sleep,
   upsertSearchAttributes,
   workflowInfo,
   type ActivityInterfaceFor,
@@ -497,8 +498,13 @@ async function waitForOperator(run: OrderRun): Promise<void> {
   state.awaitingOperator = true;
   await condition(() => operator.requested || run.payment.event !== undefined);
   state.awaitingOperator = false;
+  const redriven = operator.requested;
   operator.requested = false;
   operator.redrives++;
+  // A workflow task that runs local activities is answered only when they finish, and so is
+  // an update it carries: without a task boundary here the operator's re-drive would wait for
+  // the whole resumed run. A 1 ms timer ends this task, so the re-drive is answered at once.
+  if (redriven && run.externalStepsLocal) await sleep(1);
 }
 
 // ------------------------------------------------------------------- the run

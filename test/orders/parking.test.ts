@@ -37,7 +37,7 @@ it('a status write that cannot succeed parks the workflow; a re-drive resumes it
   // Hold the charge at the provider, and meanwhile remove the order row so writing `paid` fails for good.
   await stack.fault('charges.create', 'delay', 1, 1_500);
   const { input, workflowId, handle } = await stack.startOrder();
-  await untilStatus(handle, 'payment_pending');
+  await untilRowStatus(input, 'payment_pending');
   const { rows } = await stack.pool.query('delete from orders where tenant_id = $1 and id = $2 returning *', [
     input.tenantId,
     input.orderId,
@@ -96,7 +96,7 @@ it('a status write that fails for good records needs_attention with reason statu
   // under its key stands in for any write that keeps failing.
   await stack.fault('charges.create', 'delay', 1, 1_500);
   const { input, workflowId, handle } = await stack.startOrder();
-  await untilStatus(handle, 'payment_pending');
+  await untilRowStatus(input, 'payment_pending');
   await stack.ledger.runLocal(
     { tenantId: input.tenantId, operationType: 'order.status', key: stepKeys.status(workflowId, 'paid') },
     { schemaVersion: 1, value: { planted: true } },
@@ -149,6 +149,17 @@ it('a re-drive while the order is not parked is refused and not audited, even if
   expect(await stack.messages(input.orderId)).toHaveLength(1);
   await stack.clearFaults();
 });
+
+/**
+ * Waits on the order row, not the status query: the charge runs as a local activity, and a
+ * query is answered only between workflow tasks, so it would see the order after the charge.
+ */
+async function untilRowStatus(input: Parameters<OrderStack['orderRow']>[0], status: string): Promise<void> {
+  await until(
+    `order row ${input.orderId} at ${status}`,
+    async () => (await stack.orderRow(input))?.status === status,
+  );
+}
 
 /**
  * The needs_attention gauge, as the API exports it (orders table + parked workflows

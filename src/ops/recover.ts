@@ -42,7 +42,10 @@
  * may be in flight (the charge, before any charge marker; the receipt,
  * after a succeeded charge and before any receipt marker) is restored
  * `unknown` too: if it never started, reconciling finds nothing and the
- * step performs under its key.
+ * step performs under its key. The patch marker itself comes only with the
+ * first workflow task's completion, so a running order whose history shows
+ * no step at all (that task still running the charge when the worker
+ * stopped) has its charge restored `unknown` as well.
  */
 import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
@@ -125,6 +128,12 @@ interface StepTrace {
   reconcile?: 'charge' | 'refund';
   /** A refund step's charge: what reconcileRefund asks a search-only provider by. */
   chargeId?: string;
+  /**
+   * A charge whose outcome the history lacks, in a running order whose steps run locally: the
+   * receipt the same unfinished workflow task may have sent once the charge succeeded, given the
+   * charge ID that reconciling finds (the receipt's arguments carry it).
+   */
+  receiptAfter?: (chargeId: string) => StepTrace;
 }
 
 type Event = temporal.api.history.v1.IHistoryEvent;
@@ -193,6 +202,7 @@ export class Recovery {
       finishedAt: '',
     };
     const toReconcile: StepTrace[] = [];
+    const receiptsAfter: { workflowId: string; charge: StepTrace }[] = [];
     const refundedOrders = new Map<string, { tenantId: string; orderId: string }>();
     const all = [...orders.map((w) => ['order', w] as const), ...refunds.map((w) => ['refund', w] as const)];
     let done = 0;
@@ -200,6 +210,8 @@ export class Recovery {
       try {
         const rebuilt = await this.#rebuild(kind, wf, opts, recovery.id, summary);
         toReconcile.push(...rebuilt.unknownSteps.filter((s) => s.reconcile));
+        if (rebuilt.chargeBeforeReceipt)
+          receiptsAfter.push({ workflowId: wf.workflowId, charge: rebuilt.chargeBeforeReceipt });
         if (rebuilt.refundOf)
           refundedOrders.set(`${rebuilt.refundOf.tenantId}/${rebuilt.refundOf.orderId}`, rebuilt.refundOf);
         if (rebuilt.line) progress(rebuilt.line);
@@ -212,6 +224,15 @@ export class Recovery {
     }
     await withClient(pool, (c) => recomputeRefundedAmounts(c, [...refundedOrders.values()]));
     for (const step of toReconcile) await this.#reconcile(step, summary, progress);
+    for (const { workflowId, charge } of receiptsAfter) {
+      try {
+        await this.#restoreReceiptAfter(charge, !toReconcile.includes(charge), summary, progress);
+      } catch (err) {
+        const error = err instanceof Error ? err.message : String(err);
+        summary.errors.push({ workflowId, error });
+        progress(`${workflowId}: receipt NOT restored: ${error}`);
+      }
+    }
     summary.finishedAt = new Date().toISOString();
     if (summary.errors.length === 0) {
       await withClient(pool, (c) => completeRecovery(c, recovery.id, summary));
@@ -232,7 +253,12 @@ export class Recovery {
     opts: RecoverOptions,
     recoveryId: string,
     summary: RecoverySummary,
-  ): Promise<{ unknownSteps: StepTrace[]; refundOf?: { tenantId: string; orderId: string }; line?: string }> {
+  ): Promise<{
+    unknownSteps: StepTrace[];
+    chargeBeforeReceipt?: StepTrace;
+    refundOf?: { tenantId: string; orderId: string };
+    line?: string;
+  }> {
     const { temporal, ledger, pool } = this.#deps;
     const handle = temporal.workflow.getHandle(wf.workflowId, wf.runId);
     const [history, described] = await Promise.all([handle.fetchHistory(), handle.describe()]);
@@ -351,7 +377,12 @@ export class Recovery {
       } else if (outcome === 'present') summary.steps.present++;
     }
 
-    if (done.length === 0) return { unknownSteps, ...(refundOf ? { refundOf } : {}) };
+    const chargeBeforeReceipt = steps.find((s) => s.receiptAfter);
+    const extra = {
+      ...(refundOf ? { refundOf } : {}),
+      ...(chargeBeforeReceipt ? { chargeBeforeReceipt } : {}),
+    };
+    if (done.length === 0) return { unknownSteps, ...extra };
     await withTransaction(pool, (tx) =>
       insertAudit(tx, {
         actor: opts.actor,
@@ -369,7 +400,7 @@ export class Recovery {
     );
     return {
       unknownSteps,
-      ...(refundOf ? { refundOf } : {}),
+      ...extra,
       line: `${wf.workflowId}: ${done.join(', ')}`,
     };
   }
@@ -391,6 +422,8 @@ export class Recovery {
       return t;
     };
     let stepsRunLocally = false;
+    // Whether a workflow task of this run ever completed with an order step's command or marker.
+    let stepActivityScheduled = false;
     for (const e of events) {
       const m = e.markerRecordedEventAttributes;
       if (m?.markerName === PATCH_MARKER) {
@@ -425,6 +458,7 @@ export class Recovery {
         scheduled.set(String(e.eventId), { type, args, at });
         const spec = STEP_SPECS[type];
         if (spec) {
+          stepActivityScheduled = true;
           const t = trace(spec.operationType, args, spec.input(args), at);
           // A new attempt: whatever the last one ended in, this one may act.
           t.refused = false;
@@ -462,7 +496,14 @@ export class Recovery {
         if (t && !t.final) t.refused = DEFINITE_REFUSALS.has(type);
       }
     }
-    if (local?.running && stepsRunLocally) {
+    // A running order whose history has neither the patch marker nor a scheduled step has not
+    // completed the workflow task that runs its first steps: the patch marker, the status write's
+    // and the charge's markers all come with that task's completion, so a charge held at the
+    // provider (or a worker killed mid-charge) leaves no trace here. Its charge may have acted.
+    // (An order from before the patch schedules its charge in that same first task, so it too
+    // has charged nothing that the history does not show only while that task is unfinished.)
+    const firstTaskUnfinished = !stepsRunLocally && !stepActivityScheduled && byKey.size === 0;
+    if (local?.running && (stepsRunLocally || firstTaskUnfinished)) {
       // The step that may be running now has no marker yet: it may have acted.
       const inFlight = local.inFlight(byKey);
       const spec = inFlight && STEP_SPECS[inFlight.type];
@@ -471,8 +512,61 @@ export class Recovery {
         const t = byKey.get(String(inFlight.args.key))!;
         if (spec.reconcile) t.reconcile = spec.reconcile;
       }
+      // One workflow task runs the charge and then, if it succeeded, the receipt: both may have
+      // acted with neither marker in the history. The receipt's record needs the charge's ID, known
+      // only once reconciling has found the charge.
+      const charge = byKey.get(local.chargeKey);
+      if (charge && !charge.final && !charge.refused && !byKey.has(local.receiptKey)) {
+        const receipt = STEP_SPECS.sendReceipt!;
+        charge.receiptAfter = (chargeId) => {
+          const args = local.receiptArgs(chargeId);
+          return {
+            tenantId,
+            operationType: receipt.operationType,
+            key: local.receiptKey,
+            input: receipt.input(args),
+            firstScheduledAt: local.since,
+            refused: false,
+          };
+        };
+      }
     }
     return [...byKey.values()];
+  }
+
+  /**
+   * The receipt a running order's unfinished workflow task may have sent after its charge (see
+   * StepTrace.receiptAfter): restored `unknown` once the charge's record, as reconciling (now or
+   * in an earlier run) left it, says succeeded with a charge ID. Before that the receipt cannot
+   * have been sent: it needs the charge's answer.
+   */
+  async #restoreReceiptAfter(
+    charge: StepTrace,
+    reconcileFirst: boolean,
+    summary: RecoverySummary,
+    progress: (line: string) => void,
+  ): Promise<void> {
+    const scope = { tenantId: charge.tenantId, operationType: charge.operationType, key: charge.key };
+    let record = await this.#deps.ledger.get(scope);
+    // A charge an earlier run left unknown (its provider did not answer then): ask again.
+    if (reconcileFirst && record?.state === 'unknown') {
+      await this.#reconcile(charge, summary, progress);
+      record = await this.#deps.ledger.get(scope);
+    }
+    if (!charge.receiptAfter || record?.state === 'failed') return;
+    if (record?.state !== 'succeeded' || !record.providerRef) {
+      progress(
+        `${charge.key}: still unknown, so its receipt is not restored (it needs the charge's ID): run ` +
+          'the recovery again once the provider answers, before starting the workers',
+      );
+      return;
+    }
+    const receipt = charge.receiptAfter(record.providerRef);
+    const outcome = await this.#restoreStep(charge.tenantId, receipt);
+    if (outcome === 'unknown') {
+      summary.steps.unknown++;
+      progress(`${receipt.key}: restored unknown: the charge's workflow task may have sent it`);
+    } else if (outcome === 'present') summary.steps.present++;
   }
 
   /** Restores one step's record: final if the history has the outcome, else unknown if it may have acted. */
@@ -559,6 +653,10 @@ interface OrderLocalSteps {
   args(type: string, steps: Map<string, StepTrace>): Record<string, unknown> | null;
   /** The step that may be running now, if the workflow is (its marker comes only when it ends). */
   inFlight(steps: Map<string, StepTrace>): { type: string; args: Record<string, unknown> } | null;
+  chargeKey: string;
+  receiptKey: string;
+  /** The receipt's arguments, for a charge with this ID. */
+  receiptArgs(chargeId: string): Record<string, unknown>;
   running: boolean;
   /** The earliest a step could have started: the workflow's start. */
   since: Date;
@@ -576,14 +674,16 @@ function orderLocalSteps(wf: WorkflowExecutionInfo, o: OrderWorkflowInput): Orde
     currency: o.currency,
     paymentMethod: o.paymentMethod,
   };
-  const receipt = (steps: Map<string, StepTrace>) => ({
+  const receiptArgs = (chargeId: string) => ({
     ...ref,
     key: receiptKey,
     to: o.customer.email,
     amount: o.amount,
     currency: o.currency,
-    chargeId: steps.get(chargeKey)?.final?.providerRef ?? '',
+    chargeId,
   });
+  const receipt = (steps: Map<string, StepTrace>) =>
+    receiptArgs(steps.get(chargeKey)?.final?.providerRef ?? '');
   return {
     args: (type, steps) =>
       type === 'chargePayment' ? charge : type === 'sendReceipt' ? receipt(steps) : null,
@@ -594,6 +694,9 @@ function orderLocalSteps(wf: WorkflowExecutionInfo, o: OrderWorkflowInput): Orde
         return { type: 'sendReceipt', args: receipt(steps) };
       return null;
     },
+    chargeKey,
+    receiptKey,
+    receiptArgs,
     running: wf.status.name === 'RUNNING',
     since: wf.startTime,
   };

@@ -14,7 +14,9 @@ import { call, newTenant, startApi, validOrder, type TestApi } from '../api/supp
 import { Recovery } from '../../src/ops/recover.ts';
 import { RecoveryGate, detectRestore } from '../../src/recovery/gate.ts';
 import { selectPendingRecovery } from '../../src/recovery/sql.ts';
-import { createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
+import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
+import { runCharge } from '../../src/steps/payment.ts';
+import { runReceipt } from '../../src/steps/receipt.ts';
 import { OPERATION_TYPES } from '../../src/orders/model.ts';
 
 let stack: OrderStack;
@@ -60,12 +62,12 @@ async function restoreTo(t0: Date): Promise<void> {
   await api.pool.query('delete from operations where created_at >= $1', [t0]);
 }
 
-function recovery(): Recovery {
+function recovery(paymentsUrl = stack.sandbox.url): Recovery {
   return new Recovery({
     pool: api.pool,
     ledger: api.ledger,
     temporal: api.client,
-    payments: createSandboxPaymentProvider({ baseUrl: stack.sandbox.url, timeoutMs: 2000 }),
+    payments: createSandboxPaymentProvider({ baseUrl: paymentsUrl, timeoutMs: 2000 }),
     taskQueue: stack.taskQueue,
   });
 }
@@ -189,5 +191,106 @@ describe('recover-after-restore', () => {
     await stack.startWorker();
     const next = await placeAndFinish('rr-next');
     expect(await stack.charges(next.created.id)).toHaveLength(1);
+  }, 120_000);
+
+  it('restores the charge of a running order whose first workflow task never finished as unknown, and charges it once', async () => {
+    // The workflow task that runs an order's first steps (the status write, then the charge, as
+    // local activities) leaves nothing in the history until it completes, not even the patch
+    // marker: a worker stopped while the provider holds that charge leaves a history with no step.
+    // Played here without the race: the order starts while no worker runs.
+    await stack.stopWorker();
+    const t0 = (await api.pool.query<{ now: Date }>('select clock_timestamp() as now')).rows[0]!.now;
+    const { input, workflowId, handle } = await stack.startOrder({ tenantId: tenant.tenantId });
+    await restoreTo(t0);
+
+    const progress: string[] = [];
+    const summary = await recovery().run({
+      since: t0,
+      marginMs: 0,
+      actor: 'test',
+      progress: (l) => progress.push(l),
+    });
+    expect(summary.errors).toEqual([]);
+    // Nothing proves the charge never ran: it is restored unknown, never simply absent (absent,
+    // the next attempt would charge again, and past the provider's key window that is a second
+    // charge). The provider has nothing under its key, so reconciling leaves it to the step.
+    expect(summary.steps).toMatchObject({ final: 0, unknown: 1 });
+    expect(progress.some((l) => l.includes(workflowId) && l.includes('payment.charge unknown'))).toBe(true);
+    const scope = {
+      tenantId: tenant.tenantId,
+      operationType: OPERATION_TYPES.charge,
+      key: `${workflowId}/charge`,
+    };
+    expect(await api.ledger.get(scope)).toMatchObject({ state: 'unknown' });
+
+    // The worker comes back: the step reconciles its unknown record, finds no charge, and charges once.
+    await stack.startWorker();
+    expect(await handle.result()).toMatchObject({ status: 'completed' });
+    expect(await stack.charges(input.orderId)).toHaveLength(1);
+    expect(await api.ledger.get(scope)).toMatchObject({ state: 'succeeded' });
+  }, 120_000);
+
+  it("restores as unknown the receipt a running order's unfinished task may have sent after its charge, and sends it once", async () => {
+    await stack.stopWorker();
+    const t0 = (await api.pool.query<{ now: Date }>('select clock_timestamp() as now')).rows[0]!.now;
+    const { input, workflowId, handle } = await stack.startOrder({ tenantId: tenant.tenantId });
+    // What the order's first workflow task does, done here by the steps themselves while no worker
+    // runs: the charge, then the receipt, each under its key. A worker that died before that task
+    // completed leaves the same: both effects at the provider, neither marker in the history.
+    const providers = { baseUrl: stack.sandbox.url, timeoutMs: 2000 };
+    const charged = await runCharge(
+      { ledger: stack.ledger, payments: createSandboxPaymentProvider(providers) },
+      { ...input, key: `${workflowId}/charge` },
+    );
+    expect(charged).toMatchObject({ outcome: 'succeeded', chargeId: expect.stringMatching(/^ch_/) });
+    const sent = await runReceipt(
+      { ledger: stack.ledger, email: createSandboxEmailProvider(providers) },
+      { ...input, key: `${workflowId}/receipt`, to: input.customer.email, chargeId: charged.chargeId! },
+    );
+    await restoreTo(t0);
+
+    // First with the payment provider unreachable: the charge is restored unknown and stays so,
+    // and the receipt, whose record needs the charge's ID, cannot be restored yet.
+    const progress: string[] = [];
+    const blind = await recovery('http://127.0.0.1:1').run({
+      since: t0,
+      marginMs: 0,
+      actor: 'test',
+      progress: (l) => progress.push(l),
+    });
+    expect(blind.steps).toMatchObject({ final: 0, unknown: 1 });
+    expect(blind.reconciled.settled).toBe(0);
+    expect(progress.some((l) => l.includes(`${workflowId}/charge: still unknown, so its receipt`))).toBe(
+      true,
+    );
+    const receiptScope = {
+      tenantId: tenant.tenantId,
+      operationType: OPERATION_TYPES.receipt,
+      key: `${workflowId}/receipt`,
+    };
+    expect(await api.ledger.get(receiptScope)).toBeNull();
+
+    // Run again once the provider answers: the charge, still unknown, is found; then the receipt is
+    // restored unknown: absent, the next attempt would send again under its key, which past the
+    // provider's key window is a second message.
+    const summary = await recovery().run({ since: t0, marginMs: 0, actor: 'test' });
+    expect(summary.errors).toEqual([]);
+    expect(summary.steps).toMatchObject({ final: 0, unknown: 1 });
+    expect(summary.reconciled).toMatchObject({ settled: 1 });
+    expect(await api.ledger.get(receiptScope)).toMatchObject({ state: 'unknown' });
+    // A third run finds both records and restores nothing.
+    const again = await recovery().run({ since: t0, marginMs: 0, actor: 'test' });
+    expect(again.steps).toMatchObject({ final: 0, unknown: 0 });
+    expect(again.reconciled.settled).toBe(0);
+
+    // The worker comes back: the charge replays, the receipt's lookup finds the message sent.
+    await stack.startWorker();
+    expect(await handle.result()).toMatchObject({ status: 'completed' });
+    expect(await stack.charges(input.orderId)).toHaveLength(1);
+    expect(await stack.messages(input.orderId)).toHaveLength(1);
+    expect(await api.ledger.get(receiptScope)).toMatchObject({
+      state: 'succeeded',
+      providerRef: sent.messageId,
+    });
   }, 120_000);
 });

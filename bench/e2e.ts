@@ -627,12 +627,23 @@ async function main(): Promise<void> {
       historyEventTypesPerOrder: perOrder,
       baselineHistoryEvents: baselineHistory.events?.length ?? 0,
       webhookOutcomesPerOrder,
+      // Issue #29's, per backend (#10's floor, 12 orders/s, p99 4 s and 0.15 s of CPU, is long met).
       targets: {
-        ordersPerSecAt32: { target: 12, measured: results['32']?.ordersPerSec ?? null },
+        ordersPerSecAt32: {
+          target: BACKEND === 'postgres' ? 14 : 30,
+          measured: results['32']?.ordersPerSec ?? null,
+        },
         ratioAt32: { target: 1.0, measured: results['32']?.ratio ?? null },
         p50MsAt1: { target: 400, measured: c1?.p50Ms ?? null },
-        p99MsAt32: { target: 4000, measured: results['32']?.p99Ms ?? null },
-        cpuPerOrderSec: { target: 0.15, measured: results['32']?.cpuPerOrderSec ?? null },
+        p99MsAt32: { target: BACKEND === 'postgres' ? 5000 : 4000, measured: results['32']?.p99Ms ?? null },
+        // Every process of the stack, Postgres included.
+        cpuPerOrderSecWithPostgres: {
+          target: BACKEND === 'postgres' ? null : 0.06,
+          measured:
+            results['32'] === undefined
+              ? null
+              : round(results['32'].cpuPerOrderSec + results['32'].postgresCpuPerOrderSec, 3),
+        },
         // Issue #29: Prefer: wait=10 at C=1, POST to response (the outcome).
         ...(PREFER_WAIT !== undefined
           ? { preferWaitP50MsAt1: { target: 150, preferWait: PREFER_WAIT, measured: c1?.p50Ms ?? null } }

@@ -71,7 +71,9 @@ const program = createCommand(
     'orders of history in the preloaded database (6 ledger records each)',
     '200000',
   )
-  .option('--orders <n>', 'orders per database in the throughput phases (C clients)', '400')
+  // 2,000: at 400 a phase's half lasted about 10 s, and the throughput ratio moved from 0.87 to 1.13
+  // between runs; at 2,000 (about 40 s a half) it read 0.99 (docs/BENCHMARKS.md, Growth).
+  .option('--orders <n>', 'orders per database in the throughput phases (C clients)', '2000')
   .option('--concurrency <n>', 'clients in the throughput phases and the soak', '32')
   .option('--gets <n>', 'GET /v1/orders/{id} per database and kind of order', '400')
   .option('--webhooks <n>', 'signed webhook events per database', '300')

@@ -556,8 +556,9 @@ export class Recovery {
     if (!charge.receiptAfter || record?.state === 'failed') return;
     if (record?.state !== 'succeeded' || !record.providerRef) {
       progress(
-        `${charge.key}: still unknown, so its receipt is not restored (it needs the charge's ID): run ` +
-          'the recovery again once the provider answers, before starting the workers',
+        `${charge.key}: not found succeeded, so its receipt is not restored (it needs the charge's ID); ` +
+          'if the provider could not tell yet (unreachable, or a search index behind), run the recovery ' +
+          'again before starting the workers',
       );
       return;
     }

@@ -260,9 +260,9 @@ describe('recover-after-restore', () => {
     });
     expect(blind.steps).toMatchObject({ final: 0, unknown: 1 });
     expect(blind.reconciled.settled).toBe(0);
-    expect(progress.some((l) => l.includes(`${workflowId}/charge: still unknown, so its receipt`))).toBe(
-      true,
-    );
+    expect(
+      progress.some((l) => l.includes(`${workflowId}/charge: not found succeeded, so its receipt`)),
+    ).toBe(true);
     const receiptScope = {
       tenantId: tenant.tenantId,
       operationType: OPERATION_TYPES.receipt,

@@ -11,7 +11,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { call, newTenant, startApi, validOrder, type TestApi } from '../api/support.ts';
-import { Recovery } from '../../src/ops/recover.ts';
+import { Recovery, type RecoverySummary } from '../../src/ops/recover.ts';
 import { RecoveryGate, detectRestore } from '../../src/recovery/gate.ts';
 import { selectPendingRecovery } from '../../src/recovery/sql.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
@@ -62,6 +62,21 @@ async function restoreTo(t0: Date): Promise<void> {
   await api.pool.query('delete from operations where created_at >= $1', [t0]);
 }
 
+/** One recovery run since t0 (no margin), with the progress lines it printed. */
+async function recoverSince(
+  t0: Date,
+  paymentsUrl?: string,
+): Promise<{ summary: RecoverySummary; progress: string[] }> {
+  const progress: string[] = [];
+  const summary = await recovery(paymentsUrl).run({
+    since: t0,
+    marginMs: 0,
+    actor: 'test',
+    progress: (l) => progress.push(l),
+  });
+  return { summary, progress };
+}
+
 function recovery(paymentsUrl = stack.sandbox.url): Recovery {
   return new Recovery({
     pool: api.pool,
@@ -107,13 +122,7 @@ describe('recover-after-restore', () => {
     expect(replayedMeanwhile.status).toBe(202);
     expect(replayedMeanwhile.text).toBe(before.text);
 
-    const progress: string[] = [];
-    const summary = await recovery().run({
-      since: t0,
-      marginMs: 0,
-      actor: 'test',
-      progress: (l) => progress.push(l),
-    });
+    const { summary, progress } = await recoverSince(t0);
     expect(summary.errors).toEqual([]);
     expect(summary.rows.restored).toBe(2);
     expect(summary.createRecords.restored).toBe(2);
@@ -181,7 +190,7 @@ describe('recover-after-restore', () => {
     expect(await stack.charges(before.created.id)).toHaveLength(1);
 
     // Idempotent: a second run rebuilds nothing.
-    const again = await recovery().run({ since: t0, marginMs: 0, actor: 'test' });
+    const { summary: again } = await recoverSince(t0);
     expect(again.rows).toMatchObject({ restored: 0, broughtForward: 0 });
     expect(again.createRecords.restored).toBe(0);
     expect(again.steps).toMatchObject({ final: 0, unknown: 0 });
@@ -203,13 +212,7 @@ describe('recover-after-restore', () => {
     const { input, workflowId, handle } = await stack.startOrder({ tenantId: tenant.tenantId });
     await restoreTo(t0);
 
-    const progress: string[] = [];
-    const summary = await recovery().run({
-      since: t0,
-      marginMs: 0,
-      actor: 'test',
-      progress: (l) => progress.push(l),
-    });
+    const { summary, progress } = await recoverSince(t0);
     expect(summary.errors).toEqual([]);
     // Nothing proves the charge never ran: it is restored unknown, never simply absent (absent,
     // the next attempt would charge again, and past the provider's key window that is a second
@@ -251,13 +254,7 @@ describe('recover-after-restore', () => {
 
     // First with the payment provider unreachable: the charge is restored unknown and stays so,
     // and the receipt, whose record needs the charge's ID, cannot be restored yet.
-    const progress: string[] = [];
-    const blind = await recovery('http://127.0.0.1:1').run({
-      since: t0,
-      marginMs: 0,
-      actor: 'test',
-      progress: (l) => progress.push(l),
-    });
+    const { summary: blind, progress } = await recoverSince(t0, 'http://127.0.0.1:1');
     expect(blind.steps).toMatchObject({ final: 0, unknown: 1 });
     expect(blind.reconciled.settled).toBe(0);
     expect(
@@ -273,13 +270,13 @@ describe('recover-after-restore', () => {
     // Run again once the provider answers: the charge, still unknown, is found; then the receipt is
     // restored unknown: absent, the next attempt would send again under its key, which past the
     // provider's key window is a second message.
-    const summary = await recovery().run({ since: t0, marginMs: 0, actor: 'test' });
+    const { summary } = await recoverSince(t0);
     expect(summary.errors).toEqual([]);
     expect(summary.steps).toMatchObject({ final: 0, unknown: 1 });
     expect(summary.reconciled).toMatchObject({ settled: 1 });
     expect(await api.ledger.get(receiptScope)).toMatchObject({ state: 'unknown' });
     // A third run finds both records and restores nothing.
-    const again = await recovery().run({ since: t0, marginMs: 0, actor: 'test' });
+    const { summary: again } = await recoverSince(t0);
     expect(again.steps).toMatchObject({ final: 0, unknown: 0 });
     expect(again.reconciled.settled).toBe(0);
 

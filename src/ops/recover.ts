@@ -422,8 +422,6 @@ export class Recovery {
       return t;
     };
     let stepsRunLocally = false;
-    // Whether a workflow task of this run ever completed with an order step's command or marker.
-    let stepActivityScheduled = false;
     for (const e of events) {
       const m = e.markerRecordedEventAttributes;
       if (m?.markerName === PATCH_MARKER) {
@@ -458,7 +456,6 @@ export class Recovery {
         scheduled.set(String(e.eventId), { type, args, at });
         const spec = STEP_SPECS[type];
         if (spec) {
-          stepActivityScheduled = true;
           const t = trace(spec.operationType, args, spec.input(args), at);
           // A new attempt: whatever the last one ended in, this one may act.
           t.refused = false;
@@ -496,13 +493,14 @@ export class Recovery {
         if (t && !t.final) t.refused = DEFINITE_REFUSALS.has(type);
       }
     }
-    // A running order whose history has neither the patch marker nor a scheduled step has not
-    // completed the workflow task that runs its first steps: the patch marker, the status write's
-    // and the charge's markers all come with that task's completion, so a charge held at the
-    // provider (or a worker killed mid-charge) leaves no trace here. Its charge may have acted.
-    // (An order from before the patch schedules its charge in that same first task, so it too
-    // has charged nothing that the history does not show only while that task is unfinished.)
-    const firstTaskUnfinished = !stepsRunLocally && !stepActivityScheduled && byKey.size === 0;
+    // A running order whose history shows no step at all (no patch marker, no step's marker or
+    // scheduled activity) has not completed the workflow task that runs its first steps: the patch
+    // marker, the status write's and the charge's markers all come with that task's completion, so
+    // a charge held at the provider (or a worker killed mid-charge) leaves no trace here. Its charge
+    // may have acted. (An order from before the patch schedules its charge in that same first
+    // task, so it too has charged nothing that the history does not show only while that task is
+    // unfinished.)
+    const firstTaskUnfinished = byKey.size === 0;
     if (local?.running && (stepsRunLocally || firstTaskUnfinished)) {
       // The step that may be running now has no marker yet: it may have acted.
       const inFlight = local.inFlight(byKey);
@@ -546,6 +544,7 @@ export class Recovery {
     summary: RecoverySummary,
     progress: (line: string) => void,
   ): Promise<void> {
+    if (!charge.receiptAfter) return;
     const scope = { tenantId: charge.tenantId, operationType: charge.operationType, key: charge.key };
     let record = await this.#deps.ledger.get(scope);
     // A charge an earlier run left unknown (its provider did not answer then): ask again.
@@ -553,7 +552,7 @@ export class Recovery {
       await this.#reconcile(charge, summary, progress);
       record = await this.#deps.ledger.get(scope);
     }
-    if (!charge.receiptAfter || record?.state === 'failed') return;
+    if (record?.state === 'failed') return;
     if (record?.state !== 'succeeded' || !record.providerRef) {
       progress(
         `${charge.key}: not found succeeded, so its receipt is not restored (it needs the charge's ID); ` +

@@ -54,6 +54,11 @@ async function placeAndFinish(
   return { created, text: res.text };
 }
 
+/** The database's clock, as created_at is: every later create is after it. */
+async function dbNow(): Promise<Date> {
+  return (await api.pool.query<{ now: Date }>('select clock_timestamp() as now')).rows[0]!.now;
+}
+
 /** What a restore to a backup taken at `t0` leaves of the product's tables. */
 async function restoreTo(t0: Date): Promise<void> {
   await api.pool.query('delete from workflow_outbox where created_at >= $1', [t0]);
@@ -90,8 +95,7 @@ function recovery(paymentsUrl = stack.sandbox.url): Recovery {
 describe('recover-after-restore', () => {
   it('detects the restore, refuses creates with 503 until the recovery, then replays the original answers and charges nobody twice', async () => {
     const before = await placeAndFinish('rr-before');
-    // The database's clock, as created_at is: every later create is after T0.
-    const t0 = (await api.pool.query<{ now: Date }>('select clock_timestamp() as now')).rows[0]!.now;
+    const t0 = await dbNow();
     const after = await placeAndFinish('rr-after');
     const declined = await placeAndFinish('rr-declined', 'pm_card_chargeDeclined', 'rejected');
     await stack.stopWorker();
@@ -208,7 +212,7 @@ describe('recover-after-restore', () => {
     // marker: a worker stopped while the provider holds that charge leaves a history with no step.
     // Played here without the race: the order starts while no worker runs.
     await stack.stopWorker();
-    const t0 = (await api.pool.query<{ now: Date }>('select clock_timestamp() as now')).rows[0]!.now;
+    const t0 = await dbNow();
     const { input, workflowId, handle } = await stack.startOrder({ tenantId: tenant.tenantId });
     await restoreTo(t0);
 
@@ -235,7 +239,7 @@ describe('recover-after-restore', () => {
 
   it("restores as unknown the receipt a running order's unfinished task may have sent after its charge, and sends it once", async () => {
     await stack.stopWorker();
-    const t0 = (await api.pool.query<{ now: Date }>('select clock_timestamp() as now')).rows[0]!.now;
+    const t0 = await dbNow();
     const { input, workflowId, handle } = await stack.startOrder({ tenantId: tenant.tenantId });
     // What the order's first workflow task does, done here by the steps themselves while no worker
     // runs: the charge, then the receipt, each under its key. A worker that died before that task

@@ -389,9 +389,8 @@ it('a parked refund is on the Attention page: filtered, previewed, re-driven wit
   // The Audit page: everything, then narrowed by the server to this refund's re-drive result.
   await page.getByRole('link', { name: 'Audit' }).click();
   const entries = page.locator('table.audit tbody tr[data-audit-id]');
-  await entries.first().waitFor();
-  const all = await entries.count();
-  expect(all).toBeGreaterThan(2); // the other tests' actions, and this refund's intent and result
+  // Polled, not read once: the page may replace its rows between the first one appearing and a count.
+  await expect.poll(() => entries.count()).toBeGreaterThan(2); // the other tests' actions, and this refund's intent and result
   await page.getByLabel('Actor').fill(operatorName);
   await page.getByLabel('Action').selectOption('redrive');
   await page.getByLabel(/Reason, key or workflow contains/).fill(refund.refundId.toUpperCase()); // case ignored

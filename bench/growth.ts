@@ -301,9 +301,21 @@ interface Tenth {
   orders: number;
   ordersPerSec: number;
   loadAverage1m: number;
-  /** VmRSS in MiB per process; Postgres: the RssAnon sum of the database's backends (shared buffers excluded). */
+  /**
+   * VmRSS in MiB per process, the mean of samples every RSS_SAMPLE_MS over the tenth; Postgres:
+   * the RssAnon sum of the database's backends (shared buffers excluded). A Node process's RSS
+   * moves by up to a quarter with its garbage collector's cycle, so one reading per tenth says
+   * more about where the collector was than about growth.
+   */
   rssMb: Record<string, number>;
+  /** The same, read once at the tenth's end (what rounds before round 10 reported as rssMb). */
+  rssEndMb: Record<string, number>;
+  /** How many samples the mean has. */
+  rssSamples: number;
 }
+
+/** How often the soak reads each process's memory. */
+const RSS_SAMPLE_MS = 2_000;
 
 async function soak(side: Side, temporalPid: () => number | undefined): Promise<Tenth[]> {
   const tenths: Tenth[] = [];
@@ -334,44 +346,73 @@ async function soak(side: Side, temporalPid: () => number | undefined): Promise<
   };
   let last = { t: performance.now(), done: 0 };
   let pending: Promise<void> = Promise.resolve();
-  const secs = await closedLoop(
-    `soak c=${C}`,
-    SOAK,
-    C,
-    async () => {
-      const i = seq++;
-      const o = await orderToTerminal(side.stack.api, {
-        apiKey: API_KEY,
-        idempotencyKey: `growth-${runId}-${i}`,
-        i,
-      });
-      if (o.status !== 'completed') side.samples.notCompleted++;
-    },
-    {
-      say,
-      deadline,
-      onTenth: (done) => {
-        const now = performance.now();
-        const n = done - last.done;
-        const rate = n / ((now - last.t) / 1000);
-        last = { t: now, done };
-        pending = pending.then(async () => {
-          const tenth = {
-            orders: done,
-            ordersPerSec: round(rate, 2),
-            loadAverage1m: round(os.loadavg()[0] ?? 0, 2),
-            rssMb: await memory(),
-          };
-          tenths.push(tenth);
-          say(
-            `  soak: ${done}/${SOAK}, ${tenth.ordersPerSec} orders/s, RSS MiB ${Object.entries(tenth.rssMb)
-              .map(([k, v]) => `${k} ${v}`)
-              .join(', ')}`,
-          );
+  // The current tenth's samples: summed per process, averaged when the tenth ends.
+  let samples = { n: 0, sum: {} as Record<string, number> };
+  let sampling: Promise<void> = Promise.resolve();
+  const sampler = setInterval(() => {
+    sampling = sampling
+      .then(async () => {
+        const m = await memory();
+        for (const [k, v] of Object.entries(m)) samples.sum[k] = (samples.sum[k] ?? 0) + v;
+        samples.n++;
+      })
+      .catch((err: unknown) => say(`  soak: a memory sample failed (${String(err)}); skipped`));
+  }, RSS_SAMPLE_MS);
+  let secs: number;
+  try {
+    secs = await closedLoop(
+      `soak c=${C}`,
+      SOAK,
+      C,
+      async () => {
+        const i = seq++;
+        const o = await orderToTerminal(side.stack.api, {
+          apiKey: API_KEY,
+          idempotencyKey: `growth-${runId}-${i}`,
+          i,
         });
+        if (o.status !== 'completed') side.samples.notCompleted++;
       },
-    },
-  );
+      {
+        say,
+        deadline,
+        onTenth: (done) => {
+          const now = performance.now();
+          const n = done - last.done;
+          const rate = n / ((now - last.t) / 1000);
+          last = { t: now, done };
+          pending = pending.then(async () => {
+            await sampling;
+            const rssEndMb = await memory();
+            const taken = samples;
+            samples = { n: 0, sum: {} };
+            const tenth: Tenth = {
+              orders: done,
+              ordersPerSec: round(rate, 2),
+              loadAverage1m: round(os.loadavg()[0] ?? 0, 2),
+              rssMb:
+                taken.n === 0
+                  ? rssEndMb
+                  : Object.fromEntries(Object.entries(taken.sum).map(([k, v]) => [k, round(v / taken.n, 1)])),
+              rssEndMb,
+              rssSamples: taken.n,
+            };
+            tenths.push(tenth);
+            say(
+              `  soak: ${done}/${SOAK}, ${tenth.ordersPerSec} orders/s, mean RSS MiB ${Object.entries(
+                tenth.rssMb,
+              )
+                .map(([k, v]) => `${k} ${v}`)
+                .join(', ')}`,
+            );
+          });
+        },
+      },
+    );
+  } finally {
+    clearInterval(sampler);
+  }
+  await sampling;
   await pending;
   say(`soak: ${SOAK} orders in ${round(secs, 1)} s`);
   return tenths;

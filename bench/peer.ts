@@ -133,8 +133,14 @@ function runPeer(child: ChildProcess, count: number, first: number): Promise<Pee
       () => reject(new Error('--timeout-seconds exceeded in the peer')),
       Math.max(1, started + TIMEOUT_MS - Date.now()),
     );
+    const exited = (code: number | null) => {
+      clearTimeout(timer);
+      reject(new Error(`the peer exited (${code}) during a run`));
+    };
+    child.once('exit', exited);
     child.once('message', (m: PeerDone | { type: 'error'; message: string }) => {
       clearTimeout(timer);
+      child.off('exit', exited);
       if (m.type === 'done') resolve(m);
       else reject(new Error(`the peer failed: ${m.message}`));
     });

@@ -48,6 +48,9 @@ const scripts = [
   { file: 'seed.ts', json: true },
   { file: 'bench/ledger.ts', json: false },
   { file: 'bench/e2e.ts', json: false },
+  { file: 'bench/growth.ts', json: false },
+  { file: 'bench/peer.ts', json: false },
+  { file: 'bench/http-client.ts', json: false },
 ];
 
 describe.each(scripts)('scripts/$file', ({ file }) => {

@@ -27,7 +27,12 @@ const jsonValue: fc.Arbitrary<Json> = fc.letrec<{ value: Json }>((tie) => ({
 
 const jsonObject = fc.dictionary(fc.string({ unit: 'binary' }), jsonValue, { minKeys: 1, maxKeys: 6 });
 
-/** Rebuilds every object with its keys inserted in a different order. */
+/**
+ * Rebuilds every object with its keys inserted in a different order. Own
+ * properties are defined (Object.fromEntries), never assigned: `out[k] = v`
+ * with k = "__proto__" would set the prototype and drop the key, which
+ * JSON.parse keeps as an own property (fast-check found `{"__proto__":false}`).
+ */
 function reorder(value: Json, seed: number): Json {
   if (Array.isArray(value)) return value.map((v, i) => reorder(v, seed + i));
   if (value === null || typeof value !== 'object') return value;
@@ -36,9 +41,7 @@ function reorder(value: Json, seed: number): Json {
     .map((k, i) => ({ k, w: Math.sin(seed * 9973 + i * 7919) }))
     .sort((a, b) => a.w - b.w)
     .map((x) => x.k);
-  const out: { [k: string]: Json } = {};
-  for (const k of shuffled) out[k] = reorder(value[k] as Json, seed + 1);
-  return out;
+  return Object.fromEntries(shuffled.map((k) => [k, reorder(value[k] as Json, seed + 1)]));
 }
 
 const codeOf = (fn: () => unknown): string | undefined => {
@@ -104,6 +107,13 @@ describe('canonicalJson', () => {
     // The same object twice (not a cycle) is fine.
     const shared = { a: 1 };
     expect(canonicalJson({ x: shared, y: shared })).toBe('{"x":{"a":1},"y":{"a":1}}');
+  });
+
+  it('keeps an own "__proto__" key, as JSON.parse makes it, in the canonical form and the fingerprint', () => {
+    const parsed = JSON.parse('{"b":1,"__proto__":false}') as Json;
+    expect(canonicalJson(parsed)).toBe('{"__proto__":false,"b":1}');
+    expect(fingerprint('t', 1, parsed)).not.toBe(fingerprint('t', 1, { b: 1 }));
+    expect(canonicalJson(reorder(parsed, 7))).toBe(canonicalJson(parsed));
   });
 
   it('does not normalise strings: different code units are different inputs', () => {

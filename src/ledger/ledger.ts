@@ -277,11 +277,15 @@ export class Ledger {
    * - Different input under the scope: LedgerError('conflict').
    * Returns null, storing nothing, when `ledger_result` has no row.
    * The result is only what SQL computed: there is no `fn` and no FinalFailure.
+   * `readFirst`: look for the record before running the statement, for a
+   * caller that is likely to be a replay (a later attempt of its step), so
+   * a stored record is replayed whatever the statement would compute now.
    */
   async runLocalStatement<T extends Json>(
     scope: Scope,
     input: LedgerInput,
     body: LocalStatement,
+    opts: { readFirst?: boolean } = {},
   ): Promise<{ result: T; replayed: boolean } | null> {
     const fp = this.#prepare(scope, input);
     if (!LocalStatement.isChecked(body))
@@ -300,7 +304,7 @@ export class Ledger {
     return this.#local<T, Queryable>(
       scope,
       fp,
-      false,
+      opts.readFirst === true,
       (step) => step(this.#pool),
       this.#statementAttempt(scope, input.schemaVersion, fp, body),
     );

@@ -87,6 +87,32 @@ describe('runLocalStatement', () => {
     });
   });
 
+  it('readFirst replays a stored record even when the statement would now yield no row', async () => {
+    const ledger = new Ledger(pool);
+    const scope = scopeFor('stmt-read-first');
+    await ledger.runLocalStatement(scope, input({ n: 1 }), insertBusiness(scope, 'first'));
+    // Without reading first, a statement that yields no row stores nothing and finds nothing.
+    expect(
+      await ledger.runLocalStatement(scope, input({ n: 1 }), insertBusiness(scope, 'x', { skip: true })),
+    ).toBeNull();
+    expect(
+      await ledger.runLocalStatement(scope, input({ n: 1 }), insertBusiness(scope, 'x', { skip: true }), {
+        readFirst: true,
+      }),
+    ).toEqual({ result: { label: 'first' }, replayed: true });
+    // Reading first still checks the input.
+    const err = await ledger
+      .runLocalStatement(scope, input({ n: 2 }), insertBusiness(scope, 'y'), { readFirst: true })
+      .catch((e: unknown) => e);
+    expect((err as LedgerError).code).toBe('conflict');
+    // And with nothing stored, it runs the statement.
+    const fresh = scopeFor('stmt-read-first-fresh');
+    expect(
+      await ledger.runLocalStatement(fresh, input({}), insertBusiness(fresh, 'z'), { readFirst: true }),
+    ).toEqual({ result: { label: 'z' }, replayed: false });
+    expect(await businessRows(scope)).toEqual(['first']);
+  });
+
   it('another input under the same key is a conflict, and its write is undone', async () => {
     const ledger = new Ledger(pool);
     const scope = scopeFor('stmt-conflict');

@@ -38,10 +38,22 @@ export interface StepRef {
   key: string;
 }
 
+/**
+ * A status the step's activity writes itself (STEPS_CARRY_STATUS, src/orders/contract.ts): the
+ * same ledger step under the same key as setOrderStatus's, so the workflow can write it as its
+ * own step instead if this write fails, and whichever runs second finds it written.
+ */
+export interface CarriedStatus {
+  status: OrderStatus;
+  key: string;
+}
+
 export interface ChargeArgs extends StepRef {
   amount: number;
   currency: string;
   paymentMethod: string;
+  /** Written before the charge is made (payment_pending); not part of the charge's fingerprint. */
+  before?: CarriedStatus;
 }
 
 export interface ReceiptArgs extends StepRef {
@@ -49,6 +61,10 @@ export interface ReceiptArgs extends StepRef {
   amount: number;
   currency: string;
   chargeId: string;
+  /** Written before the receipt is sent (paid), with the charge ID. */
+  before?: CarriedStatus;
+  /** Written once the receipt is sent (completed), with the charge and message IDs. */
+  after?: CarriedStatus;
 }
 
 export interface StatusArgs extends StepRef {
@@ -156,9 +172,72 @@ export function createOrderActivities(deps: OrderActivityDeps) {
   const keyWindowMs = deps.providerKeyWindowMs;
   const paymentDeps: payment.ChargeStepDeps = { ledger, payments: deps.payments, keyWindowMs };
   const receiptDeps: receipt.ReceiptStepDeps = { ledger, email: deps.email, keyWindowMs };
+
+  /**
+   * One status write: the order's transition and its ledger record in one statement. `readFirst`
+   * for a write that is likely a replay: one carried by a step's later attempt (the first wrote it).
+   */
+  async function writeStatus(args: StatusArgs, readFirst = false): Promise<StatusResult> {
+    const transition: OrderTransition = {
+      tenantId: args.tenantId,
+      orderId: args.orderId,
+      to: args.status,
+      chargeId: args.chargeId ?? null,
+      receiptId: args.receiptId ?? null,
+      lastError: args.lastError ?? null,
+      reason: args.reason ?? null,
+    };
+    // The transition and the step's record in one statement (one round trip, no BEGIN/COMMIT);
+    // a replay (a local activity runs again only when its workflow task failed before recording
+    // the result) finds the record through the statement's conflict and returns it.
+    const ran = await ledger.runLocalStatement<{ applied: boolean; status: OrderStatus }>(
+      scope(args, OPERATION_TYPES.status),
+      { schemaVersion: 1, value: { orderId: args.orderId, status: args.status } },
+      orderTransitionStatement(transition),
+      { readFirst },
+    );
+    if (!ran) {
+      throw ApplicationFailure.create({
+        type: FAILURE.orderNotFound,
+        message: `order ${args.tenantId}/${args.orderId} does not exist`,
+        nonRetryable: true,
+      });
+    }
+    return ran.result;
+  }
+
+  /**
+   * A status carried by a step's activity (CarriedStatus). Its failure, whatever it was, becomes
+   * a non-retryable FAILURE.statusNotRecorded: the workflow then writes the status as its own
+   * step, with that step's retries and its parking (workflows/order.ts, recordStatus).
+   */
+  async function writeCarriedStatus(
+    step: StepRef,
+    carried: CarriedStatus,
+    ids: { chargeId: string | null; receiptId: string | null },
+  ): Promise<void> {
+    const args: StatusArgs = { ...step, ...ids, key: carried.key, status: carried.status };
+    const log = stepLog(args);
+    try {
+      const result = await writeStatus(args, Context.current().info.attempt > 1);
+      log.info('status written', { status: result.status, applied: result.applied });
+    } catch (err) {
+      const failure = failed(log, err, FAILURE.statusOutcomeUnknown);
+      throw ApplicationFailure.create({
+        type: FAILURE.statusNotRecorded,
+        message: `status ${carried.status} (key ${carried.key}) was not recorded: ${
+          failure instanceof Error ? failure.message : String(failure)
+        }`,
+        nonRetryable: true,
+        cause: failure instanceof Error ? failure : undefined,
+      });
+    }
+  }
+
   return {
     /** Charges once per key; heartbeats and renews its claim while the provider call runs. */
     async chargePayment(args: ChargeArgs): Promise<payment.ChargeResult> {
+      if (args.before) await writeCarriedStatus(args, args.before, { chargeId: null, receiptId: null });
       const log = stepLog(args);
       try {
         const r = await payment.runCharge(paymentDeps, args, heartbeatRenewal());
@@ -207,45 +286,25 @@ export function createOrderActivities(deps: OrderActivityDeps) {
 
     /** Sends the receipt once per key; heartbeats and renews its claim like chargePayment. */
     async sendReceipt(args: ReceiptArgs): Promise<receipt.ReceiptResult> {
+      const chargeId = args.chargeId || null;
+      if (args.before) await writeCarriedStatus(args, args.before, { chargeId, receiptId: null });
       const log = stepLog(args);
+      let r: receipt.ReceiptResult;
       try {
-        const r = await receipt.runReceipt(receiptDeps, args, heartbeatRenewal());
+        r = await receipt.runReceipt(receiptDeps, args, heartbeatRenewal());
         log.info('step finished', { ...r });
-        return r;
       } catch (err) {
         throw failed(log, err, FAILURE.receiptOutcomeUnknown);
       }
+      if (args.after) await writeCarriedStatus(args, args.after, { chargeId, receiptId: r.messageId });
+      return r;
     },
 
     /** Local mode: the status row and the ledger record commit in one transaction. */
     async setOrderStatus(args: StatusArgs): Promise<StatusResult> {
       const log = stepLog(args);
       try {
-        const transition: OrderTransition = {
-          tenantId: args.tenantId,
-          orderId: args.orderId,
-          to: args.status,
-          chargeId: args.chargeId ?? null,
-          receiptId: args.receiptId ?? null,
-          lastError: args.lastError ?? null,
-          reason: args.reason ?? null,
-        };
-        // The transition and the step's record in one statement (one round trip, no BEGIN/COMMIT);
-        // a replay (a local activity runs again only when its workflow task failed before recording
-        // the result) finds the record through the statement's conflict and returns it.
-        const ran = await ledger.runLocalStatement<{ applied: boolean; status: OrderStatus }>(
-          scope(args, OPERATION_TYPES.status),
-          { schemaVersion: 1, value: { orderId: args.orderId, status: args.status } },
-          orderTransitionStatement(transition),
-        );
-        if (!ran) {
-          throw ApplicationFailure.create({
-            type: FAILURE.orderNotFound,
-            message: `order ${args.tenantId}/${args.orderId} does not exist`,
-            nonRetryable: true,
-          });
-        }
-        const result: StatusResult = ran.result;
+        const result = await writeStatus(args);
         log.info('step finished', { status: result.status, applied: result.applied });
         return result;
       } catch (err) {

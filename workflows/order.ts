@@ -5,10 +5,14 @@
  * (activity attempt, worker crash, duplicate start) reuse the same key.
  *
  * The API writes `accepted` in the order's own transaction, so the workflow
- * starts at payment_pending. Status writes are local activities (database
- * only, through the ledger's local mode): a replay after a worker crash runs
- * one again and gets the stored result. Each carries a summary naming the
- * step and its key, so the history in the Temporal UI still tells the story.
+ * starts at payment_pending. Status writes are database only, through the
+ * ledger's local mode, under their own keys: the charge's local activity
+ * writes payment_pending before it charges, and the receipt's writes paid
+ * and completed around the send (STEPS_CARRY_STATUS); any other status, and
+ * one those could not write, is a local activity of its own. A replay after
+ * a worker crash runs one again and gets the stored result. Each activity
+ * carries a summary naming its steps and their keys, so the history in the
+ * Temporal UI still tells the story.
  *
  * An uncertain charge never leads to a second charge under a new key: the
  * workflow enters payment_unknown and reconciles on durable timers until the
@@ -41,7 +45,7 @@ import {
   type ActivityInterfaceFor,
   type LocalActivityInterfaceFor,
 } from '@temporalio/workflow';
-import type { OrderActivities, ReconcileResult } from '../activities/order.ts';
+import type { CarriedStatus, OrderActivities, ReconcileResult } from '../activities/order.ts';
 import { ORDER_REASONS, stepKeys, type OrderStatus, type OrderWorkflowInput } from '../src/orders/model.ts';
 import {
   FIRST_ORDER_STATUS,
@@ -51,6 +55,7 @@ import {
   FAILURE,
   paymentEventSignal,
   searchableText,
+  STEPS_CARRY_STATUS,
   redriveSignal,
   redriveUpdate,
   statusQuery,
@@ -83,8 +88,9 @@ export interface OrderWorkflowArgs extends OrderWorkflowInput {
  */
 export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderState> {
   const run = openOrderRun(input);
-  // `accepted` was written by the API with the order row itself.
-  await recordStatus(run, 'payment_pending');
+  // `accepted` was written by the API with the order row itself. payment_pending is written by
+  // the charge's own activity, before it charges, in runs with STEPS_CARRY_STATUS (chargeToOutcome).
+  if (!run.stepsCarryStatus) await recordStatus(run, 'payment_pending');
   // To a definite outcome: through payment_unknown (reconciliation, a webhook, an operator)
   // when the charge's own answer is lost, and through needs_attention when it cannot go on.
   const charged = await chargeToOutcome(run);
@@ -93,9 +99,8 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
     await rejectOrder(run, charged);
     return run.state;
   }
-  await recordStatus(run, 'paid');
-  await sendReceipt(run);
-  await recordStatus(run, 'completed');
+  // paid, the receipt, completed.
+  await receiptToCompleted(run);
   return run.state;
 }
 
@@ -120,9 +125,7 @@ async function recordStatus(
     const key = stepKeys.status(run.workflowId, status, run.operator.redrives);
     try {
       await writeStatus(run, status, key, extra, run.timing.stepMaxAttempts);
-      state.status = status;
-      if (status !== 'rejected' && status !== 'needs_attention') state.reason = null;
-      upsertStatus(run, status, extra.lastError);
+      noteStatus(run, status, extra.lastError);
       return;
     } catch (err) {
       state.lastError = `status ${status} could not be recorded: ${failureMessage(err)}`;
@@ -149,6 +152,21 @@ async function recordStatus(
       if (status === 'needs_attention') return;
     }
   }
+}
+
+/** A status is on the order's row (written by its own step, or carried by another's): the run's state and visibility follow. */
+function noteStatus(run: OrderRun, status: OrderStatus, lastError?: string | null): void {
+  run.state.status = status;
+  if (status !== 'rejected' && status !== 'needs_attention') run.state.reason = null;
+  upsertStatus(run, status, lastError);
+}
+
+/**
+ * A status for a step's activity to write itself (STEPS_CARRY_STATUS): under the key its own
+ * step would use (recordStatus), so either finds what the other wrote.
+ */
+function carried(run: OrderRun, status: OrderStatus): CarriedStatus {
+  return { status, key: stepKeys.status(run.workflowId, status, run.operator.redrives) };
 }
 
 /**
@@ -221,7 +239,9 @@ type ChargeAttempt =
   /** A failure that proves nothing was charged and that retrying cannot fix: a human decides. */
   | { kind: 'parks'; lastError: string; reason: string }
   /** Anything else (a lost response, a timeout, a crash mid-call) may have charged. */
-  | { kind: 'uncertain' };
+  | { kind: 'uncertain' }
+  /** The status the charge carried (STEPS_CARRY_STATUS) could not be written; nothing was charged. */
+  | { kind: 'status_not_recorded' };
 
 /**
  * Runs the charge step to a definite outcome. Once the outcome is uncertain
@@ -231,8 +251,17 @@ type ChargeAttempt =
  * could charge twice.
  */
 async function chargeToOutcome(run: OrderRun): Promise<ChargeOutcome> {
+  // With STEPS_CARRY_STATUS the first charge writes payment_pending itself, before it charges.
+  let before: CarriedStatus | undefined = run.stepsCarryStatus ? carried(run, 'payment_pending') : undefined;
   for (;;) {
-    const attempt = await performCharge(run);
+    const attempt = await performCharge(run, before);
+    before = undefined;
+    if (attempt.kind === 'status_not_recorded') {
+      // Nothing was charged: payment_pending is written as its own step (which parks the order
+      // if it cannot be), then the charge is made.
+      await recordStatus(run, 'payment_pending');
+      continue;
+    }
     if (attempt.kind === 'settled') return attempt.outcome;
     if (attempt.kind === 'parks') {
       const fromEvent = await parkAfterChargeFailure(run, attempt.lastError, attempt.reason);
@@ -247,18 +276,20 @@ async function chargeToOutcome(run: OrderRun): Promise<ChargeOutcome> {
 
 /**
  * Calls the provider through the chargePayment activity under the charge's
- * key, and says what its answer, or its failure, means.
+ * key, and says what its answer, or its failure, means. `before`: a status
+ * the activity writes first (STEPS_CARRY_STATUS).
  */
-async function performCharge(run: OrderRun): Promise<ChargeAttempt> {
+async function performCharge(run: OrderRun, before?: CarriedStatus): Promise<ChargeAttempt> {
   const { input } = run;
   const key = stepKeys.charge(run.workflowId);
-  const summary = `charge ${input.amount} ${input.currency} (key ${key})`;
+  const summary = `${before ? `status -> ${before.status} (key ${before.key}), then ` : ''}charge ${input.amount} ${input.currency} (key ${key})`;
   const args = {
     ...run.ref,
     key,
     amount: input.amount,
     currency: input.currency,
     paymentMethod: input.paymentMethod,
+    ...(before ? { before } : {}),
   };
   try {
     const result = await (run.externalStepsLocal
@@ -270,6 +301,7 @@ async function performCharge(run: OrderRun): Promise<ChargeAttempt> {
           summarized(externalActivityOptions(run.timing, run.timing.chargeMaxAttempts), summary),
           [args],
         ));
+    if (before) noteStatus(run, before.status);
     const outcome = {
       settled: true,
       outcome: result.outcome,
@@ -279,6 +311,12 @@ async function performCharge(run: OrderRun): Promise<ChargeAttempt> {
     return { kind: 'settled', outcome };
   } catch (err) {
     const type = failureType(err);
+    if (before) {
+      if (type === FAILURE.statusNotRecorded) return { kind: 'status_not_recorded' };
+      // The activity got past the status write to the charge (or, after a timeout, may not
+      // have: the statuses that follow move the row on from either).
+      noteStatus(run, before.status);
+    }
     if (type === FAILURE.paymentRejected) {
       // The provider refused the request itself: nothing was charged, and retrying can't help.
       const outcome = {
@@ -441,23 +479,80 @@ function rejection(charged: ChargeOutcome): { reason: string; lastError: string 
 // ----------------------------------------------------------------------- receipt
 
 /**
+ * paid, the receipt, completed. With STEPS_CARRY_STATUS the receipt's activity writes both
+ * statuses itself, around the send: one local activity instead of three. If a write in it fails,
+ * the three run one by one, each under its own key (what was written or sent replays); if the
+ * receipt itself fails, paid is written and the order parks as below.
+ */
+async function receiptToCompleted(run: OrderRun): Promise<void> {
+  if (run.stepsCarryStatus) {
+    const carriedRun = await sendReceiptCarryingStatus(run);
+    if (carriedRun.kind === 'completed') return;
+    if (carriedRun.kind === 'receipt_failed') {
+      await sendReceipt(run, carriedRun.error);
+      await recordStatus(run, 'completed');
+      return;
+    }
+  }
+  await recordStatus(run, 'paid');
+  await sendReceipt(run);
+  await recordStatus(run, 'completed');
+}
+
+/** The receipt's one activity with paid before it and completed after it (STEPS_CARRY_STATUS). */
+async function sendReceiptCarryingStatus(
+  run: OrderRun,
+): Promise<
+  { kind: 'completed' } | { kind: 'status_not_recorded' } | { kind: 'receipt_failed'; error: unknown }
+> {
+  const paid = carried(run, 'paid');
+  const completed = carried(run, 'completed');
+  const key = stepKeys.receipt(run.workflowId);
+  const summary = `status -> paid (key ${paid.key}), send receipt (key ${key}), status -> completed (key ${completed.key})`;
+  try {
+    const result = await run.local.sendReceipt.executeWithOptions(
+      summarized(externalLocalActivityOptions(run.timing, run.timing.stepMaxAttempts), summary),
+      [{ ...receiptArgs(run, key), before: paid, after: completed }],
+    );
+    noteStatus(run, 'paid');
+    run.state.receiptId = result.messageId;
+    noteStatus(run, 'completed');
+    return { kind: 'completed' };
+  } catch (err) {
+    if (failureType(err) === FAILURE.statusNotRecorded) return { kind: 'status_not_recorded' };
+    noteStatus(run, 'paid');
+    return { kind: 'receipt_failed', error: err };
+  }
+}
+
+/** What the receipt's activity is called with (ReceiptArgs). */
+function receiptArgs(run: OrderRun, key: string) {
+  const { input } = run;
+  return {
+    ...run.ref,
+    key,
+    to: input.customer.email,
+    amount: input.amount,
+    currency: input.currency,
+    chargeId: run.state.chargeId ?? '',
+  };
+}
+
+/**
  * Sends the receipt under its key (the email provider dedupes on it). A
  * receipt that runs out of retries parks the order; a re-drive sends it
- * again under the same key.
+ * again under the same key. `failed`: the receipt already ran out of its
+ * retries (in sendReceiptCarryingStatus); the order parks first.
  */
-async function sendReceipt(run: OrderRun): Promise<void> {
-  const { input } = run;
+async function sendReceipt(run: OrderRun, failed?: unknown): Promise<void> {
   const key = stepKeys.receipt(run.workflowId);
   const summary = `send receipt (key ${key})`;
   for (;;) {
-    const args = {
-      ...run.ref,
-      key,
-      to: input.customer.email,
-      amount: input.amount,
-      currency: input.currency,
-      chargeId: run.state.chargeId ?? '',
-    };
+    if (failed !== undefined) {
+      await needsAttention(run, `receipt failed: ${failureMessage(failed)}`, ORDER_REASONS.receiptFailed);
+      failed = undefined;
+    }
+    const args = receiptArgs(run, key);
     try {
       const result = await (run.externalStepsLocal
         ? run.local.sendReceipt.executeWithOptions(
@@ -471,7 +566,7 @@ async function sendReceipt(run: OrderRun): Promise<void> {
       run.state.receiptId = result.messageId;
       return;
     } catch (err) {
-      await needsAttention(run, `receipt failed: ${failureMessage(err)}`, ORDER_REASONS.receiptFailed);
+      failed = err;
     }
   }
 }
@@ -526,6 +621,12 @@ interface OrderRun {
    * the patch replay their histories, where both are activities, as activities.
    */
   readonly externalStepsLocal: boolean;
+  /**
+   * The statuses around the charge and the receipt are written by their activities (patch
+   * STEPS_CARRY_STATUS): a straight-through order runs two local activities instead of five.
+   * Runs started before the patch write each status as its own local activity.
+   */
+  readonly stepsCarryStatus: boolean;
   /** What the status query answers. */
   readonly state: OrderState;
   readonly payment: {
@@ -566,6 +667,8 @@ function openOrderRun(input: OrderWorkflowArgs): OrderRun {
   const { workflowId, typedSearchAttributes: startAttributes } = workflowInfo();
   const timing = resolveTiming(input.timing);
   const tenantTagged = startAttributes.get(TenantIdKey) !== undefined;
+  // A run with STEPS_CARRY_STATUS never asks for LOCAL_EXTERNAL_STEPS, which it implies.
+  const stepsCarryStatus = patched(STEPS_CARRY_STATUS);
   const run: OrderRun = {
     input,
     workflowId,
@@ -573,7 +676,8 @@ function openOrderRun(input: OrderWorkflowArgs): OrderRun {
     ref: { tenantId: input.tenantId, orderId: input.orderId, workflowId },
     acts: proxyActivities<OrderActivities>(activityOptions(timing, timing.stepMaxAttempts)),
     local: proxyLocalActivities<OrderActivities>(localActivityOptions(timing, timing.stepMaxAttempts)),
-    externalStepsLocal: patched(LOCAL_EXTERNAL_STEPS),
+    externalStepsLocal: stepsCarryStatus || patched(LOCAL_EXTERNAL_STEPS),
+    stepsCarryStatus,
     state: {
       status: 'accepted',
       chargeId: null,

@@ -35,7 +35,8 @@
  * workflow, and a status step that runs again finds the row there.
  *
  * An order's charge and receipt are local activities from 0.3.0 on
- * (workflows/order.ts, LOCAL_EXTERNAL_STEPS): the history has a marker for
+ * (workflows/order.ts, LOCAL_EXTERNAL_STEPS, and STEPS_CARRY_STATUS, under
+ * which they also write the statuses around them): the history has a marker for
  * each one that finished (its result or its failure, not its arguments,
  * which are rebuilt from the workflow's input), and nothing for one in
  * flight. So for a running order whose steps run locally, the step that
@@ -52,7 +53,12 @@ import type { temporal } from '@temporalio/proto';
 import { withClient, withTransaction, type Pool, type PoolClient } from '../db/index.ts';
 import type { Json, Ledger, LedgerInput, OperationRecord, Scope } from '../ledger/index.ts';
 import { OPERATION_TYPES, ORDER_REASONS, stepKeys, type OrderWorkflowInput } from '../orders/model.ts';
-import { LOCAL_EXTERNAL_STEPS, OrderLastErrorKey, OrderStatusKey } from '../orders/contract.ts';
+import {
+  LOCAL_EXTERNAL_STEPS,
+  OrderLastErrorKey,
+  OrderStatusKey,
+  STEPS_CARRY_STATUS,
+} from '../orders/contract.ts';
 import {
   REFUND_OPERATION_TYPES,
   REFUND_WORKFLOW_TYPE,
@@ -426,7 +432,7 @@ export class Recovery {
       const m = e.markerRecordedEventAttributes;
       if (m?.markerName === PATCH_MARKER) {
         const patch = this.#decode(m.details?.patch_data) as { id?: unknown } | undefined;
-        if (patch?.id === LOCAL_EXTERNAL_STEPS) stepsRunLocally = true;
+        if (patch?.id === LOCAL_EXTERNAL_STEPS || patch?.id === STEPS_CARRY_STATUS) stepsRunLocally = true;
         continue;
       }
       if (m?.markerName === LOCAL_ACTIVITY_MARKER && local) {

@@ -44,6 +44,19 @@ export const FIRST_ORDER_STATUS: OrderStatus = 'payment_pending';
  */
 export const LOCAL_EXTERNAL_STEPS = '29-local-external-steps';
 
+/**
+ * The patch under which the statuses around a step are written by the step's own local activity
+ * (issue 29): `payment_pending` by the charge's, before it charges; `paid` and `completed` by the
+ * receipt's, before and after it sends. Each write is the same one-statement ledger step under
+ * the same key as the status's own local activity (activities/order.ts), so what changes is the
+ * number of local activities, and with it of workflow activations: a straight-through order
+ * takes two instead of five. If a carried write fails, the activity stops there with
+ * FAILURE.statusNotRecorded and the workflow writes that status as its own step, then goes on as
+ * under LOCAL_EXTERNAL_STEPS (workflows/order.ts). Implies LOCAL_EXTERNAL_STEPS: a run that has
+ * this marker never asks for that one.
+ */
+export const STEPS_CARRY_STATUS = '29-steps-carry-status';
+
 /** The search attributes an order workflow is started with (src/api/outbox.ts). */
 export function orderStartSearchAttributes(tenantId: string): SearchAttributePair[] {
   return [
@@ -164,6 +177,12 @@ export const FAILURE = {
   receiptOutcomeUnknown: 'ReceiptOutcomeUnknown',
   /** Status write: the outcome is not known; Temporal retries under the same key. */
   statusOutcomeUnknown: 'StatusOutcomeUnknown',
+  /**
+   * A status write carried by a step's activity (STEPS_CARRY_STATUS) failed. Before the step:
+   * the step did not run. After it: the step did. Not retried as part of the step: the workflow
+   * writes the status as its own step, and runs the step again under its key if it must.
+   */
+  statusNotRecorded: 'StatusNotRecorded',
   /** A step's provider refused the request itself (nothing happened); retrying can't help. */
   providerRejected: 'ProviderRejected',
   /** The request never left (connection refused, DNS); the claim was released, retrying is safe. */

@@ -76,7 +76,8 @@ export interface CreateWorkerOptions {
  * worker process, a pool of 10 connections) following the SDK's
  * performance guidance (docs/BENCHMARKS-JOURNAL.md, "Tuning changes", has the measured effect):
  * - a workflow task holds its slot while its local activities run, and
- *   an order's charge and receipt are local activities (LOCAL_EXTERNAL_STEPS):
+ *   an order's charge and receipt are local activities (LOCAL_EXTERNAL_STEPS,
+ *   and STEPS_CARRY_STATUS, under which they write the statuses around them):
  *   a straight-through order holds one slot from its first step to its
  *   last, most of it waiting on a provider. With 8 slots (the setting when
  *   workflow tasks were CPU work only) 32 clients' orders queued 3-4 s for a

@@ -14,12 +14,13 @@ import {
   ProviderError,
   type Charge,
   type EmailProvider,
+  type Message,
   type PaymentProvider,
 } from '../../src/providers/types.ts';
 import { SANDBOX_CAPABILITIES } from '../../src/providers/sandbox.ts';
 import { FAILURE } from '../../src/orders/contract.ts';
 import { insertAcceptedOrder } from '../../src/orders/sql.ts';
-import { stepKeys } from '../../src/orders/model.ts';
+import { stepKeys, type OrderStatus } from '../../src/orders/model.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { testPool } from '../support/env.ts';
 import { chargeArgs } from './support.ts';
@@ -194,5 +195,164 @@ describe('setOrderStatus', () => {
       args.orderId,
     ]);
     expect(rows[0].status).toBe('paid');
+  });
+});
+
+describe('statuses carried by a step (STEPS_CARRY_STATUS)', () => {
+  /** An email provider that remembers what it sent, by key. */
+  function recordingEmail() {
+    const sent = new Map<string, Message>();
+    const email: EmailProvider = {
+      capabilities: SANDBOX_CAPABILITIES,
+      async sendMessage(req, key) {
+        const message: Message = sent.get(key) ?? {
+          id: `msg_${sent.size + 1}`,
+          status: 'sent',
+          to: req.to,
+          idempotencyKey: key,
+          created: new Date().toISOString(),
+        };
+        sent.set(key, message);
+        return message;
+      },
+      findMessageByIdempotencyKey: async (key) => sent.get(key) ?? null,
+    };
+    return { email, sent };
+  }
+
+  async function acceptedOrder(args: ReturnType<typeof chargeArgs>): Promise<void> {
+    await insertAcceptedOrder(pool, {
+      tenantId: 'acme',
+      orderId: args.orderId,
+      workflowId: args.workflowId,
+      amount: 2500,
+      currency: 'usd',
+      customerId: 'cus_1',
+      customerEmail: 'a@example.com',
+      items: [{ sku: 'SKU-1', quantity: 1, unitAmount: 2500 }],
+      paymentMethod: 'pm_card_visa',
+    });
+  }
+
+  /** An order the charge has moved to payment_pending (paid may follow only from there). */
+  async function chargedOrder(
+    args: ReturnType<typeof chargeArgs>,
+    acts: ReturnType<typeof createOrderActivities>,
+  ): Promise<void> {
+    await acceptedOrder(args);
+    const key = stepKeys.status(args.workflowId, 'payment_pending');
+    await new MockActivityEnvironment().run(acts.setOrderStatus, {
+      ...args,
+      key,
+      status: 'payment_pending' as const,
+    });
+  }
+
+  const row = async (args: ReturnType<typeof chargeArgs>) =>
+    (
+      await pool.query('select status, charge_id, receipt_id from orders where tenant_id = $1 and id = $2', [
+        'acme',
+        args.orderId,
+      ])
+    ).rows[0];
+
+  /** Plants a record with another fingerprint under a status key: any write under it fails for good. */
+  const plantConflict = (args: ReturnType<typeof chargeArgs>, status: OrderStatus) =>
+    ledger.runLocal(
+      { tenantId: 'acme', operationType: 'order.status', key: stepKeys.status(args.workflowId, status) },
+      { schemaVersion: 1, value: { planted: true } },
+      async () => ({ planted: true }),
+    );
+
+  it('the charge writes payment_pending first, under the status key, and an attempt again replays it', async () => {
+    const payments = scriptedPayments(['charge-then-timeout']);
+    const acts = createOrderActivities({ pool, ledger, payments: payments.provider, email: noEmail });
+    const args = chargeArgs();
+    await acceptedOrder(args);
+    const before = {
+      status: 'payment_pending' as const,
+      key: stepKeys.status(args.workflowId, 'payment_pending'),
+    };
+    const failure = await failureOf(
+      new MockActivityEnvironment().run(acts.chargePayment, { ...args, before }),
+    );
+    expect(failure.type).toBe(FAILURE.paymentOutcomeUnknown);
+    expect((await row(args)).status).toBe('payment_pending');
+    const second = await new MockActivityEnvironment({ attempt: 2 }).run(acts.chargePayment, {
+      ...args,
+      before,
+    });
+    expect(second).toMatchObject({ outcome: 'succeeded', reconciled: true });
+    expect(payments.calls()).toBe(1);
+    const status = await ledger.get({ tenantId: 'acme', operationType: 'order.status', key: before.key });
+    expect(status?.state).toBe('succeeded');
+  });
+
+  it('a payment_pending that cannot be written: non-retryable StatusNotRecorded, and nothing charged', async () => {
+    const payments = scriptedPayments([]);
+    const acts = createOrderActivities({ pool, ledger, payments: payments.provider, email: noEmail });
+    const args = chargeArgs();
+    await acceptedOrder(args);
+    await plantConflict(args, 'payment_pending');
+    const before = {
+      status: 'payment_pending' as const,
+      key: stepKeys.status(args.workflowId, 'payment_pending'),
+    };
+    const failure = await failureOf(
+      new MockActivityEnvironment().run(acts.chargePayment, { ...args, before }),
+    );
+    expect(failure.type).toBe(FAILURE.statusNotRecorded);
+    expect(failure.nonRetryable).toBe(true);
+    expect(failure.message).toMatch(/status payment_pending .* was not recorded/);
+    expect(payments.calls()).toBe(0);
+    expect(await ledger.get({ tenantId: 'acme', operationType: 'payment.charge', key: args.key })).toBeNull();
+    expect((await row(args)).status).toBe('accepted');
+  });
+
+  it('the receipt writes paid before it sends and completed, with both IDs, after', async () => {
+    const { email, sent } = recordingEmail();
+    const acts = createOrderActivities({ pool, ledger, payments: scriptedPayments([]).provider, email });
+    const args = chargeArgs();
+    await chargedOrder(args, acts);
+    const receipt = {
+      ...args,
+      key: stepKeys.receipt(args.workflowId),
+      to: 'a@example.com',
+      chargeId: 'ch_9',
+      before: { status: 'paid' as const, key: stepKeys.status(args.workflowId, 'paid') },
+      after: { status: 'completed' as const, key: stepKeys.status(args.workflowId, 'completed') },
+    };
+    expect(await new MockActivityEnvironment().run(acts.sendReceipt, receipt)).toMatchObject({
+      messageId: 'msg_1',
+    });
+    expect(await row(args)).toEqual({ status: 'completed', charge_id: 'ch_9', receipt_id: 'msg_1' });
+    expect(sent.size).toBe(1);
+  });
+
+  it('a completed that cannot be written after the send: StatusNotRecorded; the receipt stays sent once', async () => {
+    const { email, sent } = recordingEmail();
+    const acts = createOrderActivities({ pool, ledger, payments: scriptedPayments([]).provider, email });
+    const args = chargeArgs();
+    await chargedOrder(args, acts);
+    await plantConflict(args, 'completed');
+    const receipt = {
+      ...args,
+      key: stepKeys.receipt(args.workflowId),
+      to: 'a@example.com',
+      chargeId: 'ch_9',
+      before: { status: 'paid' as const, key: stepKeys.status(args.workflowId, 'paid') },
+      after: { status: 'completed' as const, key: stepKeys.status(args.workflowId, 'completed') },
+    };
+    const failure = await failureOf(new MockActivityEnvironment().run(acts.sendReceipt, receipt));
+    expect(failure.type).toBe(FAILURE.statusNotRecorded);
+    expect(failure.nonRetryable).toBe(true);
+    expect((await row(args)).status).toBe('paid');
+    // What the workflow does next: the receipt as its own step, under the same key, replays.
+    const { before: _b, after: _a, ...plain } = receipt;
+    expect(await new MockActivityEnvironment().run(acts.sendReceipt, plain)).toMatchObject({
+      messageId: 'msg_1',
+      replayed: true,
+    });
+    expect(sent.size).toBe(1);
   });
 });

@@ -101,19 +101,20 @@ describe('order workflow', () => {
     );
     expect(records.every((r) => r.state === 'succeeded')).toBe(true);
 
-    // The history names each step and its key, in order: every step a local-activity marker
-    // (the provider calls too, since LOCAL_EXTERNAL_STEPS), behind the patch's own marker.
+    // The history names each step and its key, in order: the charge and the receipt are
+    // local-activity markers (LOCAL_EXTERNAL_STEPS), each naming the statuses it wrote around
+    // itself (STEPS_CARRY_STATUS), behind that patch's own marker, the only one.
     const events = (await handle.fetchHistory()).events ?? [];
     expect(events.filter((e) => e.activityTaskScheduledEventAttributes)).toEqual([]);
     expect(events.filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_patch')).toHaveLength(
       1,
     );
     expect(localActivityMarkers(events).map(summaryOf)).toEqual([
-      `status -> payment_pending (key ${stepKeys.status(workflowId, 'payment_pending')})`,
-      `charge ${input.amount} ${input.currency} (key ${stepKeys.charge(workflowId)})`,
-      `status -> paid (key ${stepKeys.status(workflowId, 'paid')})`,
-      `send receipt (key ${stepKeys.receipt(workflowId)})`,
-      `status -> completed (key ${stepKeys.status(workflowId, 'completed')})`,
+      `status -> payment_pending (key ${stepKeys.status(workflowId, 'payment_pending')}), then ` +
+        `charge ${input.amount} ${input.currency} (key ${stepKeys.charge(workflowId)})`,
+      `status -> paid (key ${stepKeys.status(workflowId, 'paid')}), ` +
+        `send receipt (key ${stepKeys.receipt(workflowId)}), ` +
+        `status -> completed (key ${stepKeys.status(workflowId, 'completed')})`,
     ]);
     // A straight-through order is one workflow task.
     expect(events.filter((e) => e.workflowTaskCompletedEventAttributes)).toHaveLength(1);

@@ -7,7 +7,8 @@ import { startOrderStack, TEST_PROVIDER_TIMEOUT_MS, type OrderStack } from '../s
 import { json, runOps } from '../ops/support.ts';
 import { redriveSignal } from '../../src/orders/contract.ts';
 import { until, untilStatus, untilWorkflow } from '../support/wait.ts';
-import { stepKeys } from '../../src/orders/model.ts';
+import { uniq } from '../support/env.ts';
+import { orderWorkflowId, stepKeys, type OrderStatus } from '../../src/orders/model.ts';
 import { listParkedWorkflows } from '../../src/orders/attention.ts';
 import { createMetrics } from '../../src/metrics/index.ts';
 import { countUnrecordedParked } from '../../src/orders/sql.ts';
@@ -110,6 +111,57 @@ it('a status write that fails for good records needs_attention with reason statu
   });
   const listed = await operator.listAttention({ tenantId: input.tenantId });
   expect(listed.find((i) => i.workflowId === workflowId)).toMatchObject({
+    status: 'needs_attention',
+    reason: 'status_write_failed',
+  });
+  await handle.terminate('test over');
+});
+
+/** A record with another fingerprint under an order's status key: every write under it fails for good. */
+async function plantStatusConflict(workflowId: string, status: OrderStatus): Promise<void> {
+  await stack.ledger.runLocal(
+    { tenantId: 'acme', operationType: 'order.status', key: stepKeys.status(workflowId, status) },
+    { schemaVersion: 1, value: { planted: true } },
+    async () => ({ planted: true }),
+  );
+}
+
+it('a payment_pending the charge cannot write parks the order before anything is charged', async () => {
+  // The charge's activity writes payment_pending first (STEPS_CARRY_STATUS); when it cannot, the
+  // workflow writes it as its own step, which parks the order, and the charge is never made.
+  const orderId = uniq('ord');
+  const workflowId = orderWorkflowId('acme', orderId);
+  await plantStatusConflict(workflowId, 'payment_pending');
+  const { input, handle } = await stack.startOrder({ orderId });
+  const parked = await untilWorkflow(handle, (s) => s.awaitingOperator, 'parked');
+  expect(parked).toMatchObject({ status: 'needs_attention', reason: 'status_write_failed' });
+  expect(parked.lastError).toMatch(/status payment_pending could not be recorded/);
+  expect(await stack.charges(input.orderId)).toHaveLength(0);
+  expect(
+    await stack.ledger.get({
+      tenantId: 'acme',
+      operationType: 'payment.charge',
+      key: stepKeys.charge(workflowId),
+    }),
+  ).toBeNull();
+  await handle.terminate('test over');
+});
+
+it('a completed the receipt cannot write parks the order, charged once and its receipt sent once', async () => {
+  // The receipt's activity writes completed after the send; when it cannot, the workflow runs
+  // paid, the receipt and completed as their own steps: paid and the receipt replay under their
+  // keys, and completed parks the order.
+  const orderId = uniq('ord');
+  const workflowId = orderWorkflowId('acme', orderId);
+  await plantStatusConflict(workflowId, 'completed');
+  const { input, handle } = await stack.startOrder({ orderId });
+  const parked = await untilWorkflow(handle, (s) => s.awaitingOperator, 'parked');
+  expect(parked).toMatchObject({ status: 'needs_attention', reason: 'status_write_failed' });
+  expect(parked.lastError).toMatch(/status completed could not be recorded/);
+  expect(parked.receiptId).toBeTruthy();
+  expect(await stack.charges(input.orderId)).toHaveLength(1);
+  expect(await stack.messages(input.orderId)).toHaveLength(1);
+  expect(await stack.orderRow(input)).toMatchObject({
     status: 'needs_attention',
     reason: 'status_write_failed',
   });

@@ -71,6 +71,11 @@ describe('replay of the previous release', () => {
         'v0.2.0/refund-succeeded',
         'v0.2.0/refund-retried',
         'v0.2.0/refund-parked-redrive',
+        'd551070/completed',
+        'd551070/charge-retried',
+        'd551070/payment-unknown-reconciled',
+        'd551070/receipt-parked-redrive',
+        'd551070/refund-succeeded',
       ]),
     );
     for (const f of fixtures) {
@@ -102,6 +107,8 @@ describe('replay of the previous release', () => {
       refundNotFound: 'RefundNotFound',
       receiptOutcomeUnknown: 'ReceiptOutcomeUnknown',
       statusOutcomeUnknown: 'StatusOutcomeUnknown',
+      // A status a step's activity carried could not be written (issue 29): new, none renamed.
+      statusNotRecorded: 'StatusNotRecorded',
       providerRejected: 'ProviderRejected',
       providerUnavailable: 'ProviderUnavailable',
       refusedAfterTakeover: 'RefusedAfterTakeover',

@@ -59,8 +59,8 @@ it('shows a finished order with its steps and keys, and finds it by OrderStatus'
       receiptKey,
       // The UI names the marker events 'Local Activity', with the activity type and summary.
       'Local Activity',
-      'setOrderStatus',
-      // Status writes are local activities: each is a marker whose summary names the step and its key.
+      // The charge and the receipt write the statuses around them (STEPS_CARRY_STATUS): their
+      // markers' summaries name each status and its key too.
       ...(['payment_pending', 'paid', 'completed'] as const).map(
         (s) => `status -> ${s} (key ${stepKeys.status(workflowId, s)})`,
       ),

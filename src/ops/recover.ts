@@ -149,7 +149,11 @@ function eventTime(e: Event): Date {
   return new Date(Number(t?.seconds ?? 0) * 1000 + Math.floor((t?.nanos ?? 0) / 1e6));
 }
 
-/** Failure types that prove the provider refused the request before acting (the claim was released). */
+/**
+ * Failure types that prove the provider refused the request before acting (the claim was released).
+ * Not FAILURE.statusNotRecorded, though a step that ends with it did not act in that attempt: an
+ * earlier attempt of the same local activity may have acted before its answer was lost.
+ */
 const DEFINITE_REFUSALS = new Set<string>([FAILURE.paymentRejected, FAILURE.providerRejected]);
 
 export class Recovery {

@@ -83,6 +83,21 @@ async function failureOf(p: Promise<unknown>): Promise<ApplicationFailure> {
   return err as ApplicationFailure;
 }
 
+/** The order row of a charge's arguments, as the API inserts it (status accepted). */
+async function acceptedOrder(args: ReturnType<typeof chargeArgs>): Promise<void> {
+  await insertAcceptedOrder(pool, {
+    tenantId: 'acme',
+    orderId: args.orderId,
+    workflowId: args.workflowId,
+    amount: 2500,
+    currency: 'usd',
+    customerId: 'cus_1',
+    customerEmail: 'a@example.com',
+    items: [{ sku: 'SKU-1', quantity: 1, unitAmount: 2500 }],
+    paymentMethod: 'pm_card_visa',
+  });
+}
+
 describe('chargePayment failure mapping', () => {
   it('a request the provider refuses outright: non-retryable PaymentRejected, claim released', async () => {
     const payments = scriptedPayments([
@@ -168,17 +183,7 @@ describe('setOrderStatus', () => {
       email: noEmail,
     });
     const args = chargeArgs();
-    await insertAcceptedOrder(pool, {
-      tenantId: 'acme',
-      orderId: args.orderId,
-      workflowId: args.workflowId,
-      amount: 2500,
-      currency: 'usd',
-      customerId: 'cus_1',
-      customerEmail: 'a@example.com',
-      items: [{ sku: 'SKU-1', quantity: 1, unitAmount: 2500 }],
-      paymentMethod: 'pm_card_visa',
-    });
+    await acceptedOrder(args);
     const env = new MockActivityEnvironment();
     const set = (status: 'payment_pending' | 'paid', key = stepKeys.status(args.workflowId, status)) =>
       env.run(acts.setOrderStatus, { ...args, key, status });
@@ -220,20 +225,6 @@ describe('statuses carried by a step (STEPS_CARRY_STATUS)', () => {
     return { email, sent };
   }
 
-  async function acceptedOrder(args: ReturnType<typeof chargeArgs>): Promise<void> {
-    await insertAcceptedOrder(pool, {
-      tenantId: 'acme',
-      orderId: args.orderId,
-      workflowId: args.workflowId,
-      amount: 2500,
-      currency: 'usd',
-      customerId: 'cus_1',
-      customerEmail: 'a@example.com',
-      items: [{ sku: 'SKU-1', quantity: 1, unitAmount: 2500 }],
-      paymentMethod: 'pm_card_visa',
-    });
-  }
-
   /** An order the charge has moved to payment_pending (paid may follow only from there). */
   async function chargedOrder(
     args: ReturnType<typeof chargeArgs>,
@@ -264,15 +255,28 @@ describe('statuses carried by a step (STEPS_CARRY_STATUS)', () => {
       async () => ({ planted: true }),
     );
 
+  /** A status for the step to write, under its own key. */
+  const carry = (args: ReturnType<typeof chargeArgs>, status: OrderStatus) => ({
+    status,
+    key: stepKeys.status(args.workflowId, status),
+  });
+
+  /** The receipt's arguments with paid before it and completed after it, as the workflow sends them. */
+  const receiptCarryingStatus = (args: ReturnType<typeof chargeArgs>) => ({
+    ...args,
+    key: stepKeys.receipt(args.workflowId),
+    to: 'a@example.com',
+    chargeId: 'ch_9',
+    before: carry(args, 'paid'),
+    after: carry(args, 'completed'),
+  });
+
   it('the charge writes payment_pending first, under the status key, and an attempt again replays it', async () => {
     const payments = scriptedPayments(['charge-then-timeout']);
     const acts = createOrderActivities({ pool, ledger, payments: payments.provider, email: noEmail });
     const args = chargeArgs();
     await acceptedOrder(args);
-    const before = {
-      status: 'payment_pending' as const,
-      key: stepKeys.status(args.workflowId, 'payment_pending'),
-    };
+    const before = carry(args, 'payment_pending');
     const failure = await failureOf(
       new MockActivityEnvironment().run(acts.chargePayment, { ...args, before }),
     );
@@ -294,10 +298,7 @@ describe('statuses carried by a step (STEPS_CARRY_STATUS)', () => {
     const args = chargeArgs();
     await acceptedOrder(args);
     await plantConflict(args, 'payment_pending');
-    const before = {
-      status: 'payment_pending' as const,
-      key: stepKeys.status(args.workflowId, 'payment_pending'),
-    };
+    const before = carry(args, 'payment_pending');
     const failure = await failureOf(
       new MockActivityEnvironment().run(acts.chargePayment, { ...args, before }),
     );
@@ -314,14 +315,7 @@ describe('statuses carried by a step (STEPS_CARRY_STATUS)', () => {
     const acts = createOrderActivities({ pool, ledger, payments: scriptedPayments([]).provider, email });
     const args = chargeArgs();
     await chargedOrder(args, acts);
-    const receipt = {
-      ...args,
-      key: stepKeys.receipt(args.workflowId),
-      to: 'a@example.com',
-      chargeId: 'ch_9',
-      before: { status: 'paid' as const, key: stepKeys.status(args.workflowId, 'paid') },
-      after: { status: 'completed' as const, key: stepKeys.status(args.workflowId, 'completed') },
-    };
+    const receipt = receiptCarryingStatus(args);
     expect(await new MockActivityEnvironment().run(acts.sendReceipt, receipt)).toMatchObject({
       messageId: 'msg_1',
     });
@@ -335,14 +329,7 @@ describe('statuses carried by a step (STEPS_CARRY_STATUS)', () => {
     const args = chargeArgs();
     await chargedOrder(args, acts);
     await plantConflict(args, 'completed');
-    const receipt = {
-      ...args,
-      key: stepKeys.receipt(args.workflowId),
-      to: 'a@example.com',
-      chargeId: 'ch_9',
-      before: { status: 'paid' as const, key: stepKeys.status(args.workflowId, 'paid') },
-      after: { status: 'completed' as const, key: stepKeys.status(args.workflowId, 'completed') },
-    };
+    const receipt = receiptCarryingStatus(args);
     const failure = await failureOf(new MockActivityEnvironment().run(acts.sendReceipt, receipt));
     expect(failure.type).toBe(FAILURE.statusNotRecorded);
     expect(failure.nonRetryable).toBe(true);

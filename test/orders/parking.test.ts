@@ -126,16 +126,22 @@ async function plantStatusConflict(workflowId: string, status: OrderStatus): Pro
   );
 }
 
-it('a payment_pending the charge cannot write parks the order before anything is charged', async () => {
-  // The charge's activity writes payment_pending first (STEPS_CARRY_STATUS); when it cannot, the
-  // workflow writes it as its own step, which parks the order, and the charge is never made.
+/** An order whose `status` write fails for good, run until it parks on it. */
+async function parkedOnStatus(status: OrderStatus) {
   const orderId = uniq('ord');
   const workflowId = orderWorkflowId('acme', orderId);
-  await plantStatusConflict(workflowId, 'payment_pending');
+  await plantStatusConflict(workflowId, status);
   const { input, handle } = await stack.startOrder({ orderId });
   const parked = await untilWorkflow(handle, (s) => s.awaitingOperator, 'parked');
   expect(parked).toMatchObject({ status: 'needs_attention', reason: 'status_write_failed' });
-  expect(parked.lastError).toMatch(/status payment_pending could not be recorded/);
+  expect(parked.lastError).toContain(`status ${status} could not be recorded`);
+  return { input, workflowId, handle, parked };
+}
+
+it('a payment_pending the charge cannot write parks the order before anything is charged', async () => {
+  // The charge's activity writes payment_pending first (STEPS_CARRY_STATUS); when it cannot, the
+  // workflow writes it as its own step, which parks the order, and the charge is never made.
+  const { input, workflowId, handle, parked } = await parkedOnStatus('payment_pending');
   expect(await stack.charges(input.orderId)).toHaveLength(0);
   expect(
     await stack.ledger.get({
@@ -151,13 +157,7 @@ it('a completed the receipt cannot write parks the order, charged once and its r
   // The receipt's activity writes completed after the send; when it cannot, the workflow runs
   // paid, the receipt and completed as their own steps: paid and the receipt replay under their
   // keys, and completed parks the order.
-  const orderId = uniq('ord');
-  const workflowId = orderWorkflowId('acme', orderId);
-  await plantStatusConflict(workflowId, 'completed');
-  const { input, handle } = await stack.startOrder({ orderId });
-  const parked = await untilWorkflow(handle, (s) => s.awaitingOperator, 'parked');
-  expect(parked).toMatchObject({ status: 'needs_attention', reason: 'status_write_failed' });
-  expect(parked.lastError).toMatch(/status completed could not be recorded/);
+  const { input, handle, parked } = await parkedOnStatus('completed');
   expect(parked.receiptId).toBeTruthy();
   expect(await stack.charges(input.orderId)).toHaveLength(1);
   expect(await stack.messages(input.orderId)).toHaveLength(1);

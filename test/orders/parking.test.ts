@@ -141,7 +141,7 @@ async function parkedOnStatus(status: OrderStatus) {
 it('a payment_pending the charge cannot write parks the order before anything is charged', async () => {
   // The charge's activity writes payment_pending first (STEPS_CARRY_STATUS); when it cannot, the
   // workflow writes it as its own step, which parks the order, and the charge is never made.
-  const { input, workflowId, handle, parked } = await parkedOnStatus('payment_pending');
+  const { input, workflowId, handle } = await parkedOnStatus('payment_pending');
   expect(await stack.charges(input.orderId)).toHaveLength(0);
   expect(
     await stack.ledger.get({

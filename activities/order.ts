@@ -188,8 +188,9 @@ export function createOrderActivities(deps: OrderActivityDeps) {
       reason: args.reason ?? null,
     };
     // The transition and the step's record in one statement (one round trip, no BEGIN/COMMIT);
-    // a replay (a local activity runs again only when its workflow task failed before recording
-    // the result) finds the record through the statement's conflict and returns it.
+    // a replay (a status's own local activity runs again only when its workflow task failed
+    // before recording the result) finds the record through the statement's conflict and
+    // returns it, or, with readFirst, by reading it before the statement.
     const ran = await ledger.runLocalStatement<{ applied: boolean; status: OrderStatus }>(
       scope(args, OPERATION_TYPES.status),
       { schemaVersion: 1, value: { orderId: args.orderId, status: args.status } },

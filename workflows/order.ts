@@ -240,7 +240,10 @@ type ChargeAttempt =
   | { kind: 'parks'; lastError: string; reason: string }
   /** Anything else (a lost response, a timeout, a crash mid-call) may have charged. */
   | { kind: 'uncertain' }
-  /** The status the charge carried (STEPS_CARRY_STATUS) could not be written; nothing was charged. */
+  /**
+   * The status the charge carried (STEPS_CARRY_STATUS) could not be written, so this attempt did
+   * not charge; an earlier attempt whose answer was lost may have, which the charge's key settles.
+   */
   | { kind: 'status_not_recorded' };
 
 /**
@@ -257,8 +260,9 @@ async function chargeToOutcome(run: OrderRun): Promise<ChargeOutcome> {
     const attempt = await performCharge(run, before);
     before = undefined;
     if (attempt.kind === 'status_not_recorded') {
-      // Nothing was charged: payment_pending is written as its own step (which parks the order
-      // if it cannot be), then the charge is made.
+      // This attempt did not charge: payment_pending is written as its own step (which parks the
+      // order if it cannot be), then the charge runs under its key (which reconciles any earlier
+      // attempt that may have charged before its answer was lost).
       await recordStatus(run, 'payment_pending');
       continue;
     }

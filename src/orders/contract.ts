@@ -179,8 +179,10 @@ export const FAILURE = {
   statusOutcomeUnknown: 'StatusOutcomeUnknown',
   /**
    * A status write carried by a step's activity (STEPS_CARRY_STATUS) failed. Before the step:
-   * the step did not run. After it: the step did. Not retried as part of the step: the workflow
-   * writes the status as its own step, and runs the step again under its key if it must.
+   * the step did not run in that attempt (an earlier attempt of the activity may have). After
+   * it: the step did. Not retried as part of the step: the workflow writes the status as its own
+   * step, and runs the step again under its key, whose ledger record answers for any earlier
+   * attempt.
    */
   statusNotRecorded: 'StatusNotRecorded',
   /** A step's provider refused the request itself (nothing happened); retrying can't help. */

@@ -30,17 +30,20 @@ const CHILD = `
 const fs = require('node:fs');
 const { spawn } = require('node:child_process');
 const mode = process.env.MODE;
+// The handler goes in before \`ready\` is printed: the parent may signal the
+// moment it reads that line, and a SIGTERM that lands first would end the
+// child by the signal's default action instead of \`bye\` and exit 0.
+process.on('SIGTERM', () => {
+  if (mode === 'stubborn') return;
+  console.log('bye');
+  process.exit(0);
+});
 console.log('ready ' + process.pid);
 if (mode === 'crash') process.exit(3);
 if (mode === 'crash-once' && !fs.existsSync(process.env.MARKER)) {
   fs.writeFileSync(process.env.MARKER, 'crashed');
   process.exit(3);
 }
-process.on('SIGTERM', () => {
-  if (mode === 'stubborn') return;
-  console.log('bye');
-  process.exit(0);
-});
 if (mode === 'grandchild') {
   const g = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'ignore' });
   console.log('grandchild ' + g.pid);

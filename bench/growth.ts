@@ -53,6 +53,7 @@ import {
   childPids,
   closedLoop,
   createSeededDatabase,
+  intInRange,
   orderToTerminal,
   percentile,
   positiveInt,
@@ -120,12 +121,7 @@ const GETS = QUICK ? 100 : positiveInt(opts.gets, '--gets', 100_000);
 const WEBHOOKS = QUICK ? 60 : positiveInt(opts.webhooks, '--webhooks', 100_000);
 const SCRAPES = QUICK ? 10 : positiveInt(opts.scrapes, '--scrapes', 10_000);
 const SOAK = opts.skipSoak ? 0 : QUICK ? 400 : positiveInt(opts.soakOrders, '--soak-orders', 1_000_000);
-/** 0 turns the warm-up off; positiveInt refuses it. */
-const SOAK_WARMUP = (() => {
-  if (SOAK === 0) return 0;
-  if (QUICK) return 40;
-  return opts.soakWarmup.trim() === '0' ? 0 : positiveInt(opts.soakWarmup, '--soak-warmup', 1_000_000);
-})();
+const SOAK_WARMUP = SOAK === 0 ? 0 : QUICK ? 40 : intInRange(opts.soakWarmup, '--soak-warmup', 0, 1_000_000);
 const PRUNE_BATCHES = QUICK ? 3 : positiveInt(opts.pruneBatches, '--prune-batches', 500);
 const TIMEOUT_MS = positiveInt(opts.timeoutSeconds, '--timeout-seconds', 14_400) * 1000;
 /** The preload's tenants: the demo tenants (whose keys the API knows) and two more. */

@@ -34,9 +34,14 @@ export const ROOT = path.resolve(import.meta.dirname, '../..');
 export type Say = (line: string) => void;
 
 export function positiveInt(raw: unknown, name: string, max: number): number {
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n <= 0 || n > max) {
-    console.error(`${name} must be an integer in [1, ${max}], got ${JSON.stringify(raw)}`);
+  return intInRange(raw, name, 1, max);
+}
+
+/** A flag's integer in [min, max]; anything else ends the run with exit code 2 and says why. */
+export function intInRange(raw: unknown, name: string, min: number, max: number): number {
+  const n = typeof raw === 'string' && raw.trim() === '' ? Number.NaN : Number(raw);
+  if (!Number.isInteger(n) || n < min || n > max) {
+    console.error(`${name} must be an integer in [${min}, ${max}], got ${JSON.stringify(raw)}`);
     process.exit(2);
   }
   return n;

@@ -78,7 +78,9 @@ const program = createCommand(
   // between runs; at 2,000 (about 40 s a half) it read 0.99 (docs/BENCHMARKS.md, Growth).
   .option('--orders <n>', 'orders per database in the throughput phases (C clients)', '2000')
   .option('--concurrency <n>', 'clients in the throughput phases and the soak', '32')
-  .option('--gets <n>', 'GET /v1/orders/{id} per database and kind of order', '400')
+  // 2,000: a p99 of 400 one-at-a-time GETs is the 4th-slowest request, and read 0.34-1.69 across
+  // runs on the same code; of 2,000 it is the 20th (docs/BENCHMARKS.md, Growth).
+  .option('--gets <n>', 'GET /v1/orders/{id} per database and kind of order', '2000')
   .option('--webhooks <n>', 'signed webhook events per database', '300')
   .option('--scrapes <n>', '/metrics scrapes per database', '40')
   .option('--soak-orders <n>', 'orders in the soak, on the preloaded database', '20000')

@@ -79,3 +79,37 @@ export async function freePort(host = '127.0.0.1'): Promise<number> {
     }
   }
 }
+
+/** True if this process can bind host:port right now; the port is released at once. */
+function canBind(port: number, host: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = net.createServer();
+    server.once('error', () => resolve(false));
+    server.listen({ port, host, exclusive: true }, () => server.close(() => resolve(true)));
+  });
+}
+
+/**
+ * The first of `count` consecutive free ports, for a process that derives its
+ * other ports from the first (`npm start -- --workers N` puts worker i's
+ * metrics ports at base + 2i). The base is drawn from 20000-32767, below the
+ * kernels' ephemeral ranges (Linux 32768-60999, macOS and Windows from
+ * 49152): freePort's OS-assigned ports come from those ranges, and so does
+ * every outgoing connection's local port, which can take a neighbour of an
+ * ephemeral port between this check and the bind (seen in CI).
+ */
+export async function freePortRange(count: number, host = '127.0.0.1'): Promise<number> {
+  const low = 20_000;
+  const high = 32_767 - (count - 1);
+  for (let tries = 0; tries < 200; tries++) {
+    const base = low + Math.floor(Math.random() * (high - low + 1));
+    const ports = Array.from({ length: count }, (_, i) => base + i);
+    if (ports.some((p) => handedOut.has(p))) continue;
+    let free = true;
+    for (const p of ports) if (!(free = await canBind(p, host))) break;
+    if (!free) continue;
+    for (const p of ports) handedOut.add(p);
+    return base;
+  }
+  throw new Error(`found no ${count} consecutive free ports on ${host} in 20000-32767`);
+}

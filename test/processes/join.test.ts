@@ -7,7 +7,7 @@
  * polling, takes new orders again once an operator rolls back to it.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { freePort } from '../../src/process/ports.ts';
+import { freePortRange } from '../../src/process/ports.ts';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { temporalAddress, testDatabaseUrl, workflowBundlePath } from '../support/env.ts';
 import { killAll, spawnEntry, waitOutput, type Proc } from '../support/processes.ts';
@@ -39,8 +39,7 @@ it('joins the running stack: B becomes current, takes new orders, and stops alon
   );
 
   // Worker 2's ports are 2 above worker 1's: a base with three free ports after it.
-  let metricsBase = await freePort();
-  while (metricsBase + 3 > 65535) metricsBase = await freePort();
+  const metricsBase = await freePortRange(4);
   const joined = spawnEntry(
     'join',
     'dev/start.ts',

@@ -14,7 +14,7 @@
 import fs from 'node:fs';
 import http from 'node:http';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { freePort, isListening } from '../../src/process/ports.ts';
+import { freePort, freePortRange } from '../../src/process/ports.ts';
 import { createOnceflowClient, type CreateOrderBody, type OrderDetail } from '../../src/client/index.ts';
 import { DEMO_TENANTS } from '../../src/api/demo-keys.ts';
 import { createPool } from '../../src/db/index.ts';
@@ -60,17 +60,6 @@ async function distinctPort(): Promise<number> {
       taken.add(port);
       return port;
     }
-  }
-}
-
-/** A free base port for a per-worker series (worker 2 gets base + 2), clear of every other port. */
-async function freePortPair(): Promise<number> {
-  for (;;) {
-    const port = await freePort();
-    const span = [port, port + 1, port + 2];
-    if (port + 2 > 65535 || span.some((p) => taken.has(p)) || (await isListening(port + 2))) continue;
-    span.forEach((p) => taken.add(p));
-    return port;
   }
 }
 
@@ -145,8 +134,9 @@ beforeAll(async () => {
       API_PORT: String(apiPort),
       API_METRICS_PORT: String(apiMetricsPort),
       SANDBOX_PORT: String(sandboxPort),
-      WORKER_METRICS_PORT: String(await freePortPair()),
-      WORKER_SDK_METRICS_PORT: String(await freePortPair()),
+      // Per-worker series (worker 2 gets base + 2), below the ephemeral range (freePortRange).
+      WORKER_METRICS_PORT: String(await freePortRange(3)),
+      WORKER_SDK_METRICS_PORT: String(await freePortRange(3)),
       // A killed worker's claimed step is taken over after this lease.
       LEDGER_LEASE_MS: '6000',
       PROVIDER_TIMEOUT_MS: '3000',

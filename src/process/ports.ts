@@ -20,7 +20,7 @@ export class PortInUseError extends Error {
 }
 
 /** Resolves true if something accepts TCP connections on host:port. */
-export function isListening(port: number, host = '127.0.0.1', timeoutMs = 500): Promise<boolean> {
+function isListening(port: number, host = '127.0.0.1', timeoutMs = 500): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = net.connect({ port, host });
     const done = (v: boolean) => {

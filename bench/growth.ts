@@ -46,12 +46,12 @@ import { SIGNATURE_HEADER, signWebhook } from '../src/providers/webhook-signatur
 import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
 import { createCommand, parseCli } from '../scripts/lib/cli.ts';
 import { preload, type TemplateOrder } from './lib/growth-preload.ts';
-import { cpuSeconds } from './lib/proc-cpu.ts';
 import {
   BenchProcesses,
   ROOT,
   childPids,
   closedLoop,
+  cpuMeter,
   createSeededDatabase,
   intInRange,
   orderToTerminal,
@@ -341,32 +341,6 @@ interface Soak {
   seconds: number;
 }
 
-/** CPU seconds so far of each process in each group, read at one moment. */
-type CpuReading = Record<string, Map<number, number>>;
-
-function readCpu(groups: Record<string, (number | undefined)[]>): CpuReading {
-  return Object.fromEntries(
-    Object.entries(groups).map(([k, pids]) => [
-      k,
-      new Map(pids.filter((p): p is number => !!p).map((p) => [p, cpuSeconds(p)])),
-    ]),
-  );
-}
-
-/**
- * CPU seconds per group between two readings. A process that is gone by the later one (0) is
- * left out; one that is new counts from its start.
- */
-function cpuBetween(before: CpuReading, after: CpuReading): Record<string, number> {
-  return Object.fromEntries(
-    Object.entries(after).map(([k, now]) => {
-      let sum = 0;
-      for (const [pid, t] of now) if (t > 0) sum += Math.max(0, t - (before[k]?.get(pid) ?? 0));
-      return [k, sum];
-    }),
-  );
-}
-
 /** How often the soak reads each process's memory. */
 const RSS_SAMPLE_MS = 2_000;
 
@@ -399,16 +373,19 @@ async function soak(side: Side, temporalPid: () => number | undefined): Promise<
       postgresBackendCount: backends.length,
     };
   };
-  const cpuNow = (): CpuReading => {
-    const api = side.stack.apiProc.pid;
-    return readCpu({
-      api: [api, ...(api ? childPids(api) : [])],
-      worker: side.stack.workers.map((w) => w.pid),
-      temporal: [temporalPid()],
-      sandbox: [side.stack.sandbox.pid],
-      postgres: backends,
-    });
-  };
+  // CPU per tenth: a meter started at each tenth's boundary and read at the next.
+  const meter = cpuMeter(
+    () => {
+      const api = side.stack.apiProc.pid;
+      return {
+        api: [api, ...(api ? childPids(api) : [])],
+        worker: side.stack.workers.map((w) => w.pid),
+        temporal: [temporalPid()],
+        sandbox: [side.stack.sandbox.pid],
+      };
+    },
+    () => Promise.resolve(backends),
+  );
   const order = async () => {
     const i = seq++;
     const o = await orderToTerminal(side.stack.api, {
@@ -429,7 +406,8 @@ async function soak(side: Side, temporalPid: () => number | undefined): Promise<
     say(`  soak warm-up: ${SOAK_WARMUP} orders, ${warmup.ordersPerSec} orders/s (not counted in the tenths)`);
   }
 
-  let last = { t: performance.now(), done: 0, cpu: cpuNow() };
+  let last = { t: performance.now(), done: 0 };
+  let cpuSince = meter();
   let pending: Promise<void> = Promise.resolve();
   // The current tenth's samples: summed per process, averaged when the tenth ends.
   let samples = { n: 0, sum: {} as Record<string, number> };
@@ -450,16 +428,19 @@ async function soak(side: Side, temporalPid: () => number | undefined): Promise<
       deadline,
       onTenth: (done) => {
         const now = performance.now();
-        const cpu = cpuNow();
+        const used = cpuSince.then((read) => read());
+        cpuSince = meter();
         const n = done - last.done;
         const rate = n / ((now - last.t) / 1000);
-        const used = cpuBetween(last.cpu, cpu);
-        const total = Object.values(used).reduce((a, b) => a + b, 0);
-        const cpuSecPerOrder = Object.fromEntries(
-          Object.entries({ total, ...used }).map(([k, v]) => [k, round(v / n, 4)]),
-        );
-        last = { t: now, done, cpu };
+        last = { t: now, done };
         pending = pending.then(async () => {
+          const { stack, postgres, byGroup } = await used;
+          const cpuSecPerOrder = Object.fromEntries(
+            Object.entries({ total: stack + postgres, ...byGroup, postgres }).map(([k, v]) => [
+              k,
+              round(v / n, 4),
+            ]),
+          );
           await sampling;
           const rssEndMb = await memory();
           const taken = samples;

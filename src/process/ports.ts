@@ -33,15 +33,23 @@ function isListening(port: number, host = '127.0.0.1', timeoutMs = 500): Promise
   });
 }
 
-/** Throws PortInUseError unless we can bind the port ourselves right now. */
-export async function assertPortFree(port: number, what: string, host = '127.0.0.1'): Promise<void> {
-  await new Promise<void>((resolve, reject) => {
+/**
+ * True if this process can bind host:port right now (the port is released at once), false if
+ * it is taken or not ours to bind; any other error (an address not on this host) rejects.
+ */
+function canBind(port: number, host: string): Promise<boolean> {
+  return new Promise((resolve, reject) => {
     const server = net.createServer();
     server.once('error', (err: NodeJS.ErrnoException) =>
-      reject(err.code === 'EADDRINUSE' || err.code === 'EACCES' ? new PortInUseError(port, what) : err),
+      err.code === 'EADDRINUSE' || err.code === 'EACCES' ? resolve(false) : reject(err),
     );
-    server.listen({ port, host, exclusive: true }, () => server.close(() => resolve()));
+    server.listen({ port, host, exclusive: true }, () => server.close(() => resolve(true)));
   });
+}
+
+/** Throws PortInUseError unless we can bind the port ourselves right now. */
+export async function assertPortFree(port: number, what: string, host = '127.0.0.1'): Promise<void> {
+  if (!(await canBind(port, host))) throw new PortInUseError(port, what);
   // A server bound to another address (e.g. 0.0.0.0 vs 127.0.0.1) may still answer.
   if (await isListening(port, host)) throw new PortInUseError(port, what);
 }
@@ -78,15 +86,6 @@ export async function freePort(host = '127.0.0.1'): Promise<number> {
       return port;
     }
   }
-}
-
-/** True if this process can bind host:port right now; the port is released at once. */
-function canBind(port: number, host: string): Promise<boolean> {
-  return new Promise((resolve) => {
-    const server = net.createServer();
-    server.once('error', () => resolve(false));
-    server.listen({ port, host, exclusive: true }, () => server.close(() => resolve(true)));
-  });
 }
 
 /**

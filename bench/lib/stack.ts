@@ -516,8 +516,11 @@ export function cpuMeter(
     const before = new Map([...own, ...backends].map((p) => [p, cpuSeconds(p)]));
     return async () => {
       const later = await pgBackends();
+      // A process that exited meanwhile (a pool closing an idle connection ends its backend) reads
+      // 0: it counts nothing rather than minus its whole life's CPU. What it used between the
+      // first reading and its exit is lost; a backend closed for being idle used little.
       const delta = (list: (number | undefined)[]) =>
-        list.reduce<number>((sum, p) => sum + (p ? cpuSeconds(p) - (before.get(p) ?? 0) : 0), 0);
+        list.reduce<number>((sum, p) => sum + (p ? Math.max(0, cpuSeconds(p) - (before.get(p) ?? 0)) : 0), 0);
       const byGroup = Object.fromEntries(Object.entries(named).map(([k, list]) => [k, delta(list)]));
       return { stack: delta(own), postgres: delta([...new Set([...backends, ...later])]), byGroup };
     };

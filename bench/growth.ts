@@ -63,6 +63,7 @@ import {
   startTemporal,
   type OrderStack,
 } from './lib/stack.ts';
+import { HostProbe, type HostProbeReading } from './lib/host-probe.ts';
 
 const program = createCommand(
   'bench:growth',
@@ -331,20 +332,33 @@ interface Tenth {
    * (the machine is CPU-bound, so orders/s times this stays near two cores' worth).
    */
   cpuSecPerOrder: Record<string, number>;
+  /**
+   * The host over the tenth (bench/lib/host-probe.ts): the median CPU time of one fixed unit of
+   * work (how fast a CPU-second was), and the machine's idle and steal shares.
+   */
+  hostProbe: HostProbeReading;
 }
 
 interface Soak {
   /** The orders run before the first tenth, with their rate and the memory at their end. */
-  warmup: { orders: number; ordersPerSec: number; rssEndMb: Record<string, number> } | null;
+  warmup: {
+    orders: number;
+    ordersPerSec: number;
+    rssEndMb: Record<string, number>;
+    hostProbe: HostProbeReading;
+  } | null;
   tenths: Tenth[];
   /** The counted orders' time, the warm-up's not included. */
   seconds: number;
 }
 
+/** A tenth with more of the machine idle than this was not CPU-bound (bench/lib/host-probe.ts). */
+const MAX_IDLE_PCT_CPU_BOUND = 10;
+
 /** How often the soak reads each process's memory. */
 const RSS_SAMPLE_MS = 2_000;
 
-async function soak(side: Side, temporalPid: () => number | undefined): Promise<Soak> {
+async function soak(side: Side, temporalPid: () => number | undefined, probe: HostProbe): Promise<Soak> {
   const tenths: Tenth[] = [];
   // The database's backends, as the last memory sample found them (the pools keep theirs).
   let backends: number[] = [];
@@ -402,12 +416,18 @@ async function soak(side: Side, temporalPid: () => number | undefined): Promise<
     // The processes size their heaps and caches to the load over the first few thousand orders
     // (docs/BENCHMARKS.md, Growth): run those first, so that the first tenth compares like with like.
     const secs = await closedLoop(`soak warm-up c=${C}`, SOAK_WARMUP, C, order, { say, deadline });
-    warmup = { orders: SOAK_WARMUP, ordersPerSec: round(SOAK_WARMUP / secs, 2), rssEndMb: await memory() };
+    warmup = {
+      orders: SOAK_WARMUP,
+      ordersPerSec: round(SOAK_WARMUP / secs, 2),
+      rssEndMb: await memory(),
+      hostProbe: probe.take(),
+    };
     say(`  soak warm-up: ${SOAK_WARMUP} orders, ${warmup.ordersPerSec} orders/s (not counted in the tenths)`);
   }
 
   let last = { t: performance.now(), done: 0 };
   let cpuSince = meter();
+  probe.take(); // the first tenth's probe samples start with its orders
   let pending: Promise<void> = Promise.resolve();
   // The current tenth's samples: summed per process, averaged when the tenth ends.
   let samples = { n: 0, sum: {} as Record<string, number> };
@@ -433,6 +453,7 @@ async function soak(side: Side, temporalPid: () => number | undefined): Promise<
         const n = done - last.done;
         const rate = n / ((now - last.t) / 1000);
         last = { t: now, done };
+        const hostProbe = probe.take();
         pending = pending.then(async () => {
           const { stack, postgres, byGroup } = await used;
           const cpuSecPerOrder = Object.fromEntries(
@@ -456,10 +477,11 @@ async function soak(side: Side, temporalPid: () => number | undefined): Promise<
             rssEndMb,
             rssSamples: taken.n,
             cpuSecPerOrder,
+            hostProbe,
           };
           tenths.push(tenth);
           say(
-            `  soak: ${done}/${SOAK}, ${tenth.ordersPerSec} orders/s, CPU ${cpuSecPerOrder.total} s/order, mean RSS MiB ${Object.entries(
+            `  soak: ${done}/${SOAK}, ${tenth.ordersPerSec} orders/s, CPU ${cpuSecPerOrder.total} s/order, probe ${hostProbe.cpuMsPerUnit} ms, idle ${hostProbe.idlePct} %, mean RSS MiB ${Object.entries(
               tenth.rssMb,
             )
               .map(([k, v]) => `${k} ${v}`)
@@ -695,7 +717,12 @@ async function main(): Promise<void> {
           'select (select count(*) from operations)::int as ops, (select count(*) from orders)::int as orders',
         )
       ).rows[0]!;
-      const { warmup, tenths, seconds: secs } = await soak(preloaded, temporal.pid);
+      const probe = await HostProbe.start(procs, runDir, say);
+      const {
+        warmup,
+        tenths,
+        seconds: secs,
+      } = await soak(preloaded, temporal.pid, probe).finally(() => probe.stop());
       const after = (
         await preloaded.pool.query<{ ops: number; orders: number }>(
           'select (select count(*) from operations)::int as ops, (select count(*) from orders)::int as orders',
@@ -703,6 +730,16 @@ async function main(): Promise<void> {
       ).rows[0]!;
       const first = tenths[0]!;
       const lastTenth = tenths[tenths.length - 1]!;
+      // CPU per order in the probe's units, last tenth over first: the order's cost, host's speed out.
+      const costRatio =
+        (lastTenth.cpuSecPerOrder.total ?? NaN) /
+        lastTenth.hostProbe.cpuMsPerUnit /
+        ((first.cpuSecPerOrder.total ?? NaN) / first.hostProbe.cpuMsPerUnit);
+      const cpuBound = [first, lastTenth].every((t) => t.hostProbe.idlePct < MAX_IDLE_PCT_CPU_BOUND);
+      if (!cpuBound)
+        say(
+          `soak: the first or the last tenth was not CPU-bound (idle ${first.hostProbe.idlePct} %, ${lastTenth.hostProbe.idlePct} %); no orders/s at the first tenth's host`,
+        );
       soakReport = {
         orders: SOAK,
         seconds: round(secs, 1),
@@ -713,6 +750,14 @@ async function main(): Promise<void> {
         lastVsFirst: {
           ordersPerSec: ratio(lastTenth.ordersPerSec, first.ordersPerSec),
           cpuSecPerOrder: ratio(lastTenth.cpuSecPerOrder.total ?? NaN, first.cpuSecPerOrder.total ?? NaN),
+          // How much slower a CPU-second of the host was (the probe's CPU time per unit), and CPU
+          // per order in the probe's units: the order's cost with the host's speed taken out.
+          hostProbeCpu: ratio(lastTenth.hostProbe.cpuMsPerUnit, first.hostProbe.cpuMsPerUnit),
+          cpuSecPerOrderHostAdjusted: round(costRatio, 2),
+          // The orders/s the last tenth would have had with the first tenth's host: the same CPU
+          // for the stack, as fast. Only where both tenths were CPU-bound (a closed loop's orders/s
+          // is then the CPU it gets over its CPU per order; see docs/BENCHMARKS.md, Growth).
+          ordersPerSecAtFirstHost: cpuBound ? round(1 / costRatio, 2) : null,
           rss: Object.fromEntries(
             Object.keys(first.rssMb)
               .filter((k) => k !== 'postgresBackendCount')
@@ -726,16 +771,30 @@ async function main(): Promise<void> {
           'orders/s',
           'CPU s/order',
           'load',
+          'probe ms',
+          'idle %',
           ...Object.keys(first.rssMb).map((k) => (k.endsWith('Count') ? k : `${k} MiB`)),
         ],
         ...(warmup
-          ? [['warm-up', String(warmup.ordersPerSec), '', '', ...Object.values(warmup.rssEndMb).map(String)]]
+          ? [
+              [
+                'warm-up',
+                String(warmup.ordersPerSec),
+                '',
+                '',
+                String(warmup.hostProbe.cpuMsPerUnit),
+                String(warmup.hostProbe.idlePct),
+                ...Object.values(warmup.rssEndMb).map(String),
+              ],
+            ]
           : []),
         ...tenths.map((t, i) => [
           String(i + 1),
           String(t.ordersPerSec),
           String(t.cpuSecPerOrder.total),
           String(t.loadAverage1m),
+          String(t.hostProbe.cpuMsPerUnit),
+          String(t.hostProbe.idlePct),
           ...Object.values(t.rssMb).map(String),
         ]),
         [
@@ -743,7 +802,14 @@ async function main(): Promise<void> {
           String(soakReport.lastVsFirst.ordersPerSec),
           String(soakReport.lastVsFirst.cpuSecPerOrder),
           '',
+          String(soakReport.lastVsFirst.hostProbeCpu),
+          '',
           ...Object.values(soakReport.lastVsFirst.rss).map(String),
+        ],
+        [
+          'at the first host',
+          String(soakReport.lastVsFirst.ordersPerSecAtFirstHost ?? '-'),
+          String(soakReport.lastVsFirst.cpuSecPerOrderHostAdjusted),
         ],
       ]);
     }
@@ -827,12 +893,15 @@ async function main(): Promise<void> {
         soakLastVsFirstThroughput: {
           target: '0.9-1.1',
           measured: soakReport?.lastVsFirst.ordersPerSec ?? null,
+          // With the host's change taken out (bench/lib/host-probe.ts; docs/BENCHMARKS.md, Growth).
+          measuredAtFirstHost: soakReport?.lastVsFirst.ordersPerSecAtFirstHost ?? null,
         },
         soakLastVsFirstRss: { target: '<= 1.1', measured: soakReport?.lastVsFirst.rss ?? null },
         // Not one of issue 29's targets: the same comparison in CPU per order (see Tenth).
         soakLastVsFirstCpuPerOrder: {
           target: null,
           measured: soakReport?.lastVsFirst.cpuSecPerOrder ?? null,
+          measuredAtFirstHost: soakReport?.lastVsFirst.cpuSecPerOrderHostAdjusted ?? null,
         },
       },
     };

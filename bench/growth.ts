@@ -333,7 +333,7 @@ interface Tenth {
    */
   cpuSecPerOrder: Record<string, number>;
   /**
-   * The host over the tenth (bench/lib/host-probe.ts): the median CPU time of one fixed unit of
+   * The host over the tenth (bench/lib/host-probe.ts): the mean CPU time of one fixed unit of
    * work (how fast a CPU-second was), and the machine's idle and steal shares.
    */
   hostProbe: HostProbeReading;

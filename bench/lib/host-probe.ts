@@ -4,10 +4,13 @@
  * round 12 saw every process's CPU per order fall by the same 15 %).
  *
  * Each `take()` reports, since the last one:
- * - `cpuMsPerUnit`: the median CPU time of one fixed unit of JavaScript work,
+ * - `cpuMsPerUnit`: the mean CPU time of one fixed unit of JavaScript work,
  *   timed every 250 ms by a child process (host-probe-child.ts): how fast
  *   the host's CPU-seconds are. A busy hyperthread sibling, a lower clock or
- *   a colder cache raise it. The probe's CPU time is its own, so the stack's
+ *   a colder cache raise it. The mean, not the median: one unit's time is
+ *   bimodal (about 13 or 20 ms in round 13, by what ran beside it), and the
+ *   median jumps between the modes where the mean follows their mix, as the
+ *   stack's own CPU per order does. The probe's CPU time is its own, so the stack's
  *   load moves it little; a stack that gets slower per order does not make
  *   the probe slower, so dividing by it does not hide that.
  * - `idlePct` and `stealPct`, from /proc/stat: the share of the machine's
@@ -23,7 +26,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { percentile, round, type BenchProcesses, type Say } from './stack.ts';
+import { round, type BenchProcesses, type Say } from './stack.ts';
 
 export interface HostProbeReading {
   samples: number;
@@ -45,11 +48,8 @@ function machineTicks(): { total: number; idle: number; steal: number } {
   }
 }
 
-function median(xs: number[]): number {
-  return percentile(
-    [...xs].sort((a, b) => a - b),
-    50,
-  );
+function mean(xs: number[]): number {
+  return xs.length === 0 ? Number.NaN : xs.reduce((a, b) => a + b, 0) / xs.length;
 }
 
 export class HostProbe {
@@ -101,7 +101,7 @@ export class HostProbe {
     const total = ticks.total - since.total || Number.NaN;
     return {
       samples: taken.length,
-      cpuMsPerUnit: round(median(taken), 3),
+      cpuMsPerUnit: round(mean(taken), 3),
       idlePct: round((100 * (ticks.idle - since.idle)) / total, 1),
       stealPct: round((100 * (ticks.steal - since.steal)) / total, 1),
     };

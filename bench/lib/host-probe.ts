@@ -6,13 +6,13 @@
  * Each `take()` reports, since the last one:
  * - `cpuMsPerUnit`: the mean CPU time of one fixed unit of JavaScript work,
  *   timed every 250 ms by a child process (host-probe-child.ts): how fast
- *   the host's CPU-seconds are. A busy hyperthread sibling, a lower clock or
- *   a colder cache raise it. The mean, not the median: one unit's time is
- *   bimodal (about 13 or 20 ms in round 13, by what ran beside it), and the
- *   median jumps between the modes where the mean follows their mix, as the
- *   stack's own CPU per order does. The probe's CPU time is its own, so the stack's
- *   load moves it little; a stack that gets slower per order does not make
- *   the probe slower, so dividing by it does not hide that.
+ *   the host's CPU-seconds are. A busy neighbour on the host's core, a lower
+ *   clock or a colder cache raise it. The mean, not the median: one unit's
+ *   time is bimodal (about 13 or 20 ms in round 13, by what ran beside it),
+ *   and the median jumps between the modes where the mean follows their mix,
+ *   as the stack's own CPU per order does. The probe's CPU time is its own,
+ *   so the stack's load moves it little; a stack that gets slower per order
+ *   does not make the probe slower, so dividing by it does not hide that.
  * - `idlePct` and `stealPct`, from /proc/stat: the share of the machine's
  *   CPU time that was idle (iowait included), and that the hypervisor gave
  *   to other guests. A closed loop at C=32 keeps idle near zero; where it is
@@ -91,7 +91,7 @@ export class HostProbe {
     return probe;
   }
 
-  /** The medians since the last take (or the start), and a fresh start for the next. */
+  /** The readings since the last take (or the start), and a fresh start for the next. */
   take(): HostProbeReading {
     const taken = this.#samples;
     this.#samples = [];

@@ -295,8 +295,12 @@ export const CreateRefundBody = Type.Object(
       Type.String({
         minLength: 1,
         maxLength: 200,
-        pattern: '^[\\x21-\\x7e]+$',
-        description: 'Optional, 1-200 visible ASCII characters (e.g. requested_by_customer)',
+        // Words a person writes, in any script; control characters and lone surrogates (which
+        // Postgres can't store) are refused. Stored NFC-normalized (routes/refunds.ts).
+        pattern: '^[^\\p{Cc}\\p{Cs}]+$',
+        description:
+          'Optional, 1-200 characters of printable text: spaces and any script, no control characters ' +
+          '(e.g. "customer request"). Stored normalized to Unicode NFC.',
       }),
     ),
   },

@@ -439,7 +439,7 @@ export interface components {
     CreateRefundRequest: {
       /** @description Integer minor units, at least 1. With every refund of the order that is not failed, at most the amount charged. */
       amount: number;
-      /** @description Optional, 1-200 visible ASCII characters (e.g. requested_by_customer) */
+      /** @description Optional, 1-200 characters of printable text: spaces and any script, no control characters (e.g. "customer request"). Stored normalized to Unicode NFC. */
       reason?: string;
     };
     /** Customer */

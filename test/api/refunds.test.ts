@@ -294,8 +294,12 @@ describe('refunds API', () => {
     ['a fractional amount', { amount: 1.5 }],
     ['a string amount', { amount: '100' }],
     ['no amount', {}],
-    ['a reason with a space', { amount: 1, reason: 'changed mind' }],
-    ['a 201-character reason', { amount: 1, reason: 'x'.repeat(201) }],
+    ['a reason with a tab', { amount: 1, reason: 'changed\tmind' }],
+    ['a reason with a C1 control character', { amount: 1, reason: 'changed\u0085mind' }],
+    ['a reason with a lone surrogate', { amount: 1, reason: 'changed \ud800' }],
+    ['an empty reason', { amount: 1, reason: '' }],
+    ['a 201-character reason', { amount: 1, reason: 'é'.repeat(201) }],
+    ['a reason over 200 characters once NFC', { amount: 1, reason: 'x'.repeat(199) + '\u0958' }],
     ['an unknown field', { amount: 1, currency: 'eur' }],
   ])('%s is a 400, nothing written', async (_name, body) => {
     const orderId = await order(acme, 1000);
@@ -304,6 +308,42 @@ describe('refunds API', () => {
     expect(res.status).toBe(400);
     expect(res.body).toMatchObject({ type: `${PROBLEM}invalid-request` });
     expect(await tenantCounts(api.pool, acme.tenantId)).toEqual(before);
+  });
+
+  it('a reason is words in any script, stored in NFC: the same words typed two ways are one request', async () => {
+    const orderId = await order(acme, 1000);
+    const idem = uniq('ridem');
+    // "Rückerstattung für Kunde" with the ü decomposed (u + combining diaeresis), as some keyboards send it.
+    const decomposed = 'Ru\u0308ckerstattung fu\u0308r Kunde';
+    const composed = decomposed.normalize('NFC');
+    expect(composed).not.toBe(decomposed);
+    const first = await refund(acme, orderId, { amount: 100, reason: decomposed }, idem);
+    expect(first.status).toBe(202);
+    expect((first.body as RefundBody).reason).toBe(composed);
+    const replay = await refund(acme, orderId, { amount: 100, reason: composed }, idem);
+    expect(replay.status).toBe(202);
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect((replay.body as RefundBody).id).toBe((first.body as RefundBody).id);
+    const stored = await api.pool.query('select reason from refunds where tenant_id = $1 and id = $2', [
+      acme.tenantId,
+      (first.body as RefundBody).id,
+    ]);
+    expect(stored.rows[0].reason).toBe(composed);
+    const spaced = await refund(acme, orderId, { amount: 100, reason: 'customer request' });
+    expect(spaced.status).toBe(202);
+    expect((spaced.body as RefundBody).reason).toBe('customer request');
+    const other = await refund(acme, orderId, { amount: 100, reason: '顧客の依頼 ' + 'x'.repeat(193) });
+    expect(other.status).toBe(202);
+  });
+
+  it('a control character in the reason names the field in the 400', async () => {
+    const orderId = await order(acme, 1000);
+    const res = await refund(acme, orderId, { amount: 1, reason: 'line\nbreak' });
+    expect(res.status).toBe(400);
+    expect(res.body).toMatchObject({
+      type: `${PROBLEM}invalid-request`,
+      errors: [expect.objectContaining({ pointer: '/reason' })],
+    });
   });
 
   it('without an Idempotency-Key: 400, nothing written', async () => {

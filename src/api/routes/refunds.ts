@@ -63,6 +63,8 @@ import { requestSpan, requestTraceCarrier } from '../../tracing/index.ts';
 const CREATE_REFUND_SCHEMA_VERSION = 1;
 /** An order's refunds are bounded by its charge; a list this long is already unusual. */
 const MAX_LISTED_REFUNDS = 100;
+/** A refund reason's bound, as the schema (CreateRefundBody) and the table's CHECK have it. */
+const MAX_REASON_LENGTH = 200;
 
 type StoredResponse = {
   statusCode: number;
@@ -72,6 +74,24 @@ type StoredResponse = {
 
 function newRefundId(): string {
   return `re_${randomBytes(12).toString('hex')}`;
+}
+
+/** The reason as stored: NFC, so one text has one spelling (and one fingerprint) however it was typed. */
+function normalizeReason(reason: string | undefined): string | undefined {
+  const normalized = reason?.normalize('NFC');
+  // NFC rarely lengthens a text, but it can: the 200-character bound holds for what is stored.
+  if (normalized !== undefined && [...normalized].length > MAX_REASON_LENGTH) {
+    throw new ProblemError('invalidRequest', 'The request body does not match the schema.', {
+      errors: [
+        {
+          location: 'body',
+          pointer: '/reason',
+          message: `must NOT have more than ${MAX_REASON_LENGTH} characters once normalized to NFC`,
+        },
+      ],
+    });
+  }
+  return normalized;
 }
 
 function refundView(row: RefundRow) {
@@ -151,10 +171,8 @@ export const refundRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = asyn
       const key = readIdempotencyKey(request);
       const tenantId = request.tenantId!;
       const orderId = request.params.id;
-      const refund = {
-        amount: request.body.amount,
-        ...(request.body.reason !== undefined ? { reason: request.body.reason } : {}),
-      };
+      const reason = normalizeReason(request.body.reason);
+      const refund = { amount: request.body.amount, ...(reason !== undefined ? { reason } : {}) };
       await refuseWhileRecovering(ctx.recovery, ledger, {
         tenantId,
         operationType: REFUND_OPERATION_TYPES.createRefund,

@@ -5,7 +5,12 @@
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, {
+  LogController,
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyRequest,
+} from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import rateLimit from '@fastify/rate-limit';
@@ -273,6 +278,9 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
   // limiter can key on the tenant and a 401 is never counted against a tenant. Forged tags are
   // refused before any lookup; failed untagged keys are counted per client address by ApiKeyAuth
   // itself (429 past API_AUTH_FAILURE_MAX), which is why an untrusted proxy gets a warning.
+  // A 401 is held until preParsing (still before the body is read): the limiter then counts it
+  // against the client address, as an unauthenticated route, and a flood of requests without a
+  // valid key gets 429s while the valid keys from the same address keep their tenant's limit.
   const apiKeys = new ApiKeyAuth({
     secret: deps.config.apiKeySecret,
     allowUntagged: limits.apiKeyAllowUntagged,
@@ -282,11 +290,20 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
   });
   const lookup = (keyHash: string) => withClient(deps.pool, (c) => findTenantByKeyHash(c, keyHash));
   const warnUntrustedProxy = untrustedProxyWarning(app.log);
+  const refusedCredentials = new WeakMap<FastifyRequest, ProblemError>();
   app.addHook('onRequest', async (request) => {
     warnUntrustedProxy(request);
-    if (request.routeOptions.config.auth) {
+    if (!request.routeOptions.config.auth) return;
+    try {
       request.tenantId = await apiKeys.authenticate(lookup, request);
+    } catch (err) {
+      if (!(err instanceof ProblemError) || err.kind !== 'unauthorized') throw err;
+      refusedCredentials.set(request, err);
     }
+  });
+  app.addHook('preParsing', async (request) => {
+    const refused = refusedCredentials.get(request);
+    if (refused) throw refused;
   });
 
   await app.register(rateLimit, {

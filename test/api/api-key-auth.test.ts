@@ -21,7 +21,11 @@ const OTHER_SECRET = randomBytes(32).toString('hex');
 const root = path.resolve(import.meta.dirname, '../..');
 
 /** GET from a chosen loopback source address, so each test is its own "client address". */
-function getFrom(api: TestApi, key: string, localAddress: string): Promise<{ status: number; body: string }> {
+function getFrom(
+  api: TestApi,
+  key: string,
+  localAddress: string,
+): Promise<{ status: number; body: string; headers: http.IncomingHttpHeaders }> {
   const { port } = new URL(api.url);
   return new Promise((resolve, reject) => {
     const req = http.request(
@@ -36,7 +40,7 @@ function getFrom(api: TestApi, key: string, localAddress: string): Promise<{ sta
       (res) => {
         let body = '';
         res.on('data', (d: Buffer) => (body += d.toString()));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body, headers: res.headers }));
       },
     );
     req.on('error', reject);
@@ -148,6 +152,38 @@ describe('tagged API keys (cache off, so every request decides afresh)', () => {
     expect((await getFrom(api, tagged, address)).status).toBe(200);
     expect((await getFrom(api, forgedKey(), address)).status).toBe(401);
     expect((await getFrom(api, '', address)).status).toBe(401);
+  });
+});
+
+describe('requests without a valid key are rate-limited per client address', () => {
+  let api: TestApi;
+  beforeAll(async () => {
+    api = await startApi({
+      env: { API_KEY_SECRET: SECRET, API_KEY_CACHE_TTL_MS: '0', API_RATE_LIMIT_MAX: '30' },
+    });
+  });
+  afterAll(async () => api?.close());
+
+  it('a flood without credentials gets 429 with Retry-After; valid keys from that address keep working', async () => {
+    const tagged = mintApiKey(SECRET);
+    await tenantWithKey(api, tagged);
+    const legacy = await newTenant(api.pool, 'flood');
+    const address = '127.0.0.31';
+    const statuses: number[] = [];
+    let last: Awaited<ReturnType<typeof getFrom>> | undefined;
+    for (let i = 0; i < 40; i++) {
+      last = await getFrom(api, i % 3 === 0 ? '' : i % 3 === 1 ? forgedKey() : mintApiKey(SECRET), address);
+      statuses.push(last.status);
+    }
+    expect(statuses.slice(0, 30)).toEqual(Array(30).fill(401));
+    expect(new Set(statuses.slice(30))).toEqual(new Set([429]));
+    expect(JSON.parse(last!.body)).toMatchObject({ type: `${PROBLEM}rate-limited` });
+    expect(Number(last!.headers['retry-after'])).toBeGreaterThan(0);
+    // The valid keys are limited per tenant, not per address.
+    expect((await getFrom(api, tagged, address)).status).toBe(200);
+    expect((await getFrom(api, legacy.key, address)).status).toBe(200);
+    // Another address is not affected.
+    expect((await getFrom(api, '', '127.0.0.32')).status).toBe(401);
   });
 });
 

@@ -375,7 +375,9 @@ export async function waitForHttp(
     try {
       const res = await fetch(url, { signal: AbortSignal.timeout(2_000) });
       if (res.status < 500) return;
-      lastError = new Error(`HTTP ${res.status}`);
+      // The body says why (a worker's /readyz names the check that fails): the give-up message shows it.
+      const body = (await res.text().catch(() => '')).trim().slice(0, 1000);
+      lastError = new Error(`HTTP ${res.status}${body ? `: ${body}` : ''}`);
     } catch (err) {
       lastError = err;
     }

@@ -36,6 +36,8 @@ import {
   markOutboxStarted,
   type OutboxRow,
 } from '../outbox/sql.ts';
+import { databaseMemo } from '../recovery/memo.ts';
+import { selectDatabaseIdentity } from '../recovery/sql.ts';
 
 export const ORDER_WORKFLOW_TYPE = 'orderWorkflow';
 
@@ -83,6 +85,7 @@ export class OutboxRelay {
   private loop: Promise<void> | undefined;
   private wake: (() => void) | undefined;
   private readonly inFlight = new Set<Promise<unknown>>();
+  private identity: Promise<string | null> | undefined;
 
   constructor(private readonly opts: OutboxRelayOptions) {
     this.pollMs = opts.pollMs ?? 1000;
@@ -151,6 +154,10 @@ export class OutboxRelay {
     let outcome: StartOutcome;
     let startedAt: Date | null = null;
     try {
+      // Every workflow names its database, so restore detection can tell this database's lost rows
+      // from another database's workflows on the same Temporal (src/recovery/gate.ts).
+      const identity = await this.databaseIdentity();
+      const memo = { ...row.memo, ...(identity ? databaseMemo(identity) : {}) };
       // Under the accepting request's trace context (stored with the row), not whichever pass or
       // request happens to run this: the client interceptor's StartWorkflow span, and the workflow
       // after it, are children of that POST.
@@ -161,7 +168,7 @@ export class OutboxRelay {
             workflowId: row.workflow_id,
             args: [row.input],
             // What a recovery after a database restore rebuilds the order's create record from.
-            ...(row.memo ? { memo: row.memo } : {}),
+            memo,
             workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
             ...(row.workflow_type === ORDER_WORKFLOW_TYPE
               ? { typedSearchAttributes: orderStartSearchAttributes(row.tenant_id) }
@@ -201,6 +208,15 @@ export class OutboxRelay {
     await markOutboxStarted(pool, row.workflow_id, startedAt);
     log.info('workflow started from outbox', { workflowId: row.workflow_id, outcome });
     return outcome;
+  }
+
+  /** Read once: a database's identity never changes (a restore keeps it). A failed read is tried again. */
+  private databaseIdentity(): Promise<string | null> {
+    this.identity ??= selectDatabaseIdentity(this.opts.pool).catch((err: unknown) => {
+      this.identity = undefined;
+      throw err;
+    });
+    return this.identity;
   }
 
   /** When a workflow we found already started was started, per Temporal; null if it can't say. */

@@ -20,14 +20,19 @@
  *   rows the database lacks. The API commits an order's row before its
  *   workflow can start (the outbox), so in a database that was never
  *   restored every order workflow has its row; a missing one means the
- *   database went back in time (or a row was deleted by hand).
+ *   database went back in time (or a row was deleted by hand). Only the
+ *   workflows of this database count: each carries the database's identity
+ *   in its memo (migration 0026, src/recovery/memo.ts), which a restore
+ *   keeps. Another database's workflows (several databases on one Temporal,
+ *   or a database dropped and created again) are reported, not declared.
  */
 import type { Client } from '@temporalio/client';
 import type { Pool } from '../db/index.ts';
 import { withClient } from '../db/index.ts';
 import { errorFields, log } from '../log.ts';
 import { selectOrdersByWorkflowIds } from '../orders/sql.ts';
-import { declareRecovery, selectPendingRecovery, type RecoveryRow } from './sql.ts';
+import { readDatabaseIdentity } from './memo.ts';
+import { declareRecovery, selectDatabaseIdentity, selectPendingRecovery, type RecoveryRow } from './sql.ts';
 
 /** The order workflow's type name, as the outbox starts it. */
 const ORDER_WORKFLOW = 'orderWorkflow';
@@ -39,15 +44,18 @@ const DETECT_DEADLINE_MS = 5000;
 export const RECOVERY_RETRY_AFTER_SECONDS = 30;
 
 interface RestoreFinding {
-  /** Order workflows (of the sample) whose order row the database lacks. */
+  /** Order workflows (of the sample) of this database whose order row the database lacks. */
   missing: string[];
+  /** Order workflows (of the sample) whose memo names another database. */
+  foreign: string[];
   checked: number;
 }
 
 /**
  * The detection rule: of the latest order workflows Temporal lists for this
- * task queue, which have no order row. Temporal unreachable: throws (the
- * caller logs it and goes on; the operator's step still works).
+ * task queue, which are this database's and have no order row. Temporal
+ * unreachable: throws (the caller logs it and goes on; the operator's step
+ * still works).
  */
 async function findMissingOrders(
   pool: Pool,
@@ -55,16 +63,29 @@ async function findMissingOrders(
   taskQueue: string,
   sample = DETECT_SAMPLE,
 ): Promise<RestoreFinding> {
-  const ids: string[] = [];
+  const listed: { id: string; database: string | null }[] = [];
   const query = `WorkflowType = '${ORDER_WORKFLOW}' AND TaskQueue = '${taskQueue.replace(/'/g, "''")}'`;
   for await (const wf of temporal.workflow.list({ query, pageSize: sample })) {
-    ids.push(wf.workflowId);
-    if (ids.length >= sample) break;
+    listed.push({ id: wf.workflowId, database: readDatabaseIdentity(wf.memo) });
+    if (listed.length >= sample) break;
   }
-  if (ids.length === 0) return { missing: [], checked: 0 };
-  const rows = await withClient(pool, (c) => selectOrdersByWorkflowIds(c, ids));
+  if (listed.length === 0) return { missing: [], foreign: [], checked: 0 };
+  const ids = listed.map((w) => w.id);
+  const { identity, rows } = await withClient(pool, async (c) => ({
+    identity: await selectDatabaseIdentity(c),
+    rows: await selectOrdersByWorkflowIds(c, ids),
+  }));
+  if (!identity) throw new Error('this database has no identity: its database_identity row is gone');
   const present = new Set(rows.map((r) => r.workflow_id));
-  return { missing: ids.filter((id) => !present.has(id)), checked: ids.length };
+  const foreign = listed.filter((w) => w.database !== null && w.database !== identity).map((w) => w.id);
+  // No identity: started by a build before 0026, so it could be this database's or another's. Alone
+  // it counts as before; beside a workflow of another database it may well be that database's too.
+  const ours = listed.filter((w) => w.database === identity || (w.database === null && foreign.length === 0));
+  return {
+    missing: ours.filter((w) => !present.has(w.id)).map((w) => w.id),
+    foreign,
+    checked: listed.length,
+  };
 }
 
 /**
@@ -84,6 +105,20 @@ export async function detectRestore(
     const finding = await temporal.connection.withDeadline(Date.now() + DETECT_DEADLINE_MS, () =>
       findMissingOrders(pool, temporal, taskQueue),
     );
+    if (finding.foreign.length > 0) {
+      log.warn(
+        "Temporal holds another database's order workflows on this namespace and task queue: not this " +
+          "database's lost rows, so no restore is declared; if that database's workers still poll this " +
+          'queue, give each database its own namespace or task queue',
+        {
+          namespace: temporal.options.namespace,
+          taskQueue,
+          foreign: finding.foreign.length,
+          checked: finding.checked,
+          example: finding.foreign[0],
+        },
+      );
+    }
     if (finding.missing.length === 0) return null;
     const { row, declared } = await withClient(pool, (c) =>
       declareRecovery(c, {

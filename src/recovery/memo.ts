@@ -21,6 +21,13 @@ import type { Json, LedgerInput } from '../ledger/index.ts';
 
 /** The memo field's name on order and refund workflows. */
 const CREATE_MEMO_FIELD = 'onceflowCreate';
+/**
+ * The memo field naming the database whose start intent started the workflow
+ * (its `database_identity`, migration 0026): a restore keeps it, another
+ * database has another, so restore detection can tell a restored database's
+ * lost rows from workflows of a different database on the same Temporal.
+ */
+const DATABASE_MEMO_FIELD = 'onceflowDatabase';
 
 /** What identifies an idempotent request's content: its fingerprint is taken over all of it. */
 export interface IdempotentRequest {
@@ -75,4 +82,15 @@ export function readCreateMemo(memo: Record<string, unknown> | undefined | null)
   }
   if (m.response === undefined) return null;
   return m as CreateMemo;
+}
+
+/** The memo field that names the starting database. */
+export function databaseMemo(identity: string): Record<string, unknown> {
+  return { [DATABASE_MEMO_FIELD]: identity };
+}
+
+/** The database a workflow's memo names, or null (started before 0026's release, or not by the relay). */
+export function readDatabaseIdentity(memo: Record<string, unknown> | undefined | null): string | null {
+  const id = memo?.[DATABASE_MEMO_FIELD];
+  return typeof id === 'string' && id !== '' ? id : null;
 }

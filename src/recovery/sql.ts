@@ -1,7 +1,9 @@
 /**
- * SQL for `restore_recoveries` (migration 0021), the only module that
- * queries it: a declared recovery after a database restore. While one is
- * pending, creates answer 503 and workers wait (src/recovery/gate.ts).
+ * SQL for `restore_recoveries` (migration 0021) and `database_identity`
+ * (0026), the only module that queries them: a declared recovery after a
+ * database restore (while one is pending, creates answer 503 and workers
+ * wait, src/recovery/gate.ts), and the identity that tells a restored
+ * database from a different one.
  */
 import type { Queryable } from '../db/index.ts';
 
@@ -52,4 +54,16 @@ export async function completeRecovery(db: Queryable, id: string, summary: unkno
     [id, JSON.stringify(summary)],
   );
   return rowCount === 1;
+}
+
+/**
+ * This database's identity (0026): kept by a backup and its restores, another in a new database.
+ * Null only if its row was deleted by hand.
+ */
+export async function selectDatabaseIdentity(db: Queryable): Promise<string | null> {
+  const { rows } = await db.query<{ id: string }>({
+    name: 'database_identity',
+    text: 'select id from database_identity',
+  });
+  return rows[0]?.id ?? null;
 }

@@ -1,8 +1,8 @@
 /**
  * Worker composition root: config -> SDK runtime -> pool -> metrics server ->
- * Temporal connections -> worker. SIGTERM/SIGINT drain the worker (in-flight
- * activities get a grace period); then, and on every failed start-up, what
- * was opened closes in reverse order (src/process/run.ts).
+ * Temporal connections -> restore gate -> worker. SIGTERM/SIGINT drain the
+ * worker (in-flight activities get a grace period); then, and on every failed
+ * start-up, what was opened closes in reverse order (src/process/run.ts).
  */
 import { NativeConnection } from '@temporalio/worker';
 import { ensureRetentionSchedule } from '../retention/schedule.ts';
@@ -61,23 +61,6 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
     await NativeConnection.connect(connectionSettings(config.temporal.address)),
     (c) => c.close(),
   );
-  // Worker Versioning (src/worker/deployment.ts): this build's version, its runs Pinned to it.
-  const versioning = config.workerVersioning;
-  const deployment: DeploymentVersion | undefined = versioning.enabled
-    ? { deploymentName: versioning.deploymentName, buildId: versioning.buildId ?? defaultBuildId() }
-    : undefined;
-  const worker = await createWorker({
-    connection,
-    namespace: config.temporal.namespace,
-    taskQueue: config.temporal.taskQueue,
-    deps: { pool, ledger, ...configuredProviders(config) },
-    ...(config.workflowBundlePath ? { workflowBundlePath: config.workflowBundlePath } : {}),
-    smoke: config.workerSmokeWorkflow,
-    ...(deployment ? { deployment } : {}),
-    overrides: { shutdownGraceTime: '10 seconds' },
-    log: (line) => log.info(line),
-    tracing,
-  });
   const client = openTemporalClient(resources, config);
   // The retention Schedule is created once, by whichever worker starts first.
   const created = await ensureRetentionSchedule(client, {
@@ -98,6 +81,25 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
   await waitWhileRecoveryPending(pool, { signal: stopping });
   // A signal during start-up: nothing is running yet, so just close what is open.
   if (stopping.aborted) return;
+  // Worker Versioning (src/worker/deployment.ts): this build's version, its runs Pinned to it.
+  const versioning = config.workerVersioning;
+  const deployment: DeploymentVersion | undefined = versioning.enabled
+    ? { deploymentName: versioning.deploymentName, buildId: versioning.buildId ?? defaultBuildId() }
+    : undefined;
+  // Created after the gate: a Worker that never ran keeps its hold on the connection, whose close then
+  // fails ("Workers hold a reference"). A signal from here on reaches it through the SDK's runtime.
+  const worker = await createWorker({
+    connection,
+    namespace: config.temporal.namespace,
+    taskQueue: config.temporal.taskQueue,
+    deps: { pool, ledger, ...configuredProviders(config) },
+    ...(config.workflowBundlePath ? { workflowBundlePath: config.workflowBundlePath } : {}),
+    smoke: config.workerSmokeWorkflow,
+    ...(deployment ? { deployment } : {}),
+    overrides: { shutdownGraceTime: '10 seconds' },
+    log: (line) => log.info(line),
+    tracing,
+  });
   // worker.run() also handles SIGINT/SIGTERM itself (the SDK's graceful shutdown) and resolves once drained.
   // It starts polling at once: a version exists on the server only from its first poll.
   const running = worker.run();

@@ -11,11 +11,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import pg from 'pg';
-import { withDatabase } from '../../src/db/migrate.ts';
 import { createPool } from '../../src/db/index.ts';
 import { applyLedgerMigrations } from '../../src/lib/migrations.ts';
-import { cloneName, dropDatabase } from '../support/database.ts';
+import { emptyDatabase } from '../support/env.ts';
 
 const run = promisify(execFile);
 const root = path.resolve(import.meta.dirname, '../..');
@@ -30,20 +28,6 @@ function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
 
 function sh(cmd: string, args: string[], cwd: string, env: Record<string, string> = {}) {
   return run(cmd, args, { cwd, env: cleanEnv(env), maxBuffer: 32 * 1024 * 1024 });
-}
-
-/** An empty database of this run (the run's prefix, so teardown drops it if this file can't). */
-async function emptyDatabase(label: string): Promise<{ url: string; drop: () => Promise<void> }> {
-  const server = inject('postgresUrl');
-  const name = cloneName(inject('databaseTemplate'), label);
-  const admin = new pg.Client({ connectionString: withDatabase(server, 'postgres') });
-  await admin.connect();
-  try {
-    await admin.query(`create database ${pg.escapeIdentifier(name)}`);
-  } finally {
-    await admin.end();
-  }
-  return { url: withDatabase(server, name), drop: () => dropDatabase(server, name) };
 }
 
 describe('onceflow as a library', () => {

@@ -3,6 +3,7 @@ import { inject } from 'vitest';
 import type { Client } from '@temporalio/client';
 import { NativeConnection } from '@temporalio/worker';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
+import pg from 'pg';
 import { createPool, type Pool } from '../../src/db/index.ts';
 import { withDatabase } from '../../src/db/migrate.ts';
 import { cloneDatabase, cloneName, dropDatabase } from './database.ts';
@@ -73,6 +74,19 @@ export async function ownDatabase(
   const name = cloneName(inject('databaseTemplate'), label);
   const url = await cloneDatabase(server, inject('databaseTemplate'), name);
   return { url, name, drop: () => dropDatabase(server, name) };
+}
+
+/** An empty database of this run (the run's prefix, so the global teardown drops it if `drop()` never ran). */
+export async function emptyDatabase(label: string): Promise<{ url: string; drop: () => Promise<void> }> {
+  const server = inject('postgresUrl');
+  const name = cloneName(inject('databaseTemplate'), label);
+  const admin = createPool(withDatabase(server, 'postgres'), { max: 1 });
+  try {
+    await admin.query(`create database ${pg.escapeIdentifier(name)}`);
+  } finally {
+    await admin.end();
+  }
+  return { url: withDatabase(server, name), drop: () => dropDatabase(server, name) };
 }
 
 /** Terminates every connection to `database` but the caller's own (what a Postgres restart does to them). */

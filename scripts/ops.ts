@@ -15,7 +15,15 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfig } from '../src/config.ts';
 import type { OperationState } from '../src/ledger/index.ts';
-import { Operator, OpsError, Recovery, defaultActor, isOpsError, type AuditEntry } from '../src/ops/index.ts';
+import {
+  Operator,
+  OpsError,
+  Recovery,
+  defaultActor,
+  isOpsError,
+  otherDatabaseLine,
+  type AuditEntry,
+} from '../src/ops/index.ts';
 import {
   OPERATOR_NAME,
   generateOperatorToken,
@@ -728,10 +736,12 @@ async function recoverCommand(
     progress: (line) => process.stderr.write(`${line}\n`),
   });
   const s = summary;
+  const other = otherDatabaseLine(s);
   out(
     summary,
     [
       `recovery ${s.recoveryId}: ${s.workflows.orders} order and ${s.workflows.refunds} refund workflows since ${s.listedFrom}`,
+      ...(other ? [other] : []),
       `rows: ${s.rows.restored} restored, ${s.rows.broughtForward} brought forward, ${s.rows.unchanged} unchanged`,
       `create records: ${s.createRecords.restored} restored, ${s.createRecords.present} present, ` +
         `${s.createRecords.noMemo} without a memo (started before 0.2.0: a retry of those creates a new order)`,

@@ -7,6 +7,6 @@ export {
   type AttentionItem,
 } from './operator.ts';
 export { OpsError, isOpsError } from './errors.ts';
-export { Recovery } from './recover.ts';
+export { Recovery, otherDatabaseLine } from './recover.ts';
 export { opsRoutes } from './routes.ts';
 export type { AuditEntry } from '../audit/sql.ts';

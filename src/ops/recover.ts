@@ -26,6 +26,10 @@
  *   of charging again. Charges and refunds restored `unknown` are reconciled
  *   with the provider here, at once.
  *
+ * Only this database's workflows are rebuilt: one whose memo names another
+ * database (src/recovery/memo.ts, migration 0026) is skipped and counted,
+ * and one whose memo names none (started before 0026) is rebuilt as before.
+ *
  * Rules: nothing is overwritten (every insert is ON CONFLICT DO NOTHING;
  * a surviving row is only brought forward to its workflow's status), so a
  * second run changes nothing; each rebuilt workflow leaves an audit row
@@ -66,8 +70,13 @@ import {
 } from '../refunds/contract.ts';
 import { insertAudit } from '../audit/sql.ts';
 import { insertStartedOutbox } from '../outbox/sql.ts';
-import { idempotentLedgerInput, readCreateMemo, type CreateMemo } from '../recovery/memo.ts';
-import { completeRecovery, declareRecovery } from '../recovery/sql.ts';
+import {
+  idempotentLedgerInput,
+  readCreateMemo,
+  readDatabaseIdentity,
+  type CreateMemo,
+} from '../recovery/memo.ts';
+import { completeRecovery, declareRecovery, selectDatabaseIdentity } from '../recovery/sql.ts';
 import { insertRestoredOrder, syncOrderFromWorkflow } from '../orders/sql.ts';
 import { insertRestoredRefund, recomputeRefundedAmounts, syncRefundFromWorkflow } from '../refunds/sql.ts';
 import type { PaymentProvider } from '../providers/types.ts';
@@ -108,7 +117,13 @@ export interface RecoverySummary {
   recoveryId: string;
   since: string;
   listedFrom: string;
+  /** This database's workflows, the ones rebuilt (including those whose memo names no database). */
   workflows: { orders: number; refunds: number };
+  /**
+   * Listed workflows whose memo names another database (migration 0026): not rebuilt, as their rows
+   * belong to that database. Seen when databases share a namespace and task queue.
+   */
+  otherDatabase: { skipped: number; example: string | null };
   rows: { restored: number; broughtForward: number; unchanged: number };
   createRecords: { restored: number; present: number; noMemo: number };
   outbox: { restored: number };
@@ -143,6 +158,16 @@ interface StepTrace {
 }
 
 type Event = temporal.api.history.v1.IHistoryEvent;
+
+/** The one line that says which workflows were skipped as another database's, and why; null if none. */
+export function otherDatabaseLine(summary: Pick<RecoverySummary, 'otherDatabase'>): string | null {
+  const { skipped, example } = summary.otherDatabase;
+  if (skipped === 0) return null;
+  return (
+    `skipped ${skipped} workflows whose memo names another database (e.g. ${example}): their rows are ` +
+    "that database's, which shares this Temporal namespace and task queue"
+  );
+}
 
 function eventTime(e: Event): Date {
   const t = e.eventTime;
@@ -185,6 +210,9 @@ export class Recovery {
     const progress = opts.progress ?? (() => undefined);
     const marginMs = opts.marginMs ?? DEFAULT_RESTORE_MARGIN_MS;
     const listedFrom = new Date(opts.since.getTime() - marginMs);
+    const identity = await withClient(pool, (c) => selectDatabaseIdentity(c));
+    // Without it no workflow can be told from another database's, whose rows must not land here.
+    if (!identity) throw new Error('this database has no identity: its database_identity row is gone');
     const { row: recovery, declared } = await withClient(pool, (c) =>
       declareRecovery(c, { since: opts.since, declaredBy: `ops recover-after-restore (${opts.actor})` }),
     );
@@ -193,16 +221,27 @@ export class Recovery {
         `wait until it finishes`,
     );
     const sinceIso = listedFrom.toISOString();
-    const orders = await this.#list(ORDER_WORKFLOW_TYPE, sinceIso);
-    const refunds = await this.#list(REFUND_WORKFLOW_TYPE, sinceIso);
+    const listedOrders = await this.#list(ORDER_WORKFLOW_TYPE, sinceIso);
+    const listedRefunds = await this.#list(REFUND_WORKFLOW_TYPE, sinceIso);
     progress(
-      `Temporal lists ${orders.length} order and ${refunds.length} refund workflows active since ${sinceIso}`,
+      `Temporal lists ${listedOrders.length} order and ${listedRefunds.length} refund workflows active ` +
+        `since ${sinceIso}`,
     );
+    // Another database's workflows on this namespace and task queue (one dropped and created again,
+    // say): rebuilding them would give this database orders, records and audit rows that aren't its.
+    const foreign = (wf: WorkflowExecutionInfo) => {
+      const named = readDatabaseIdentity(wf.memo);
+      return named !== null && named !== identity;
+    };
+    const orders = listedOrders.filter((wf) => !foreign(wf));
+    const refunds = listedRefunds.filter((wf) => !foreign(wf));
+    const skipped = [...listedOrders, ...listedRefunds].filter(foreign);
     const summary: RecoverySummary = {
       recoveryId: recovery.id,
       since: opts.since.toISOString(),
       listedFrom: sinceIso,
       workflows: { orders: orders.length, refunds: refunds.length },
+      otherDatabase: { skipped: skipped.length, example: skipped[0]?.workflowId ?? null },
       rows: { restored: 0, broughtForward: 0, unchanged: 0 },
       createRecords: { restored: 0, present: 0, noMemo: 0 },
       outbox: { restored: 0 },
@@ -211,6 +250,8 @@ export class Recovery {
       errors: [],
       finishedAt: '',
     };
+    const otherLine = otherDatabaseLine(summary);
+    if (otherLine) progress(otherLine);
     const toReconcile: StepTrace[] = [];
     const receiptsAfter: { workflowId: string; charge: StepTrace }[] = [];
     const refundedOrders = new Map<string, { tenantId: string; orderId: string }>();

@@ -13,7 +13,14 @@ import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { call, newTenant, startApi, validOrder, type TestApi } from '../api/support.ts';
 import { Recovery, type RecoverySummary } from '../../src/ops/recover.ts';
 import { RecoveryGate, detectRestore } from '../../src/recovery/gate.ts';
-import { selectPendingRecovery } from '../../src/recovery/sql.ts';
+import { selectDatabaseIdentity, selectPendingRecovery } from '../../src/recovery/sql.ts';
+import { readDatabaseIdentity } from '../../src/recovery/memo.ts';
+import { migrate } from '../../src/db/migrate.ts';
+import { hashApiKey } from '../../src/api/auth.ts';
+import { insertApiKey, insertTenant } from '../../src/tenants/sql.ts';
+import { emptyDatabase } from '../support/env.ts';
+import { until } from '../support/wait.ts';
+import { runOps } from './support.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { runCharge } from '../../src/steps/payment.ts';
 import { runReceipt } from '../../src/steps/receipt.ts';
@@ -293,5 +300,98 @@ describe('recover-after-restore', () => {
       state: 'succeeded',
       providerRef: sent.messageId,
     });
+  }, 120_000);
+
+  it("rebuilds this database's workflows and skips, by name, those whose memo names another database on the same task queue", async () => {
+    // Another database beside this one on the same namespace and task queue (a dev database dropped
+    // and created again, say), seeded with the same tenant: without the memo's identity its orders
+    // look like ones this database lost, and would be rebuilt into it.
+    const other = await emptyDatabase('rr-other');
+    let otherApi: TestApi | undefined;
+    try {
+      await migrate(other.url);
+      otherApi = await startApi({ env: { DATABASE_URL: other.url, TEMPORAL_TASK_QUEUE: stack.taskQueue } });
+      await insertTenant(otherApi.pool, { id: tenant.tenantId, name: tenant.tenantId });
+      await insertApiKey(otherApi.pool, {
+        keyHash: hashApiKey(tenant.key),
+        tenantId: tenant.tenantId,
+        label: 'test',
+      });
+      const ours = await selectDatabaseIdentity(api.pool);
+      const theirs = await selectDatabaseIdentity(otherApi.pool);
+      expect(theirs).not.toBe(ours);
+
+      // No worker runs, so both orders' workflows stay as their relays started them.
+      await stack.stopWorker();
+      const t0 = await dbNow();
+      const place = async (on: TestApi, idem: string): Promise<Created> => {
+        const res = await call(on, 'POST', '/v1/orders', { key: tenant.key, idem, body: validOrder() });
+        expect(res.status).toBe(202);
+        return res.body as Created;
+      };
+      const mine = await place(api, 'rr-mine');
+      const foreign = await place(otherApi, 'rr-foreign');
+      // Both relays have started their workflows, each naming its database, and Temporal lists them.
+      const query = `TaskQueue = '${stack.taskQueue}' AND StartTime >= '${t0.toISOString()}'`;
+      const listed = await until(
+        'both workflows listed with their memos',
+        async () => {
+          const memos = new Map<string, string | null>();
+          for await (const wf of api.client.workflow.list({ query }))
+            memos.set(wf.workflowId, readDatabaseIdentity(wf.memo));
+          return memos;
+        },
+        { done: (m) => m.has(mine.workflowId) && m.has(foreign.workflowId) },
+      );
+      expect(listed.get(mine.workflowId)).toBe(ours);
+      expect(listed.get(foreign.workflowId)).toBe(theirs);
+      // Not for this stack's worker to run, once it polls again.
+      await api.client.workflow.getHandle(foreign.workflowId).terminate("test: another database's order");
+      await restoreTo(t0);
+
+      // The operator's command, as a shell runs it: one line names what it skipped, and why.
+      const cli = await runOps(
+        ['recover-after-restore', '--since', t0.toISOString(), '--margin-seconds', '0', '--actor', 'test'],
+        { sandboxUrl: stack.sandbox.url, taskQueue: stack.taskQueue },
+      );
+      expect(cli.code, cli.stderr).toBe(0);
+      const skippedLine = `skipped 1 workflows whose memo names another database (e.g. ${foreign.workflowId})`;
+      expect(cli.stdout.split('\n')).toEqual(
+        expect.arrayContaining([
+          expect.stringMatching(/^recovery \d+: 1 order and 0 refund workflows since /),
+          expect.stringContaining(skippedLine),
+          expect.stringMatching(/^rows: 1 restored, /),
+          expect.stringMatching(/^create records: 1 restored, /),
+          'done: creates and workers may run again',
+        ]),
+      );
+      // The stored summary counts it too, for whoever reads the recovery's row later.
+      const stored = await api.pool.query<{ summary: RecoverySummary }>(
+        'select summary from restore_recoveries order by id desc limit 1',
+      );
+      expect(stored.rows[0]?.summary.otherDatabase).toEqual({ skipped: 1, example: foreign.workflowId });
+
+      // This database's order is back; the other database's order never came into it.
+      const back = await call(api, 'GET', `/v1/orders/${mine.id}`, { key: tenant.key });
+      expect(back.status).toBe(200);
+      const rows = await api.pool.query('select 1 from orders where workflow_id = $1', [foreign.workflowId]);
+      expect(rows.rowCount).toBe(0);
+      const outbox = await api.pool.query('select 1 from workflow_outbox where workflow_id = $1', [
+        foreign.workflowId,
+      ]);
+      expect(outbox.rowCount).toBe(0);
+      const audit = await api.pool.query(`select 1 from audit_log where workflow_id = $1`, [
+        foreign.workflowId,
+      ]);
+      expect(audit.rowCount).toBe(0);
+
+      // The rebuilt order runs to its end once the worker is back.
+      await stack.startWorker();
+      const done = await call(api, 'GET', `/v1/orders/${mine.id}?wait=30`, { key: tenant.key });
+      expect((done.body as { status: string }).status).toBe('completed');
+    } finally {
+      await otherApi?.close();
+      await other.drop();
+    }
   }, 120_000);
 });

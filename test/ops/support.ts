@@ -17,7 +17,7 @@ export interface CliResult {
   stderr: string;
 }
 
-export function runOps(args: string[], env: { sandboxUrl: string }): Promise<CliResult> {
+export function runOps(args: string[], env: { sandboxUrl: string; taskQueue?: string }): Promise<CliResult> {
   return new Promise((resolve) => {
     execFile(
       process.execPath,
@@ -35,6 +35,7 @@ export function runOps(args: string[], env: { sandboxUrl: string }): Promise<Cli
           SANDBOX_URL: env.sandboxUrl,
           PROVIDER_TIMEOUT_MS: '1500',
           LOG_LEVEL: 'warn',
+          ...(env.taskQueue ? { TEMPORAL_TASK_QUEUE: env.taskQueue } : {}),
         },
       },
       (err, stdout, stderr) => {

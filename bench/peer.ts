@@ -27,7 +27,7 @@
  * included (onceflow's load generator excluded: an HTTP client the peer
  * does not need). Writes bench/results/peer.json.
  */
-import { fork, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -38,6 +38,7 @@ import { createPool } from '../src/db/index.ts';
 import { createThrowawayDatabase } from '../src/db/migrate.ts';
 import { DEMO_TENANTS } from '../src/api/demo-keys.ts';
 import { freePort } from '../src/process/ports.ts';
+import { spawnLeashed } from '../src/process/leash.ts';
 import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
 import { waitForHttp } from '../dev/devserver/temporal.ts';
 import { createCommand, parseCli } from '../scripts/lib/cli.ts';
@@ -95,13 +96,15 @@ function addCpu(side: Side, part: Record<string, number>): void {
   for (const [k, v] of Object.entries(part)) side.cpu[k] = (side.cpu[k] ?? 0) + v;
 }
 
-/** The peer process: forked with an IPC channel, stopped at cleanup by its PID. */
+/**
+ * The peer process: with an IPC channel, stopped at cleanup by its PID, and leashed (it exits
+ * when this process is gone, however this process died).
+ */
 async function startPeer(env: NodeJS.ProcessEnv, logFile: string): Promise<ChildProcess> {
   const log = fs.openSync(logFile, 'a');
-  const child = fork(path.join(ROOT, 'bench/peer/main.ts'), [], {
+  const child = spawnLeashed(process.execPath, ['--import', 'tsx', path.join(ROOT, 'bench/peer/main.ts')], {
     cwd: ROOT,
     env,
-    execArgv: ['--import', 'tsx'],
     stdio: ['ignore', log, log, 'ipc'],
   });
   procs.atCleanup('stop the peer', async () => {

@@ -22,6 +22,7 @@ import { Connection } from '@temporalio/client';
 import { msToTs } from '@temporalio/common';
 import { ensureDatabase, redactUrl, withDatabase } from '../../src/db/migrate.ts';
 import { assertPortFree, freePort, PortInUseError } from '../../src/process/ports.ts';
+import { spawnLeashed } from '../../src/process/leash.ts';
 import {
   goInstallWithProgress,
   isExecutable,
@@ -645,10 +646,13 @@ interface Proc {
   stop: () => Promise<void>;
 }
 
-/** Starts a process in its own process group, output to a log file; stop() ends the whole group. */
+/**
+ * Starts a process in its own process group, output to a log file; stop() ends the whole group.
+ * Leashed: the group also ends when this process is gone, however this process died.
+ */
 function startProcess(cmd: string, args: string[], logFile: string, cwd?: string): Proc {
   const out = fs.openSync(logFile, 'a');
-  const child = spawn(cmd, args, { stdio: ['ignore', out, out], detached: true, ...(cwd ? { cwd } : {}) });
+  const child = spawnLeashed(cmd, args, { stdio: ['ignore', out, out], ...(cwd ? { cwd } : {}) });
   fs.closeSync(out);
   let exited: { code: number | null; signal: NodeJS.Signals | null } | undefined;
   const exitPromise = new Promise<void>((resolve) =>

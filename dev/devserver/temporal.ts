@@ -13,6 +13,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Connection } from '@temporalio/client';
 import { assertPortFree, freePort, PortInUseError } from '../../src/process/ports.ts';
+import { spawnLeashed } from '../../src/process/leash.ts';
 
 const TEMPORAL_CLI_MODULE = 'github.com/temporalio/cli/cmd/temporal';
 export const TEMPORAL_CLI_VERSION = 'v1.5.1';
@@ -290,7 +291,8 @@ export async function startDevServer(opts: DevServerOptions): Promise<DevServer>
     ...(opts.metricsPort !== undefined ? ['--metrics-port', String(opts.metricsPort)] : []),
   ];
   const out = opts.logFile ? fs.openSync(opts.logFile, 'a') : 'ignore';
-  const child = spawn(opts.cli, args, { stdio: ['ignore', out, out] });
+  // Leashed: it exits when this process is gone, however this process died.
+  const child = spawnLeashed(opts.cli, args, { stdio: ['ignore', out, out] });
   if (typeof out === 'number') fs.closeSync(out);
   let exited: { code: number | null; signal: NodeJS.Signals | null } | undefined;
   const exitPromise = new Promise<void>((resolve) =>

@@ -17,6 +17,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { leashProcess } from '../../src/process/leash.ts';
 
 const EMBEDDED_PG_DEFAULT_PORT = 5432;
 
@@ -137,9 +138,17 @@ export async function startEmbeddedPostgres(opts: {
     await server.initialise();
   }
   await server.start();
+  // The package spawns the server in our process group, unleashed: a kill -9 of `npm start` would
+  // leave it holding the port and the data folder. Its pid is the first line of postmaster.pid.
+  const pid = Number(fs.readFileSync(path.join(opts.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+  // SIGINT: Postgres' fast shutdown, as the package's stop() does.
+  const leash = leashProcess(pid, { signal: 'SIGINT', graceMs: 10_000 });
   return {
     url: `postgres://postgres@127.0.0.1:${opts.port}/onceflow`,
-    stop: () => server.stop(),
+    stop: async () => {
+      leash.release();
+      await server.stop();
+    },
   };
 }
 

@@ -10,15 +10,18 @@
  * gracefully (SIGTERM, SIGKILL after a grace period). Children it spawns get a
  * process group of their own, so a stop or a kill -9 reaches whatever the
  * child started too, and the terminal's Ctrl-C reaches only the parent, which
- * then stops its children in the order it chooses.
+ * then stops its children in the order it chooses. They are also on a leash
+ * (src/process/leash.ts): if the parent dies without stopping them (kill -9,
+ * an OOM kill), each child's group gets SIGTERM, then SIGKILL, within seconds.
  *
  * An exit is "expected" when this supervisor caused it (stop, kill9,
  * signalAndWait); every other exit is unexpected, and only those restart.
  */
-import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
 import readline from 'node:readline';
+import { spawnLeashed } from './leash.ts';
 
 export interface BackoffPolicy {
   /** Delay before the first restart. */
@@ -95,7 +98,8 @@ export interface SupervisorOptions {
   gid?: number;
   /**
    * Starts the child some other way (e.g. `() => cluster.fork(env).process`). Such a child
-   * is not in a process group of its own: signals go to it alone.
+   * is not in a process group of its own (signals go to it alone) and not leashed (a cluster
+   * worker exits by itself when its primary's IPC channel closes).
    */
   launch?: () => ChildProcess;
   /** Gives the child an IPC channel; its messages go here. */
@@ -203,16 +207,14 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
       const pipe = !!o.onLine;
       const fd = !pipe && o.logFile ? fs.openSync(o.logFile, 'a') : undefined;
       const out = pipe ? 'pipe' : (fd ?? 'inherit');
-      const options: SpawnOptions = {
-        cwd: o.cwd,
-        env: o.env,
-        detached: true,
-        stdio: ['ignore', out, out, o.onMessage ? 'ipc' : 'ignore'],
-        ...(o.uid !== undefined ? { uid: o.uid } : {}),
-        ...(o.gid !== undefined ? { gid: o.gid } : {}),
-      };
       try {
-        child = spawn(o.command ?? process.execPath, o.args ?? [], options);
+        child = spawnLeashed(o.command ?? process.execPath, o.args ?? [], {
+          cwd: o.cwd,
+          env: o.env,
+          stdio: ['ignore', out, out, o.onMessage ? 'ipc' : 'ignore'],
+          ...(o.uid !== undefined ? { uid: o.uid } : {}),
+          ...(o.gid !== undefined ? { gid: o.gid } : {}),
+        });
       } finally {
         if (fd !== undefined) fs.closeSync(fd);
       }

@@ -116,9 +116,8 @@ export function externalActivityOptions(timing: OrderTiming, maximumAttempts: nu
  * form, and no heartbeat timeout (a local activity has none). Their ledger
  * lease is still renewed while the provider call runs (the ledger renews at
  * a third of the lease without a heartbeat timeout), and a dead worker is
- * noticed through the workflow task's timeout. Retry pauses stay under the
- * SDK's local retry threshold (1 min; retryMaxMs is 30 s), so retries run in
- * the same workflow task, which the worker keeps alive.
+ * noticed through the workflow task's timeout. Their retries wait on a
+ * workflow timer (localActivityOptions), not inside the workflow task.
  */
 export function externalLocalActivityOptions(
   timing: OrderTiming,
@@ -138,5 +137,10 @@ export function localActivityOptions(timing: OrderTiming, maximumAttempts: numbe
   return {
     startToCloseTimeout: timing.activityStartToCloseMs,
     retry: retryPolicy(timing, maximumAttempts),
+    // Retries back off on a workflow timer (a marker for the failed attempt, a timer, a new task),
+    // not inside the SDK core: its in-task retry leaves the failed attempt's start-to-close timer
+    // running, which times the next attempt out early or, after the worker has shut down, panics
+    // ("receive half not dropped"). docs/OPERATIONS.md (Logs); test/worker/local-retry-timers.test.ts.
+    localRetryThreshold: 0,
   };
 }

@@ -20,7 +20,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { Worker } from '@temporalio/worker';
 import proto, { type temporal } from '@temporalio/proto';
 import type { WorkflowHandle } from '@temporalio/client';
-import { startOrderStack, type OrderStack } from '../support/stack.ts';
+import { startOrderStack, TEST_TIMING, type OrderStack } from '../support/stack.ts';
 import { uniq, workflowBundlePath } from '../support/env.ts';
 import { untilWorkflow } from '../support/wait.ts';
 import { ensureWorkflowBundle } from '../../src/worker/bundle.ts';
@@ -157,8 +157,9 @@ it('orders held on version A finish on A while version B, a changed command sequ
       activityWorkers: [],
       localActivities: expect.any(Number),
       failedWorkflowTasks: 0,
-      // The re-drive's task boundary (workflows/order.ts, waitForOperator).
-      timers: 1,
+      // The re-drive's task boundary (workflows/order.ts, waitForOperator), and the backoff
+      // before each retry of the failing receipt (workflows/policies.ts, localRetryThreshold).
+      timers: 1 + (TEST_TIMING.stepMaxAttempts! - 1),
     });
     expect(where.localActivities, order.workflowId).toBeGreaterThan(0);
   }

@@ -16,9 +16,11 @@ const HARNESS = '^(dev|test|bench|scripts)/';
 const WORKFLOW_SAFE = [
   '^src/[^/]+/contract\\.ts$',
   '^src/orders/model\\.ts$',
-  // The library's workflow-safe entry (package export `onceflow/workflow`) and what it is made of.
-  '^src/lib/(keys|failures|workflow)\\.ts$',
+  // The core's workflow-safe entry (`onceflow/workflow`) and what it is made of.
+  '^packages/onceflow/src/(keys|failures|workflow)\\.ts$',
 ];
+/** The core package's public entries: everything else in it is internal to it. */
+const CORE_ENTRIES = '^packages/onceflow/src/(index|workflow)\\.ts$';
 
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
@@ -78,6 +80,27 @@ module.exports = {
       },
     },
     {
+      name: 'core-only-by-its-entries',
+      severity: 'error',
+      comment:
+        "Outside the core package, import it by name ('onceflow', 'onceflow/workflow') as any user does: " +
+        'its other modules are internal. If the public API cannot express what you need, change the API.',
+      from: { path: '^(?!packages/onceflow/)' },
+      to: { path: '^packages/onceflow/src/', pathNot: CORE_ENTRIES },
+    },
+    {
+      name: 'core-stands-alone',
+      severity: 'error',
+      comment:
+        'The core package is installed without the app: it imports only its own modules, Node built-ins, ' +
+        'pg and @temporalio/activity (its peers).',
+      from: { path: '^packages/onceflow/src/' },
+      to: {
+        dependencyTypesNot: ['core', 'type-only'],
+        pathNot: ['^packages/onceflow/src/', '^node_modules/(pg|@temporalio/activity)/'],
+      },
+    },
+    {
       name: 'no-upward-arrows-in-src',
       severity: 'error',
       comment:
@@ -97,7 +120,7 @@ module.exports = {
   ],
   options: {
     doNotFollow: { path: 'node_modules' },
-    exclude: { path: '^(dist|\\.tools|\\.data)/' },
+    exclude: { path: ['^(dist|\\.tools|\\.data)/', '^packages/onceflow/dist/'] },
     tsPreCompilationDeps: true,
     tsConfig: { fileName: 'tsconfig.json' },
     enhancedResolveOptions: {

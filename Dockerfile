@@ -18,14 +18,17 @@
 FROM node:22-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
+COPY packages/onceflow/package.json ./packages/onceflow/package.json
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.app.json ./
+# The core package (packages/onceflow), which the app imports by name: built first, as an install has it.
+COPY packages/onceflow ./packages/onceflow
 COPY src ./src
 COPY workflows ./workflows
 COPY activities ./activities
 COPY scripts/migrate.ts scripts/build-workflow-bundle.ts scripts/ops.ts scripts/api-key.ts ./scripts/
 COPY scripts/lib ./scripts/lib
-RUN npm run build:app
+RUN npm run build -w onceflow && npm run build:app
 # The workflow bundle, built once here from the compiled workflows (the files a worker in
 # this image hashes at start): workers find it by that hash and poll in seconds instead of
 # bundling (~12 s).
@@ -35,6 +38,7 @@ RUN node dist/app/scripts/build-workflow-bundle.js
 FROM node:22-bookworm-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
+COPY packages/onceflow/package.json ./packages/onceflow/package.json
 RUN npm ci --omit=dev --no-audit --no-fund
 
 # --- product: what ships, run as the unprivileged `node` user (files owned by root: read-only to it).
@@ -44,6 +48,10 @@ ENV NODE_ENV=production
 COPY --from=deps /app/node_modules ./node_modules
 # package.json: "type": "module" for dist/app, and the version the API reports.
 COPY package.json ./
+# The core package as an install of it holds it: its manifest, its build and the ledger's SQL.
+COPY packages/onceflow/package.json ./packages/onceflow/package.json
+COPY packages/onceflow/migrations ./packages/onceflow/migrations
+COPY --from=build /app/packages/onceflow/dist ./packages/onceflow/dist
 COPY migrations ./migrations
 # The operator console's static files, served by the API under /console.
 COPY console ./console

@@ -16,7 +16,18 @@ const noDatabase = {
 
 export default tseslint.config(
   {
-    ignores: ['node_modules/', '.tools/', '.data/', 'dist/', 'bench/results/', 'test-results/', 'coverage/'],
+    ignores: [
+      'node_modules/',
+      '.tools/',
+      '.data/',
+      'dist/',
+      'bench/results/',
+      'test-results/',
+      'coverage/',
+      'packages/*/docs/api/',
+      'packages/*/dist/',
+      'examples/*/dist/',
+    ],
   },
   js.configs.recommended,
   ...tseslint.configs.recommended,
@@ -100,6 +111,32 @@ export default tseslint.config(
     },
   },
   {
+    // The app uses the core package as any user does: by its name, never by a path into it.
+    files: [
+      'src/**/*.ts',
+      'activities/**/*.ts',
+      'workflows/**/*.ts',
+      'dev/**/*.ts',
+      'scripts/**/*.ts',
+      'bench/**/*.ts',
+      'test/**/*.ts',
+    ],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '(^|/)packages/onceflow(/|$)',
+              message:
+                "Import the core by its name ('onceflow', 'onceflow/workflow'): its modules are internal.",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     // An example is a user of the library: it imports onceflow's package exports, never its sources.
     files: ['examples/**/*.ts'],
     rules: {
@@ -110,7 +147,7 @@ export default tseslint.config(
             {
               regex: '^(\\.\\./)+(src|workflows|activities|dev|test|bench|scripts)(/|$)',
               message:
-                'Examples use the library only through its package exports (onceflow, onceflow/activity, ...).',
+                'Examples use the library only through its package exports (onceflow, onceflow/workflow).',
             },
           ],
         },
@@ -123,9 +160,9 @@ export default tseslint.config(
     files: [
       'src/*/contract.ts',
       'src/orders/model.ts',
-      'src/lib/keys.ts',
-      'src/lib/failures.ts',
-      'src/lib/workflow.ts',
+      'packages/onceflow/src/keys.ts',
+      'packages/onceflow/src/failures.ts',
+      'packages/onceflow/src/workflow.ts',
     ],
     rules: {
       'no-restricted-imports': [
@@ -136,10 +173,10 @@ export default tseslint.config(
             { group: ['pg', 'pg/*'], message: noDatabase.message },
             {
               regex:
-                '^\\.(?!/model\\.ts$|/contract\\.ts$|/keys\\.ts$|/failures\\.ts$|\\./[^/]+/contract\\.ts$|\\./orders/model\\.ts$|\\./lib/(keys|failures)\\.ts$)',
+                '^\\.(?!/model\\.ts$|/contract\\.ts$|/keys\\.ts$|/failures\\.ts$|\\./[^/]+/contract\\.ts$|\\./orders/model\\.ts$)',
               message:
                 'A module shared with workflow code may import only other shared modules ' +
-                "(src/<concept>/contract.ts, src/orders/model.ts, the library's src/lib/keys.ts and failures.ts).",
+                "(src/<concept>/contract.ts, src/orders/model.ts, the core's keys.ts and failures.ts, or 'onceflow/workflow').",
             },
           ],
         },

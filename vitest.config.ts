@@ -1,6 +1,16 @@
+import path from 'node:path';
 import { defineConfig } from 'vitest/config';
 
+const core = (file: string) => path.resolve(import.meta.dirname, 'packages/onceflow/src', file);
+
 export default defineConfig({
+  // The core package from its sources, as tsconfig.json's paths map it for tsc and tsx.
+  resolve: {
+    alias: [
+      { find: /^onceflow$/, replacement: core('index.ts') },
+      { find: /^onceflow\/workflow$/, replacement: core('workflow.ts') },
+    ],
+  },
   test: {
     include: ['test/**/*.test.ts'],
     globalSetup: ['test/setup/global.ts'],

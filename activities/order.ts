@@ -8,8 +8,8 @@
  */
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Pool } from '../src/db/index.ts';
-import { Ledger, LedgerError } from '../src/ledger/index.ts';
-import { heartbeatRenewal, toActivityFailure as ledgerFailure } from '../src/lib/activity.ts';
+import { Ledger, LedgerError } from 'onceflow';
+import { heartbeatRenewal, toActivityFailure as ledgerFailure } from 'onceflow';
 import type { EmailProvider, PaymentProvider } from '../src/providers/types.ts';
 import { ProviderError } from '../src/providers/types.ts';
 import { OPERATION_TYPES, type OrderStatus } from '../src/orders/model.ts';

@@ -6,8 +6,8 @@
  * operation key the workflow derived from the refund's workflow ID.
  */
 import { ApplicationFailure } from '@temporalio/activity';
-import { LedgerError } from '../src/ledger/index.ts';
-import { heartbeatRenewal } from '../src/lib/activity.ts';
+import { LedgerError } from 'onceflow';
+import { heartbeatRenewal } from 'onceflow';
 import { FAILURE } from '../src/orders/contract.ts';
 import { REFUND_OPERATION_TYPES, type RefundStatus } from '../src/refunds/contract.ts';
 import { refundTransitionStatement } from '../src/refunds/sql.ts';

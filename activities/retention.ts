@@ -1,6 +1,6 @@
 import { log } from '@temporalio/activity';
 import type { Pool } from '../src/db/index.ts';
-import { MAX_LIST_LIMIT, type Ledger } from '../src/ledger/index.ts';
+import type { Ledger } from 'onceflow';
 import {
   assertRedeliveryWindow,
   DEFAULT_OUTBOX_WINDOW_MS,
@@ -8,6 +8,9 @@ import {
   type RetentionInput,
 } from '../src/retention/contract.ts';
 import { pruneOutbox, pruneWebhookEvents, type PruneResult } from '../src/retention/prune.ts';
+
+/** Ledger.list's largest page: a count by listing stops here. */
+const LIST_CAP = 1000;
 
 export interface RetentionSummary {
   /** The ledger's `operations` (the fields from before the other tables had retention). */
@@ -18,7 +21,7 @@ export interface RetentionSummary {
   windowMs: number;
   /**
    * Records past the window the reaper must never delete, left as they were.
-   * Counted by listing them, so each count stops at MAX_LIST_LIMIT (1000):
+   * Counted by listing them, so each count stops at the ledger's list cap (1000):
    * read 1000 as "at least 1000".
    */
   spared: { inProgress: number; unknown: number };
@@ -51,8 +54,8 @@ export function createRetentionActivities(deps: { ledger: Ledger; pool: Pool }):
 
       const result = await deps.ledger.reap({ olderThanMs: windowMs, batchSize, maxBatches });
       const [inProgress, unknown] = await Promise.all([
-        deps.ledger.list({ state: 'in_progress', olderThanMs: windowMs, limit: MAX_LIST_LIMIT }),
-        deps.ledger.list({ state: 'unknown', olderThanMs: windowMs, limit: MAX_LIST_LIMIT }),
+        deps.ledger.list({ state: 'in_progress', olderThanMs: windowMs, limit: LIST_CAP }),
+        deps.ledger.list({ state: 'unknown', olderThanMs: windowMs, limit: LIST_CAP }),
       ]);
       // One table after the other, not at once: the run is background work on a shared pool.
       const outbox = await pruneOutbox(deps.pool, { olderThanMs: outboxWindowMs, batchSize, maxBatches });

@@ -39,7 +39,7 @@ import { loadConfig } from '../src/config.ts';
 import { createPool, type Pool } from '../src/db/index.ts';
 import { DEMO_TENANTS } from '../src/api/demo-keys.ts';
 import { insertTenant } from '../src/tenants/sql.ts';
-import { Ledger } from '../src/ledger/index.ts';
+import { Ledger } from 'onceflow';
 import { pruneOutbox, pruneWebhookEvents } from '../src/retention/prune.ts';
 import { DEFAULT_BATCH_SIZE, DEFAULT_MAX_BATCHES } from '../src/retention/schedule.ts';
 import { SIGNATURE_HEADER, signWebhook } from '../src/providers/webhook-signature.ts';

@@ -25,7 +25,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { loadConfig } from '../src/config.ts';
 import { createPool, type Pool } from '../src/db/index.ts';
 import { createThrowawayDatabase } from '../src/db/migrate.ts';
-import { Ledger, LocalStatement } from '../src/ledger/index.ts';
+import { Ledger, LocalStatement } from 'onceflow';
 import { InvalidArgumentError } from 'commander';
 import { createCommand, parseCli } from '../scripts/lib/cli.ts';
 import { cpuSeconds, visibleInProc } from './lib/proc-cpu.ts';

@@ -15,7 +15,7 @@ import { Client, Connection } from '@temporalio/client';
 import { buildApiServer } from '../src/api/server.ts';
 import { loadConfig } from '../src/config.ts';
 import { createPool } from '../src/db/index.ts';
-import { Ledger } from '../src/ledger/index.ts';
+import { Ledger } from 'onceflow';
 
 /** The generated client ships with the product (src/client/); this generator does not. */
 const CLIENT_DIR = path.join(import.meta.dirname, '..', 'src', 'client');

@@ -17,6 +17,8 @@ interface Cruise {
 }
 
 const node = (file: string): string | null => {
+  // The core package is one box: the app reaches it only through its entries.
+  if (file.startsWith('packages/onceflow/src/')) return 'onceflow';
   const m = /^(workflows|activities)\/|^src\/([^/]+)\//.exec(file);
   if (m) return m[1] ?? `src/${m[2]}`;
   return /^src\/[^/]+\.ts$/.test(file) ? file.replace(/\.ts$/, '') : null;
@@ -30,6 +32,7 @@ const json = execFileSync(
     'src',
     'workflows',
     'activities',
+    'packages/onceflow/src',
     '--config',
     '.dependency-cruiser.cjs',
     '--output-type',

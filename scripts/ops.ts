@@ -14,7 +14,7 @@
  */
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { loadConfig } from '../src/config.ts';
-import type { OperationState } from '../src/ledger/index.ts';
+import type { OperationState } from 'onceflow';
 import {
   Operator,
   OpsError,

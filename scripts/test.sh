@@ -18,6 +18,12 @@ npm run --silent lint
 echo "[test] typecheck"
 npm run --silent typecheck
 echo "[test] model check (SPIN, docs/MODEL.md)" && npm run --silent model:check
+if [ $# -eq 0 ]; then
+  # The core package on its own, as a user installs it: its API reference must build without
+  # warnings, and its tests need only Postgres and the Temporal CLI, no part of the app.
+  echo "[test] the core package (packages/onceflow): API reference and its own tests"
+  (cd packages/onceflow && npx typedoc --logLevel Warn && npx vitest run)
+fi
 echo "[test] vitest"
 npx vitest run "$@"
 if [ $# -eq 0 ] && [ "${TEST_POSTGRES:-1}" != 0 ]; then

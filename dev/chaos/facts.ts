@@ -15,7 +15,7 @@ import {
   selectRefundOutcomes,
 } from './sql.ts';
 import { selectAllChargeEffects, selectAllMessageEffects } from '../sandbox/sql.ts';
-import { downstreamKey } from '../../src/ledger/index.ts';
+import { downstreamKey } from 'onceflow';
 import { REFUND_OPERATION_TYPES, refundStepKeys, refundWorkflowId } from '../../src/refunds/contract.ts';
 import type { MoneyEffect, OrderFact, ProviderRefundEffect, RefundFact } from './invariants.ts';
 

@@ -6,7 +6,7 @@
  * truth for receipts, one per Message-ID (a resend of one receipt under the
  * at-least-once policy carries the same Message-ID, so it is the same receipt).
  */
-import { downstreamKey } from '../../src/ledger/index.ts';
+import { downstreamKey } from 'onceflow';
 import { OPERATION_TYPES } from '../../src/orders/model.ts';
 import { REFUND_OPERATION_TYPES } from '../../src/refunds/contract.ts';
 import { startMailServer, type RunningMailServer } from '../mail/server.ts';

@@ -18,7 +18,7 @@ import { registerAjvFormats, type TypeBoxTypeProvider } from '@fastify/type-prov
 import type { Client } from '@temporalio/client';
 import type { Config } from '../config.ts';
 import { withClient, type Pool } from '../db/index.ts';
-import type { Ledger } from '../ledger/index.ts';
+import type { Ledger } from 'onceflow';
 import { ApiKeyAuth, untrustedProxyWarning } from './auth.ts';
 import { RecoveryGate } from '../recovery/gate.ts';
 import type { ApiContext } from './context.ts';

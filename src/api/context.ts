@@ -2,7 +2,7 @@
 import type { Client } from '@temporalio/client';
 import type { Config } from '../config.ts';
 import type { Pool } from '../db/index.ts';
-import type { Ledger } from '../ledger/index.ts';
+import type { Ledger } from 'onceflow';
 import type { OrderWaits } from './order-waits.ts';
 import type { OutboxRelay } from './outbox.ts';
 import type { RecoveryGate } from '../recovery/gate.ts';

@@ -19,7 +19,7 @@
 import type { FastifyRequest } from 'fastify';
 import type { PoolClient } from '../db/index.ts';
 import { ProblemError } from '../http/problems.ts';
-import { isLedgerError, type Json, type Ledger, type Scope } from '../ledger/index.ts';
+import { isLedgerError, type Json, type Ledger, type Scope } from 'onceflow';
 import { idempotentLedgerInput, type IdempotentRequest } from '../recovery/memo.ts';
 import { RECOVERY_RETRY_AFTER_SECONDS, type RecoveryGate } from '../recovery/gate.ts';
 

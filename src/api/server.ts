@@ -9,7 +9,7 @@ import type { Client } from '@temporalio/client';
 import type { FastifyInstance } from 'fastify';
 import type { Config } from '../config.ts';
 import type { Pool } from '../db/index.ts';
-import type { Ledger } from '../ledger/index.ts';
+import type { Ledger } from 'onceflow';
 import { metricsPlugin, type Metrics } from '../metrics/index.ts';
 import { Operator, opsRoutes } from '../ops/index.ts';
 import { configuredProviders } from '../process/wiring.ts';

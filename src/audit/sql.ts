@@ -6,7 +6,7 @@
  * commit in the same transaction as the change it records.
  */
 import type { Queryable } from '../db/index.ts';
-import type { Json } from '../ledger/index.ts';
+import type { Json } from 'onceflow';
 
 /**
  * A re-drive is recorded in two rows (migrations/0017): `redrive_requested`

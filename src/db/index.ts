@@ -128,13 +128,13 @@ export function isSqlState(err: unknown, code: string): boolean {
 }
 
 /** Serialization failures and deadlocks mean "run the transaction again", not "wrong". */
-export function isTransientConflict(err: unknown): boolean {
+function isTransientConflict(err: unknown): boolean {
   const state = sqlState(err);
   return state === SQLSTATE.serializationFailure || state === SQLSTATE.deadlockDetected;
 }
 
 /** How often a transaction that lost to a transient conflict is run again (withTransaction's default). */
-export const TRANSACTION_RETRIES = 3;
+const TRANSACTION_RETRIES = 3;
 
 /**
  * BEGIN/COMMIT/ROLLBACK on one checked-out client. Transient conflicts

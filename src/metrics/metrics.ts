@@ -15,7 +15,7 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { withTransaction, type Pool } from '../db/index.ts';
-import type { LedgerEvent, LedgerHooks } from '../ledger/index.ts';
+import type { LedgerEvent, LedgerHooks } from 'onceflow';
 import { errorFields, log } from '../log.ts';
 import { countUnrecordedParked } from '../orders/sql.ts';
 import { countOpenRefunds } from '../refunds/sql.ts';

@@ -31,7 +31,7 @@ import {
   type OperationState,
   type ReconcileOutcome,
   type Scope,
-} from '../ledger/index.ts';
+} from 'onceflow';
 import {
   ORDER_REASONS,
   OPERATION_TYPES,

@@ -17,7 +17,7 @@
  *   window. Past the window it is refused: reconcile it first (the provider
  *   may answer by search), or resolve it with the provider's answer.
  */
-import type { OperationRecord } from '../ledger/index.ts';
+import type { OperationRecord } from 'onceflow';
 import type { ProviderCapabilities } from '../providers/types.ts';
 
 type StepEffect = 'run' | 'replay' | 'wait' | 'reconcile_first' | 'refused_past_window';

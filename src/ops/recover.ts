@@ -55,7 +55,7 @@
 import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
 import { withClient, withTransaction, type Pool, type PoolClient } from '../db/index.ts';
-import type { Json, Ledger, LedgerInput, OperationRecord, Scope } from '../ledger/index.ts';
+import type { Json, Ledger, LedgerInput, OperationRecord, Scope } from 'onceflow';
 import { OPERATION_TYPES, ORDER_REASONS, stepKeys, type OrderWorkflowInput } from '../orders/model.ts';
 import {
   LOCAL_EXTERNAL_STEPS,

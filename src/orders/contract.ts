@@ -11,7 +11,7 @@
  */
 import { defineSearchAttributeKey, SearchAttributeType, type SearchAttributePair } from '@temporalio/common';
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
-import { LEDGER_FAILURE } from '../lib/failures.ts';
+import { LEDGER_FAILURE } from 'onceflow/workflow';
 import type { OrderStatus } from './model.ts';
 
 // --- search attributes (registered on the dev server by dev/devserver/temporal.ts)

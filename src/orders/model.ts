@@ -8,7 +8,7 @@
  *   status transition). Each step has an operation key derived from the
  *   workflow ID, so every retry at every level reuses the same key.
  */
-import { stepKey } from '../lib/keys.ts';
+import { stepKey } from 'onceflow/workflow';
 
 export const ORDER_STATUSES = [
   'accepted',

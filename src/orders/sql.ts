@@ -12,7 +12,7 @@
  */
 import type pg from 'pg';
 import type { Queryable } from '../db/index.ts';
-import { LocalStatement } from '../ledger/index.ts';
+import { LocalStatement } from 'onceflow';
 import { TRANSITIONS, type OrderItem, type OrderStatus } from './model.ts';
 
 /** One row of `orders`, as every select here returns it. */

@@ -9,7 +9,7 @@
  * `npm run ops -- list --key-prefix`). GET /v1/orders/{id} and the operator's
  * order view both read them here.
  */
-import type { Ledger, OperationRecord } from '../ledger/index.ts';
+import type { Ledger, OperationRecord } from 'onceflow';
 import { orderStepRefs } from './model.ts';
 
 /** Re-drive epochs read per statement. */

@@ -8,7 +8,7 @@
 import { Client, Connection, type ClientInterceptors } from '@temporalio/client';
 import type { Config } from '../config.ts';
 import { createPool, type Pool } from '../db/index.ts';
-import { Ledger, type LedgerHooks } from '../ledger/index.ts';
+import { Ledger, type LedgerHooks } from 'onceflow';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../providers/sandbox.ts';
 import { createSmtpEmailProvider } from '../providers/smtp.ts';
 import { createStripePaymentProvider } from '../providers/stripe.ts';

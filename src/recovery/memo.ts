@@ -17,7 +17,7 @@
  * reads it). The memo is visible in the Temporal UI next to the workflow's
  * input, which already holds the same customer fields.
  */
-import type { Json, LedgerInput } from '../ledger/index.ts';
+import type { Json, LedgerInput } from 'onceflow';
 
 /** The memo field's name on order and refund workflows. */
 const CREATE_MEMO_FIELD = 'onceflowCreate';

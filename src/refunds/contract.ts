@@ -10,7 +10,7 @@
  * `refunded_amount`, reserved by a conditional update (src/refunds/sql.ts).
  */
 import { defineSignal, defineUpdate } from '@temporalio/workflow';
-import { stepKey } from '../lib/keys.ts';
+import { stepKey } from 'onceflow/workflow';
 import type { RedriveRequest } from '../orders/contract.ts';
 
 export const REFUND_STATUSES = [

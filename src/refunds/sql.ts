@@ -11,7 +11,7 @@
  * succeed. There is no read followed by a write.
  */
 import type { Queryable } from '../db/index.ts';
-import { LocalStatement } from '../ledger/index.ts';
+import { LocalStatement } from 'onceflow';
 import { REFUND_TRANSITIONS, type RefundStatus } from './contract.ts';
 
 export interface RefundRow {

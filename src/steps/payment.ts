@@ -29,7 +29,7 @@ import {
   type OperationRecord,
   type ReconcileOutcome,
   type Scope,
-} from '../ledger/index.ts';
+} from 'onceflow';
 import { ProviderError, type Charge, type ChargeRequest, type PaymentProvider } from '../providers/types.ts';
 import { OPERATION_TYPES } from '../orders/model.ts';
 import { planSettle, stepKeyWindowMs, type SettlePlan } from './settle.ts';

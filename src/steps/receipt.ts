@@ -14,14 +14,13 @@
  * leaves the receipt unknown, so the order goes to an operator.
  */
 import {
-  MAX_TIMER_MS,
   type ExternalRunOptions,
   type LedgerInput,
   type Ledger,
   type OperationRecord,
   type ReconcileOutcome,
   type Scope,
-} from '../ledger/index.ts';
+} from 'onceflow';
 import type { EmailProvider, Message } from '../providers/types.ts';
 import { OPERATION_TYPES } from '../orders/model.ts';
 import { planSettle, stepKeyWindowMs } from './settle.ts';
@@ -61,6 +60,9 @@ function messageOutcome(message: Message) {
   return { state: 'succeeded', result, providerRef: message.id } as const;
 }
 
+/** The longest key window the ledger accepts (2^31-1 ms, a timer's bound): "may always send again". */
+const LONGEST_KEY_WINDOW_MS = 2 ** 31 - 1;
+
 /**
  * The key window the ledger applies to a receipt. A provider without keys
  * (SMTP) under `at_least_once` may always send again (a possible duplicate
@@ -69,7 +71,7 @@ function messageOutcome(message: Message) {
  */
 export function receiptKeyWindowMs(email: EmailProvider, override?: number): number | undefined {
   if (email.capabilities.keyWindowMs === null && override === undefined) {
-    return email.uncertainPolicy === 'at_most_once' ? undefined : MAX_TIMER_MS;
+    return email.uncertainPolicy === 'at_most_once' ? undefined : LONGEST_KEY_WINDOW_MS;
   }
   return stepKeyWindowMs(email.capabilities, override);
 }

@@ -19,7 +19,7 @@ import {
   type OperationRecord,
   type ReconcileOutcome,
   type Scope,
-} from '../ledger/index.ts';
+} from 'onceflow';
 import { ProviderError, type PaymentProvider, type Refund, type RefundRequest } from '../providers/types.ts';
 import { REFUND_OPERATION_TYPES } from '../refunds/contract.ts';
 import { KEY_WINDOW_PASSED, type ReconcileResult } from './payment.ts';

@@ -23,7 +23,7 @@
  *   policy decides (src/steps/receipt.ts).
  * Past the window nothing is ever performed again.
  */
-import { withinKeyWindow, type OperationRecord } from '../ledger/index.ts';
+import { withinKeyWindow, type OperationRecord } from 'onceflow';
 import type { ProviderCapabilities } from '../providers/types.ts';
 
 export type SettlePlan =

@@ -28,6 +28,17 @@ const SMOKE_WORKFLOWS_PATH = path.join(CODE_ROOT, `workflows/with-smoke${CODE_EX
  * Their sources (and the imports they reach) are part of the hash.
  */
 const WORKFLOW_INTERCEPTOR_MODULES = [path.join(CODE_ROOT, `workflows/interceptors${CODE_EXT}`)];
+/**
+ * The core's workflow-safe entry (`onceflow/workflow`), which the contracts import by package name:
+ * its sources beside ours, its build in the image. The bundler is pointed at it (webpack does not
+ * read tsconfig's paths) and the hash covers it.
+ */
+const CORE_WORKFLOW_MODULE = 'onceflow/workflow';
+const CORE_WORKFLOW_PATH = path.join(
+  PACKAGE_ROOT,
+  'packages/onceflow',
+  CODE_EXT === '.ts' ? 'src/workflow.ts' : 'dist/workflow.js',
+);
 /** Git-ignored; the Dockerfile builds into the same place inside the image. */
 const DEFAULT_BUNDLE_DIR = path.join(PACKAGE_ROOT, 'dist/workflow-bundle');
 /** Bump when the way bundles are built changes, so older files are not reused. */
@@ -57,6 +68,7 @@ function workflowSourceFiles(entry: string): string[] {
     for (const m of text.matchAll(specifier)) {
       if (m[2]) continue; // `import type ... from` / `export type ... from`
       const spec = m[3] ?? m[4];
+      if (spec === CORE_WORKFLOW_MODULE) queue.push(CORE_WORKFLOW_PATH);
       if (!spec?.startsWith('.')) continue;
       const target = path.resolve(path.dirname(file), spec);
       if (fs.existsSync(target) && fs.statSync(target).isFile()) queue.push(target);
@@ -185,6 +197,13 @@ export async function ensureWorkflowBundle(
     workflowsPath: entry,
     workflowInterceptorModules: interceptorModules,
     logger: quietLogger,
+    webpackConfigHook: (config) => ({
+      ...config,
+      resolve: {
+        ...config.resolve,
+        alias: { ...config.resolve?.alias, [`${CORE_WORKFLOW_MODULE}$`]: CORE_WORKFLOW_PATH },
+      },
+    }),
   });
   fs.mkdirSync(dir, { recursive: true });
   const tmp = `${file}.${process.pid}.${randomBytes(3).toString('hex')}.tmp`;

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { ApplicationFailure } from '@temporalio/common';
 import { createOrderActivities } from '../../activities/order.ts';
-import { Ledger, downstreamKey } from '../../src/ledger/index.ts';
+import { Ledger, downstreamKey } from 'onceflow';
 import {
   ProviderError,
   type Charge,

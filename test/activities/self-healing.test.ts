@@ -9,7 +9,7 @@ import net from 'node:net';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { ApplicationFailure } from '@temporalio/common';
 import { createOrderActivities, type ChargeResult } from '../../activities/order.ts';
-import { Ledger, downstreamKey, type Scope } from '../../src/ledger/index.ts';
+import { Ledger, downstreamKey, type Scope } from 'onceflow';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import type { PaymentProvider } from '../../src/providers/types.ts';
 import { FAILURE } from '../../src/orders/contract.ts';

@@ -16,7 +16,7 @@ import { buildApiServer } from '../../src/api/server.ts';
 import { normalizeCreateOrder } from '../../src/api/routes/orders.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { freePort } from '../../src/process/ports.ts';
-import { Ledger } from '../../src/ledger/index.ts';
+import { Ledger } from 'onceflow';
 import { OPERATION_TYPES } from '../../src/orders/model.ts';
 import { signWebhook } from '../../src/providers/webhook-signature.ts';
 import { testPool, temporalClient, uniq } from '../support/env.ts';

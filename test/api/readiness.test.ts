@@ -14,7 +14,7 @@ import { buildApiApp } from '../../src/api/app.ts';
 import { OrderWaits } from '../../src/api/order-waits.ts';
 import { createPool, type Pool } from '../../src/db/index.ts';
 import { freePort } from '../../src/process/ports.ts';
-import { Ledger } from '../../src/ledger/index.ts';
+import { Ledger } from 'onceflow';
 import { startBlackhole, type Blackhole } from '../support/blackhole.ts';
 import { testPool } from '../support/env.ts';
 import { call, newTenant, startApi, testConfig, validOrder, type TestApi } from './support.ts';

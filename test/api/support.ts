@@ -11,7 +11,7 @@ import { insertApiKey, insertTenant } from '../../src/tenants/sql.ts';
 import { loadConfig, type Config } from '../../src/config.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { freePort } from '../../src/process/ports.ts';
-import { Ledger } from '../../src/ledger/index.ts';
+import { Ledger } from 'onceflow';
 import { testDatabaseUrl, temporalAddress, temporalClient, testPool, uniq } from '../support/env.ts';
 import { deferred } from '../support/wait.ts';
 

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { chargeRecordSettled } from '../../src/api/routes/webhooks.ts';
-import type { OperationRecord } from '../../src/ledger/index.ts';
+import type { OperationRecord } from 'onceflow';
 import { ConfigError, loadConfig } from '../../src/config.ts';
 
 const record = (

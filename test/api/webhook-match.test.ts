@@ -11,7 +11,7 @@
  * the real signer.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { downstreamKey } from '../../src/ledger/index.ts';
+import { downstreamKey } from 'onceflow';
 import { signWebhook } from '../../src/providers/webhook-signature.ts';
 import { createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { startSandbox, type RunningSandbox } from '../../dev/sandbox/server.ts';

@@ -15,7 +15,7 @@ import type { FastifyInstance } from 'fastify';
 import { buildApiApp } from '../../src/api/app.ts';
 import { OutboxRelay } from '../../src/api/outbox.ts';
 import { freePort } from '../../src/process/ports.ts';
-import { downstreamKey, Ledger } from '../../src/ledger/index.ts';
+import { downstreamKey, Ledger } from 'onceflow';
 import { OPERATION_TYPES, orderWorkflowId, stepKeys, type OrderStatus } from '../../src/orders/model.ts';
 import { insertAcceptedOrder, orderTransitionStatement } from '../../src/orders/sql.ts';
 import { signWebhook } from '../../src/providers/webhook-signature.ts';

@@ -10,7 +10,7 @@ import { signWebhook } from '../../src/providers/webhook-signature.ts';
 import type { PaymentProvider } from '../../src/providers/types.ts';
 import { SANDBOX_CAPABILITIES } from '../../src/providers/sandbox.ts';
 import { chargeScope, runCharge } from '../../src/steps/payment.ts';
-import { downstreamKey } from '../../src/ledger/index.ts';
+import { downstreamKey } from 'onceflow';
 import { uniq } from '../support/env.ts';
 import { deferred } from '../support/wait.ts';
 import { PROBLEM, call, newTenant, startApi, validOrder, type TestApi } from './support.ts';

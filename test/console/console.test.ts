@@ -29,7 +29,7 @@ import {
   insertOperator,
   revokeOperator,
 } from '../../src/operators/sql.ts';
-import { downstreamKey } from '../../src/ledger/index.ts';
+import { downstreamKey } from 'onceflow';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { startRefund } from '../support/refunds.ts';
 import { until } from '../support/wait.ts';

@@ -9,12 +9,12 @@ import http from 'node:http';
 import Fastify from 'fastify';
 import type { Registry } from 'prom-client';
 import { createPool, type Pool } from '../../src/db/index.ts';
-import { Ledger, LedgerError } from '../../src/ledger/index.ts';
+import { Ledger, LedgerError } from 'onceflow';
 import { createMetrics, metricsPlugin, startMetricsServer, type Metrics } from '../../src/metrics/index.ts';
 import { PortInUseError } from '../../src/process/ports.ts';
 import { testDatabaseUrl, testPool, uniq } from '../support/env.ts';
 import { until } from '../support/wait.ts';
-import { reconcileOnly, untilLeaseExpired } from '../ledger/support.ts';
+import { reconcileOnly, untilLeaseExpired } from '../support/ledger.ts';
 
 let pool: Pool;
 beforeAll(() => {

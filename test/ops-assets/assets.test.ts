@@ -17,7 +17,7 @@ import { parse as parseYaml } from 'yaml';
 import { parser } from '@prometheus-io/lezer-promql';
 import { buildApiServer } from '../../src/api/server.ts';
 import { createMetrics } from '../../src/metrics/index.ts';
-import { Ledger } from '../../src/ledger/index.ts';
+import { Ledger } from 'onceflow';
 import { listParkedWorkflows } from '../../src/orders/attention.ts';
 import { temporalClient, testPool, uniq } from '../support/env.ts';
 import { until } from '../support/wait.ts';

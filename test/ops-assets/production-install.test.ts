@@ -8,8 +8,8 @@
  * the API (GET /healthz) and the worker (GET /readyz on its metrics port:
  * polling, Postgres answering) against the run's Temporal server.
  *
- * Not `npm pack`: the packed tarball is the library (package.json `files`:
- * dist/lib), and the image is not built from it; the app ships as the image.
+ * Not `npm pack`: the packed tarball is the core package (packages/onceflow),
+ * which the image holds as a workspace; the app ships as the image.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -52,17 +52,20 @@ function productCopies(): [string, string][] {
 }
 
 beforeAll(async () => {
+  // The core package's dist/ is built once by the global setup, as the image's build stage does first.
   await run('npm', ['run', '--silent', 'build:app'], { cwd: root });
   await run(process.execPath, [path.join(root, 'dist/app/scripts/build-workflow-bundle.js')], { cwd: root });
-  // The deps stage: package.json and the lockfile, then the production dependencies alone.
-  for (const f of ['package.json', 'package-lock.json'])
+  // The deps stage: package.json, the lockfile and the core package's manifest (a workspace), then the
+  // production dependencies alone.
+  fs.mkdirSync(path.join(install, 'packages/onceflow'), { recursive: true });
+  for (const f of ['package.json', 'package-lock.json', 'packages/onceflow/package.json'])
     fs.copyFileSync(path.join(root, f), path.join(install, f));
   await run('npm', ['ci', '--omit=dev', '--no-audit', '--no-fund', '--prefer-offline'], {
     cwd: install,
     timeout: 600_000,
   });
   for (const [src, dest] of productCopies()) {
-    if (src === 'node_modules' || src === 'package.json') continue; // installed above
+    if (src === 'node_modules' || src.endsWith('package.json')) continue; // installed above
     fs.cpSync(path.join(root, src), path.join(install, dest), { recursive: true });
   }
 }, 900_000);

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import { buildApiServer } from '../../src/api/server.ts';
-import { Ledger } from '../../src/ledger/index.ts';
+import { Ledger } from 'onceflow';
 import { createMetrics, type Metrics } from '../../src/metrics/index.ts';
 import { loadConfig } from '../../src/config.ts';
 import type { Pool } from '../../src/db/index.ts';

@@ -11,7 +11,7 @@ import type { WorkflowHandle } from '@temporalio/client';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import type { orderWorkflow } from '../../workflows/order.ts';
 import { stepKeys, type OrderWorkflowInput } from '../../src/orders/model.ts';
-import { downstreamKey } from '../../src/ledger/index.ts';
+import { downstreamKey } from 'onceflow';
 import type { AuditEntry, OperationStory, OperationListItem, AttentionItem } from '../../src/ops/index.ts';
 import { json, runOps } from './support.ts';
 import { untilStatus } from '../support/wait.ts';

@@ -3,7 +3,7 @@
  * records and the providers' declared key windows.
  */
 import { describe, expect, it } from 'vitest';
-import type { OperationRecord } from '../../src/ledger/index.ts';
+import type { OperationRecord } from 'onceflow';
 import type { ProviderCapabilities } from '../../src/providers/types.ts';
 import { keyWindowLeftMs, previewRedrive, type ProviderStep } from '../../src/ops/preview.ts';
 

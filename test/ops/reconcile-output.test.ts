@@ -4,7 +4,7 @@
  * and what happens next, instead of a bare "unknown -> unknown".
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Ledger, downstreamKey } from '../../src/ledger/index.ts';
+import { Ledger, downstreamKey } from 'onceflow';
 import { orderWorkflowId, stepKeys } from '../../src/orders/model.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { testPool, uniq } from '../support/env.ts';

@@ -18,7 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { withTransaction } from '../../src/db/index.ts';
-import { downstreamKey } from '../../src/ledger/index.ts';
+import { downstreamKey } from 'onceflow';
 import { opsRoutes, type AuditEntry } from '../../src/ops/index.ts';
 import {
   REFUND_OPERATION_TYPES,

@@ -8,7 +8,7 @@ import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { uniq } from '../support/env.ts';
 import { Operator, isOpsError } from '../../src/ops/index.ts';
 import { createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
-import { downstreamKey, type Scope } from '../../src/ledger/index.ts';
+import { downstreamKey, type Scope } from 'onceflow';
 import { testOperator } from './support.ts';
 
 let stack: OrderStack;

@@ -21,7 +21,7 @@ import {
   statusQuery,
 } from '../../src/orders/contract.ts';
 import { OPERATION_TYPES, stepKeys } from '../../src/orders/model.ts';
-import { downstreamKey } from '../../src/ledger/index.ts';
+import { downstreamKey } from 'onceflow';
 import { findCharge } from '../../src/steps/payment.ts';
 import type { orderWorkflow } from '../../workflows/order.ts';
 

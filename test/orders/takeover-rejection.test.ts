@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startOrderStack, TEST_TIMING, type OrderStack } from '../support/stack.ts';
 import { until, untilWorkflow } from '../support/wait.ts';
 import { OPERATION_TYPES, orderWorkflowId, stepKeys } from '../../src/orders/model.ts';
-import type { Scope } from '../../src/ledger/index.ts';
+import type { Scope } from 'onceflow';
 import { uniq } from '../support/env.ts';
 import { testOperator } from '../ops/support.ts';
 

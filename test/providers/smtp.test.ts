@@ -7,7 +7,7 @@
 import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { Ledger, isLedgerError } from '../../src/ledger/index.ts';
+import { Ledger, isLedgerError } from 'onceflow';
 import { createSmtpEmailProvider, messageIdFor } from '../../src/providers/smtp.ts';
 import { ProviderError, type MessageRequest, type UncertainSendPolicy } from '../../src/providers/types.ts';
 import { runReceipt } from '../../src/steps/receipt.ts';

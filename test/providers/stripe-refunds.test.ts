@@ -9,7 +9,7 @@
  * found" proves nothing. Exactly one refund per key, counted at the audit.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { Ledger, isLedgerError, withinKeyWindow } from '../../src/ledger/index.ts';
+import { Ledger, isLedgerError, withinKeyWindow } from 'onceflow';
 import { createStripePaymentProvider } from '../../src/providers/stripe.ts';
 import { ProviderError, type PaymentProvider, type RefundRequest } from '../../src/providers/types.ts';
 import { reconcileRefund, refundScope, runRefund, type RefundInput } from '../../src/steps/refund.ts';

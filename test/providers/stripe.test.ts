@@ -10,7 +10,7 @@ import http from 'node:http';
 import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { Ledger, isLedgerError, withinKeyWindow } from '../../src/ledger/index.ts';
+import { Ledger, isLedgerError, withinKeyWindow } from 'onceflow';
 import { createStripePaymentProvider, searchQuery } from '../../src/providers/stripe.ts';
 import { stripeSignatureVerifier, STRIPE_SIGNATURE_HEADER } from '../../src/providers/stripe-webhook.ts';
 import { ProviderError, type ChargeRequest, type PaymentProvider } from '../../src/providers/types.ts';

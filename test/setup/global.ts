@@ -5,6 +5,7 @@
  * service is missing, the run fails here and says what is missing.
  */
 import type { TestProject } from 'vitest/node';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -109,6 +110,11 @@ export default async function setup(project: TestProject) {
       temporalAddress = server.address;
       temporalUiUrl = server.uiUrl ?? temporalUiUrl;
     }
+
+    // --- The core package's build (packages/onceflow/dist), once per run: the tests that install
+    // it as a user does (the packed tarball, the production install) read it and never rebuild it,
+    // so two of them in parallel never race on it.
+    execFileSync('npm', ['run', '--silent', 'build', '-w', 'onceflow'], { cwd: root, stdio: 'inherit' });
 
     // --- Workflow bundle: the one `npm start` uses, keyed by a hash of the workflow code
     // (built here only when that code changed), instead of once per worker.

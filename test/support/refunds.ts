@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { expect } from 'vitest';
 import type { WorkflowHandle } from '@temporalio/client';
 import { withTransaction } from '../../src/db/index.ts';
-import type { Scope } from '../../src/ledger/index.ts';
+import type { Scope } from 'onceflow';
 import {
   REFUND_OPERATION_TYPES,
   REFUND_WORKFLOW_TYPE,

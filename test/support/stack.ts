@@ -9,7 +9,7 @@ import type { Client, WorkflowHandle } from '@temporalio/client';
 import { createWorker } from '../../src/worker/worker.ts';
 import { createActivities, type ActivityDeps } from '../../activities/index.ts';
 import type { OrderActivities } from '../../activities/order.ts';
-import { Ledger, type LedgerHooks } from '../../src/ledger/index.ts';
+import { Ledger, type LedgerHooks } from 'onceflow';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { testProviders } from './providers.ts';
 import { startSandbox, type RunningSandbox } from '../../dev/sandbox/server.ts';

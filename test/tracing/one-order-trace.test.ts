@@ -22,7 +22,7 @@ import { OutboxRelay } from '../../src/api/outbox.ts';
 import { insertApiKey, insertTenant } from '../../src/tenants/sql.ts';
 import { loadConfig } from '../../src/config.ts';
 import type { Pool } from '../../src/db/index.ts';
-import { Ledger } from '../../src/ledger/index.ts';
+import { Ledger } from 'onceflow';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { startSandbox, type RunningSandbox } from '../../dev/sandbox/server.ts';
 import { startTracing, type Tracing } from '../../src/tracing/index.ts';

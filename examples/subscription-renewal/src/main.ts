@@ -1,6 +1,6 @@
 /**
- * Runs one renewal end to end: the provider, the ledger's schema, a worker,
- * and the workflow; prints what happened as one JSON line.
+ * Runs one subscription's renewals end to end: the provider, the ledger's
+ * schema, a worker, and the workflow; prints what happened as one JSON line.
  * Reads DATABASE_URL, TEMPORAL_ADDRESS and DROP_FIRST_RESPONSE=1 (lose the
  * first charge's response).
  */
@@ -9,10 +9,10 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
-import { Ledger } from 'onceflow';
-import { applyLedgerMigrations } from 'onceflow/migrations';
+import { Ledger, migrate } from 'onceflow';
 import { createRenewalActivities } from './activities.js';
 import { startProvider } from './provider.js';
+import { providerClient } from './provider-client.js';
 import { renewalWorkflow } from './workflows.js';
 
 function required(name: string): string {
@@ -27,7 +27,7 @@ async function main(): Promise<void> {
   const provider = await startProvider({ dropFirstResponse: process.env.DROP_FIRST_RESPONSE === '1' });
   const pool = new pg.Pool({ connectionString: databaseUrl, max: 5 });
   try {
-    const applied = await applyLedgerMigrations(pool);
+    const applied = await migrate(pool);
     await pool.query(`create table if not exists renewal_subscriptions (
       tenant_id text not null, id text not null, paid_through text, renewals integer not null default 0,
       primary key (tenant_id, id))`);
@@ -47,15 +47,15 @@ async function main(): Promise<void> {
         connection,
         taskQueue,
         workflowsPath: fileURLToPath(new URL('./workflows.js', import.meta.url)),
-        activities: createRenewalActivities({ ledger, providerUrl: provider.url }),
+        activities: createRenewalActivities({ ledger, provider: providerClient(provider.url) }),
       });
       const client = new Client({ connection: clientConnection });
-      const period = '2026-12';
-      const workflowId = `renewal/${tenantId}/${subscriptionId}/${period}`;
+      // One workflow per subscription: its ID, never its run ID, names every step's key.
+      const workflowId = `subscription/${tenantId}/${subscriptionId}`;
       const handle = await client.workflow.start(renewalWorkflow, {
         taskQueue,
         workflowId,
-        args: [{ tenantId, subscriptionId, period, amount: 1200, currency: 'eur' }],
+        args: [{ tenantId, subscriptionId, periods: ['2026-11', '2026-12'], amount: 1200, currency: 'eur' }],
       });
       const result = await worker.runUntil(handle.result());
       const description = await handle.describe();
@@ -63,7 +63,7 @@ async function main(): Promise<void> {
         'select paid_through, renewals from renewal_subscriptions where tenant_id = $1 and id = $2',
         [tenantId, subscriptionId],
       );
-      const records = await ledger.list({ tenantId, keyPrefix: `${workflowId}/` });
+      const records = await ledger.list({ keyPrefix: `${workflowId}/` });
       console.log(
         JSON.stringify({
           workflowId,
@@ -71,6 +71,7 @@ async function main(): Promise<void> {
           result,
           migrationsApplied: applied,
           effects: provider.charges().length,
+          chargeRequests: provider.chargeRequests(),
           subscription: subscription[0],
           records: records.map((r) => ({ key: r.key, state: r.state, attempts: r.attempts })),
         }),

@@ -7,17 +7,20 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 
-interface Charge {
+/** A type, not an interface: a step's stored result must be plain JSON. */
+export type Charge = {
   id: string;
   idempotencyKey: string;
   amount: number;
   currency: string;
-}
+};
 
 export interface Provider {
   url: string;
   /** Every charge made, one per key: the effects. */
   charges(): readonly Charge[];
+  /** How many charge requests arrived, retries under one key included. */
+  chargeRequests(): number;
   close(): Promise<void>;
 }
 
@@ -34,6 +37,7 @@ function send(res: http.ServerResponse, status: number, body: unknown): void {
 export async function startProvider(options: { dropFirstResponse?: boolean } = {}): Promise<Provider> {
   const byKey = new Map<string, Charge>();
   let dropNext = options.dropFirstResponse ?? false;
+  let requests = 0;
 
   const server = http.createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://provider');
@@ -42,6 +46,7 @@ export async function startProvider(options: { dropFirstResponse?: boolean } = {
       return charge ? send(res, 200, charge) : send(res, 404, { error: 'not_found' });
     }
     if (req.method === 'POST' && url.pathname === '/charges') {
+      requests += 1;
       const key = req.headers['idempotency-key'];
       if (typeof key !== 'string' || key === '') return send(res, 400, { error: 'idempotency_key_required' });
       readJson(req).then(
@@ -71,6 +76,7 @@ export async function startProvider(options: { dropFirstResponse?: boolean } = {
   return {
     url: `http://127.0.0.1:${port}`,
     charges: () => [...byKey.values()],
+    chargeRequests: () => requests,
     close: () =>
       new Promise<void>((resolve, reject) => {
         server.closeAllConnections();

@@ -1,17 +1,19 @@
 /**
- * The renewal workflow. Deterministic: it imports only @temporalio/workflow,
- * the library's workflow-safe entry and types. Step keys derive from the
- * workflow ID, so every retry of a step, at every level, reuses its key.
+ * The renewal workflow: one per subscription (`subscription/<tenant>/<id>`),
+ * renewing it for each period it is given. Deterministic: it imports only
+ * @temporalio/workflow and types. It passes no keys: each activity is an
+ * onceflow step keyed `<workflowId>/<step name>`, and the step names carry
+ * the period, so every retry of a period's charge, at every level, reuses
+ * its key.
  */
-import { proxyActivities, workflowInfo } from '@temporalio/workflow';
-import { stepKey } from 'onceflow/workflow';
+import { proxyActivities } from '@temporalio/workflow';
 import type { RenewalActivities } from './activities.js';
 
 export interface RenewalInput {
   tenantId: string;
   subscriptionId: string;
-  /** The period paid for, e.g. `2026-12`. */
-  period: string;
+  /** The periods to pay for, in order, e.g. `['2026-11', '2026-12']`. */
+  periods: string[];
   amount: number;
   currency: string;
 }
@@ -25,19 +27,20 @@ const { chargeRenewal, extendSubscription } = proxyActivities<RenewalActivities>
 
 export async function renewalWorkflow(
   input: RenewalInput,
-): Promise<{ chargeId: string; paidThrough: string }> {
-  const { workflowId } = workflowInfo();
-  const step = { tenantId: input.tenantId, subscriptionId: input.subscriptionId, period: input.period };
-  const charge = await chargeRenewal({
-    ...step,
-    key: stepKey(workflowId, 'charge'),
-    amount: input.amount,
-    currency: input.currency,
-  });
-  const { paidThrough } = await extendSubscription({
-    ...step,
-    key: stepKey(workflowId, 'extend'),
-    chargeId: charge.chargeId,
-  });
-  return { chargeId: charge.chargeId, paidThrough };
+): Promise<{ chargeIds: string[]; paidThrough: string | null }> {
+  const { tenantId, subscriptionId, amount, currency } = input;
+  const chargeIds: string[] = [];
+  let paidThrough: string | null = null;
+  for (const period of input.periods) {
+    const charge = await chargeRenewal({ tenantId, subscriptionId, period, amount, currency });
+    const extended = await extendSubscription({
+      tenantId,
+      subscriptionId,
+      period,
+      chargeId: charge.result.id,
+    });
+    chargeIds.push(charge.result.id);
+    paidThrough = extended.result.paidThrough;
+  }
+  return { chargeIds, paidThrough };
 }

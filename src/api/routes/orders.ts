@@ -15,7 +15,7 @@ import { randomBytes } from 'node:crypto';
 import { Type, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { withClient } from '../../db/index.ts';
-import type { OperationRecord } from '../../ledger/index.ts';
+import type { OperationRecord } from 'onceflow';
 import {
   OPERATION_TYPES,
   TERMINAL_STATUSES,

@@ -17,7 +17,7 @@
  *   the provider refund ID recorded for it (refund row or ledger record),
  *   with the refund's amount and currency. Anything else is `ignored_mismatch`.
  */
-import { downstreamKey, type OperationRecord } from '../../ledger/index.ts';
+import { downstreamKey, type OperationRecord } from 'onceflow';
 import { KEY_METADATA } from '../../providers/stripe.ts';
 import { refundStepKeys, type RefundStatus } from '../../refunds/contract.ts';
 import type { RefundRow } from '../../refunds/sql.ts';

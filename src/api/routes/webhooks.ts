@@ -93,7 +93,7 @@ import {
   recordWebhookEvent,
   releaseWebhookSignal,
 } from '../../webhooks/sql.ts';
-import { downstreamKey, type OperationRecord } from '../../ledger/index.ts';
+import { downstreamKey, type OperationRecord } from 'onceflow';
 import type { OrderRow } from '../../orders/sql.ts';
 import { REFUND_TERMINAL_STATUSES, refundEventSignal, type RefundEvent } from '../../refunds/contract.ts';
 import { getRefund } from '../../refunds/sql.ts';

@@ -24,9 +24,6 @@
  * Past the window nothing is ever performed again.
  */
 import { withinKeyWindow, type OperationRecord } from 'onceflow';
-// A deliberate violation (#42): the core's internals are off limits to the app.
-import { canonicalJson } from '../../packages/onceflow/src/canonical.ts';
-export const _canonical = canonicalJson;
 import type { ProviderCapabilities } from '../providers/types.ts';
 
 export type SettlePlan =

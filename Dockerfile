@@ -28,7 +28,8 @@ COPY workflows ./workflows
 COPY activities ./activities
 COPY scripts/migrate.ts scripts/build-workflow-bundle.ts scripts/ops.ts scripts/api-key.ts ./scripts/
 COPY scripts/lib ./scripts/lib
-RUN npm run build -w onceflow && npm run build:app
+RUN npm run build -w onceflow
+RUN npm run build:app
 # The workflow bundle, built once here from the compiled workflows (the files a worker in
 # this image hashes at start): workers find it by that hash and poll in seconds instead of
 # bundling (~12 s).

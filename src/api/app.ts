@@ -301,9 +301,13 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
       refusedCredentials.set(request, err);
     }
   });
-  app.addHook('preParsing', async (request) => {
+  app.addHook('preParsing', async (request, reply) => {
     const refused = refusedCredentials.get(request);
-    if (refused) throw refused;
+    if (!refused) return;
+    // Counted, but the limit's headers describe a tenant's budget, which a 401 has none of.
+    for (const h of ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset'])
+      reply.removeHeader(h);
+    throw refused;
   });
 
   await app.register(rateLimit, {

@@ -13,6 +13,7 @@ import type { Scope } from 'onceflow';
 import { REFUND_OPERATION_TYPES, refundStepKeys, refundWorkflowId } from '../../src/refunds/contract.ts';
 import { call, newTenant, startApi, type TestApi } from '../api/support.ts';
 import { uniq } from '../support/env.ts';
+import { until } from '../support/wait.ts';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 
 /** Far enough in the past that no other record of this database is as old. */
@@ -67,7 +68,15 @@ describe('retention of refunds', () => {
     });
     expect(created.status).toBe(202);
     const refund = created.body as { id: string; workflowId: string };
-    await stack.client.workflow.getHandle(refund.workflowId).result();
+    // The API's outbox relay starts the workflow after the 202: wait for it to exist first.
+    const started = stack.client.workflow.getHandle(refund.workflowId);
+    await until('the refund workflow to be started by the relay', async () =>
+      started.describe().then(
+        () => true,
+        () => false,
+      ),
+    );
+    await started.result();
 
     const finished = await operations(tenant.tenantId, `${refund.workflowId}/`, idem);
     expect(new Set(finished.map((o) => o.operation_type))).toEqual(

@@ -9,6 +9,7 @@ export default defineConfig({
     alias: [
       { find: /^onceflow$/, replacement: core('index.ts') },
       { find: /^onceflow\/workflow$/, replacement: core('workflow.ts') },
+      { find: /^onceflow\/postgres$/, replacement: core('postgres.ts') },
     ],
   },
   test: {

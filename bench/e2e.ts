@@ -5,7 +5,7 @@
  *
  *   npm run bench:e2e [-- --orders=500] [--concurrency=1,8,32] [--quick]
  *
- * For measuring one tuning change at a time (docs/BENCHMARKS-JOURNAL.md, "Tuning changes"):
+ * For measuring one tuning change at a time:
  *   --baseline-only      skip the orders, run only the baseline workflow
  *   --sqlite=default     the CLI's SQLite defaults instead of WAL + synchronous=normal
  *   --eager=off          server flag for eager activity dispatch off
@@ -169,7 +169,7 @@ const API_PROCESSES = positiveInt(args['api-processes'], '--api-processes', 16);
 const TIMEOUT_MS = positiveInt(args['timeout-seconds'], '--timeout-seconds', 7200) * 1000;
 /** Seconds of `Prefer: wait` on each POST, or undefined (POST, then GET ?wait=). 0 is allowed: one read. */
 const PREFER_WAIT = args['prefer-wait'] === undefined ? undefined : preferWait(args['prefer-wait']);
-/** Server-side levers of the Postgres-backed server (docs/BENCHMARKS-JOURNAL.md, "Topologies"). */
+/** Server-side levers of the Postgres-backed server (docs/DEPLOYING.md). */
 const SERVER = {
   dynamic: keyValues(opts.serverDynamic, '--server-dynamic', (v) =>
     v === 'true' || v === 'false' ? v === 'true' : Number.isFinite(Number(v)) ? Number(v) : v,

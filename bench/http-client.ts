@@ -2,7 +2,7 @@
  * Benchmark (not a test) of the HTTP client a provider call goes through:
  * global `fetch`, `node:http` with a keep-alive agent, and undici's `request`
  * on a keep-alive Agent (what src/providers/sandbox.ts and the sandbox's
- * webhook dispatcher use since round 7 of docs/BENCHMARKS-JOURNAL.md).
+ * webhook dispatcher use).
  *
  *   npm run bench:http [-- --calls=3000] [--rounds=3] [--concurrency=8]
  *

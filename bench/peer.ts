@@ -40,7 +40,7 @@ import { DEMO_TENANTS } from '../src/api/demo-keys.ts';
 import { freePort } from '../src/process/ports.ts';
 import { spawnLeashed } from '../src/process/leash.ts';
 import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
-import { waitForHttp } from '../dev/devserver/temporal.ts';
+import { waitForHttp } from '../dev/wait.ts';
 import { createCommand, parseCli } from '../scripts/lib/cli.ts';
 import {
   BenchProcesses,

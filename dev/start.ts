@@ -18,13 +18,8 @@ import { loadConfig, requireCredentials } from '../src/config.ts';
 import { createPool } from '../src/db/index.ts';
 import { ensureDatabase, migrate, redactUrl, withDatabase } from '../src/db/migrate.ts';
 import { seedDemoData } from './seed.ts';
-import {
-  ensureTemporalCli,
-  startDevServer,
-  waitForHttp,
-  waitForTemporal,
-  type DevServer,
-} from './devserver/temporal.ts';
+import { ensureTemporalCli, startDevServer, waitForTemporal, type DevServer } from './devserver/temporal.ts';
+import { waitForHttp } from './wait.ts';
 import { assertPortFree, PortInUseError } from '../src/process/ports.ts';
 import { Supervisor } from '../src/process/supervisor.ts';
 import {

@@ -17,7 +17,8 @@ import { createPool } from '../../src/db/index.ts';
 import { seedDemoData } from '../../dev/seed.ts';
 import { freePort } from '../../src/process/ports.ts';
 import { Supervisor } from '../../src/process/supervisor.ts';
-import { ensureTemporalCli, startDevServerOnFreePorts, waitForHttp } from '../../dev/devserver/temporal.ts';
+import { ensureTemporalCli, startDevServerOnFreePorts } from '../../dev/devserver/temporal.ts';
+import { waitForHttp } from '../../dev/wait.ts';
 import {
   dropTemporalDatabases,
   ensureTemporalServerTools,
@@ -199,7 +200,7 @@ export interface TemporalOptions {
   server?: ServerLevers;
 }
 
-/** Settings of the Postgres-backed server a benchmark can change (docs/BENCHMARKS-JOURNAL.md, "Topologies"). */
+/** Settings of the Postgres-backed server a benchmark can change (docs/DEPLOYING.md). */
 interface ServerLevers {
   /** Dynamic config keys over ops/temporal/dynamicconfig.yaml's. */
   dynamic: Record<string, boolean | number>;

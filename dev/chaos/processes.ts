@@ -11,6 +11,7 @@
  */
 import fs from 'node:fs';
 import { Supervisor } from '../../src/process/supervisor.ts';
+import { pollUntil } from '../wait.ts';
 
 export interface ProcessSpec {
   name: string;
@@ -24,8 +25,6 @@ export interface ProcessSpec {
   uid?: number;
   gid?: number;
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export class Supervised extends Supervisor {
   /** Exits nobody asked for, since the last `takeUnexpectedExits()`. */
@@ -104,26 +103,14 @@ export class Supervised extends Supervisor {
   }
 }
 
-/** Polls `probe` until it resolves true, or throws after `timeoutMs` (or as soon as the process died). */
-export async function waitUntil(
+/** Polls `probe` (src/process/wait.ts) until it resolves true; gives up at once if `proc` died. */
+export function waitUntil(
   what: string,
   probe: () => Promise<boolean>,
   timeoutMs: number,
   proc?: Supervised,
 ): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await probe().catch(() => false)) return;
-    if (proc && !proc.alive) {
-      throw new Error(`${what}: the process exited while starting; see ${proc.spec.logFile}`);
-    }
-    if (Date.now() > deadline) throw new Error(`${what} was not ready within ${timeoutMs / 1000}s`);
-    await sleep(250);
-  }
-}
-
-export async function httpOk(url: string): Promise<boolean> {
-  const res = await fetch(url, { signal: AbortSignal.timeout(2_000) });
-  await res.body?.cancel();
-  return res.status < 500;
+  const abandon = () =>
+    proc && !proc.alive ? `the process exited while starting; see ${proc.spec.logFile}` : undefined;
+  return pollUntil(what, probe, { timeoutMs, abandon });
 }

@@ -25,7 +25,8 @@ import {
 } from './facts.ts';
 import { customerPrefix, runLoad, seededRandom, sleep, type AcceptedOrder, type LoadStats } from './load.ts';
 import type { ChaosOptions } from './options.ts';
-import { httpOk, waitUntil } from './processes.ts';
+import { httpOk } from '../wait.ts';
+import { waitUntil } from './processes.ts';
 import { clearSandboxFaults, SCENARIO_TABLE, type FaultContext } from './scenarios.ts';
 import { TENANT_API_KEY, TENANT_ID, type ChaosStack } from './stack.ts';
 

@@ -79,7 +79,7 @@ export async function selectRefundOutcomes(
   return rows;
 }
 
-/** The restore gate's pending declaration (src/recovery/gate.ts), if any: who declared it, and why. */
+/** The restore gate's pending declaration (src/restore/gate.ts), if any: who declared it, and why. */
 export async function selectPendingRestoreRecovery(db: Queryable): Promise<string | null> {
   const { rows } = await db.query<{ declared_by: string }>(
     'select declared_by from restore_recoveries where completed_at is null',

@@ -12,7 +12,8 @@ import { freePort } from '../../src/process/ports.ts';
 import { ensureTemporalCli, startDevServer, type DevServer } from '../devserver/temporal.ts';
 import { ensureWorkflowBundle } from '../../src/worker/bundle.ts';
 import { openChaosDatabase, type ChaosDatabase } from './postgres.ts';
-import { httpOk, Supervised, waitUntil } from './processes.ts';
+import { httpOk } from '../wait.ts';
+import { Supervised, waitUntil } from './processes.ts';
 
 const TASK_QUEUE = 'onceflow-chaos';
 /** Strong enough for loadConfig's 128-bit floor on an explicit admin token; local to the chaos run. */

@@ -12,7 +12,7 @@
  * - Config: a server YAML and a dynamic config file in the data dir,
  *   rewritten on every start; loopback ports only.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -22,14 +22,14 @@ import { Connection } from '@temporalio/client';
 import { msToTs } from '@temporalio/common';
 import { ensureDatabase, redactUrl, withDatabase } from '../../src/db/migrate.ts';
 import { assertPortFree, freePort, PortInUseError } from '../../src/process/ports.ts';
-import { spawnLeashed } from '../../src/process/leash.ts';
+import { Supervisor } from '../../src/process/supervisor.ts';
+import { waitForHttp } from '../wait.ts';
 import {
   goInstallWithProgress,
   isExecutable,
   SEARCH_ATTRIBUTES,
   TemporalCliError,
   TEMPORAL_CLI_VERSION,
-  waitForHttp,
   waitForTemporal,
   which,
   type DevServer,
@@ -640,45 +640,27 @@ export interface TemporalServerOptions {
   observability?: ServerObservability;
 }
 
-interface Proc {
-  child: ChildProcess;
-  exited: () => { code: number | null; signal: NodeJS.Signals | null } | undefined;
-  stop: () => Promise<void>;
-}
-
 /**
- * Starts a process in its own process group, output to a log file; stop() ends the whole group.
- * Leashed: the group also ends when this process is gone, however this process died.
+ * One of the server's processes, run by the one supervisor: its own process group, output to
+ * `logFile`, never restarted, on a leash (the group ends when this process is gone, however
+ * it died). start() resolves once `ready` does.
  */
-function startProcess(cmd: string, args: string[], logFile: string, cwd?: string): Proc {
-  const out = fs.openSync(logFile, 'a');
-  const child = spawnLeashed(cmd, args, { stdio: ['ignore', out, out], ...(cwd ? { cwd } : {}) });
-  fs.closeSync(out);
-  let exited: { code: number | null; signal: NodeJS.Signals | null } | undefined;
-  const exitPromise = new Promise<void>((resolve) =>
-    child.once('exit', (code, signal) => {
-      exited = { code, signal };
-      resolve();
-    }),
-  );
-  const signalGroup = (signal: NodeJS.Signals) => {
-    try {
-      if (child.pid) process.kill(-child.pid, signal);
-    } catch {
-      // already gone
-    }
-  };
-  return {
-    child,
-    exited: () => exited,
-    stop: async () => {
-      if (exited) return;
-      signalGroup('SIGTERM');
-      const timer = setTimeout(() => signalGroup('SIGKILL'), 20_000);
-      await exitPromise;
-      clearTimeout(timer);
-    },
-  };
+function serverProcess(
+  name: string,
+  command: string,
+  args: string[],
+  logFile: string,
+  ready: (exited: () => boolean) => Promise<void>,
+): Supervisor {
+  return new Supervisor({
+    name,
+    command,
+    args,
+    logFile,
+    restart: false,
+    stopGraceMs: 20_000,
+    ready: (sup) => ready(() => !sup.alive),
+  });
 }
 
 /**
@@ -712,42 +694,41 @@ export async function startTemporalServer(opts: TemporalServerOptions): Promise<
     ...(opts.observability ? { observability: opts.observability } : {}),
   });
   const logFile = path.join(opts.dataDir, 'temporal-server.log');
-  const server = startProcess(
+  const address = `127.0.0.1:${opts.ports.frontend}`;
+  const uiUrl = withUi ? `http://127.0.0.1:${opts.ports.ui}` : undefined;
+  const server = serverProcess(
+    'Temporal server',
     opts.tools.server,
     ['--root', files.configDir, '--config', '.', '--env', 'onceflow', '--allow-no-auth', 'start'],
     logFile,
+    async (exited) => {
+      const timeoutMs = opts.readyTimeoutMs ?? 180_000;
+      await waitForTemporal(address, timeoutMs, exited, log, logFile, 'temporal-system');
+      await registerNamespace(address, namespace, log);
+    },
   );
-  let ui: Proc | undefined;
+  const ui = uiUrl
+    ? serverProcess(
+        'Temporal UI server',
+        opts.tools.uiServer,
+        ['--root', files.uiConfigDir, '--config', '.', '--env', 'onceflow', 'start'],
+        path.join(opts.dataDir, 'temporal-ui.log'),
+        (exited) =>
+          waitForHttp(uiUrl, 60_000, { abandon: () => (exited() ? 'the UI server exited' : undefined) }),
+      )
+    : undefined;
   const stop = async () => {
     await ui?.stop();
     await server.stop();
   };
-  const address = `127.0.0.1:${opts.ports.frontend}`;
-  const uiUrl = withUi ? `http://127.0.0.1:${opts.ports.ui}` : undefined;
   try {
-    await waitForTemporal(
-      address,
-      opts.readyTimeoutMs ?? 180_000,
-      server.exited,
-      log,
-      logFile,
-      'temporal-system',
-    );
-    await registerNamespace(address, namespace, log);
-    if (withUi) {
-      const uiLog = path.join(opts.dataDir, 'temporal-ui.log');
-      ui = startProcess(
-        opts.tools.uiServer,
-        ['--root', files.uiConfigDir, '--config', '.', '--env', 'onceflow', 'start'],
-        uiLog,
-      );
-      await waitForHttp(uiUrl!, 60_000, ui.exited);
-    }
+    await server.start();
+    await ui?.start();
   } catch (err) {
     await stop();
     throw err;
   }
-  return { address, uiUrl, process: server.child, stop };
+  return { address, uiUrl, process: server.process!, stop };
 }
 
 /**

@@ -13,7 +13,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Connection } from '@temporalio/client';
 import { assertPortFree, freePort, PortInUseError } from '../../src/process/ports.ts';
-import { spawnLeashed } from '../../src/process/leash.ts';
+import { Supervisor } from '../../src/process/supervisor.ts';
+import { pollUntil, waitForHttp } from '../wait.ts';
 
 const TEMPORAL_CLI_MODULE = 'github.com/temporalio/cli/cmd/temporal';
 export const TEMPORAL_CLI_VERSION = 'v1.5.1';
@@ -290,36 +291,31 @@ export async function startDevServer(opts: DevServerOptions): Promise<DevServer>
     ...(opts.uiPort !== undefined ? ['--ui-port', String(opts.uiPort)] : ['--headless']),
     ...(opts.metricsPort !== undefined ? ['--metrics-port', String(opts.metricsPort)] : []),
   ];
-  const out = opts.logFile ? fs.openSync(opts.logFile, 'a') : 'ignore';
-  // Leashed: it exits when this process is gone, however this process died.
-  const child = spawnLeashed(opts.cli, args, { stdio: ['ignore', out, out] });
-  if (typeof out === 'number') fs.closeSync(out);
-  let exited: { code: number | null; signal: NodeJS.Signals | null } | undefined;
-  const exitPromise = new Promise<void>((resolve) =>
-    child.once('exit', (code, signal) => {
-      exited = { code, signal };
-      resolve();
-    }),
-  );
   const address = `127.0.0.1:${opts.port}`;
   const uiUrl = opts.uiPort !== undefined ? `http://127.0.0.1:${opts.uiPort}` : undefined;
-
-  const stop = async () => {
-    if (exited) return;
-    child.kill('SIGTERM');
-    const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
-    await exitPromise;
-    clearTimeout(timer);
-  };
-
+  // The one process runner: its own process group, on a leash (it dies with this process).
+  const server = new Supervisor({
+    name: 'Temporal dev server',
+    command: opts.cli,
+    args,
+    ...(opts.logFile ? { logFile: opts.logFile } : { onLine: () => undefined }),
+    restart: false,
+    stopGraceMs: 15_000,
+    ready: async (sup) => {
+      const exited = () => !sup.alive;
+      await waitForTemporal(address, opts.readyTimeoutMs ?? 120_000, exited, log, opts.logFile);
+      if (uiUrl)
+        await waitForHttp(uiUrl, 60_000, { abandon: () => (exited() ? 'the server exited' : undefined) });
+    },
+  });
+  const stop = async () => void (await server.stop());
   try {
-    await waitForTemporal(address, opts.readyTimeoutMs ?? 120_000, () => exited, log, opts.logFile);
-    if (uiUrl) await waitForHttp(uiUrl, 60_000, () => exited);
+    await server.start();
   } catch (err) {
     await stop();
     throw err;
   }
-  return { address, uiUrl, process: child, stop };
+  return { address, uiUrl, process: server.process!, stop };
 }
 
 /**
@@ -334,58 +330,24 @@ export async function waitForTemporal(
   logFile?: string,
   namespace = 'default',
 ): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  let lastError: unknown;
-  let nextNotice = Date.now() + 10_000;
-  while (Date.now() < deadline) {
-    if (exited()) {
-      throw new TemporalCliError(
-        `Temporal dev server exited during startup${logFile ? `; see ${logFile}` : ''}: ${JSON.stringify(exited())}`,
-      );
-    }
-    try {
+  await pollUntil(
+    `Temporal at ${address}`,
+    async () => {
       const connection = await Connection.connect({ address, connectTimeout: 2_000 });
       try {
         await connection.workflowService.describeNamespace({ namespace });
-        return;
+        return true;
       } finally {
         await connection.close();
       }
-    } catch (err) {
-      lastError = err;
-    }
-    if (Date.now() > nextNotice) {
-      log(`[temporal] waiting for the server at ${address}...`);
-      nextNotice = Date.now() + 10_000;
-    }
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  throw new TemporalCliError(
-    `Temporal at ${address} was not ready within ${timeoutMs / 1000}s: ${lastError instanceof Error ? lastError.message : String(lastError)}`,
+    },
+    {
+      timeoutMs,
+      abandon: () =>
+        exited() ? `the server exited during startup${logFile ? `; see ${logFile}` : ''}` : undefined,
+      onWaiting: () => log(`[temporal] waiting for the server at ${address}...`),
+    },
   );
-}
-
-export async function waitForHttp(
-  url: string,
-  timeoutMs: number,
-  exited: () => unknown = () => undefined,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  let lastError: unknown;
-  while (Date.now() < deadline) {
-    if (exited()) throw new Error(`process serving ${url} exited during startup`);
-    try {
-      const res = await fetch(url, { signal: AbortSignal.timeout(2_000) });
-      if (res.status < 500) return;
-      // The body says why (a worker's /readyz names the check that fails): the give-up message shows it.
-      const body = (await res.text().catch(() => '')).trim().slice(0, 1000);
-      lastError = new Error(`HTTP ${res.status}${body ? `: ${body}` : ''}`);
-    } catch (err) {
-      lastError = err;
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error(`${url} did not answer within ${timeoutMs / 1000}s: ${String(lastError)}`);
 }
 
 /**

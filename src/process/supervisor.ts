@@ -21,44 +21,27 @@ import type { ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
 import readline from 'node:readline';
+import { backoffMs, type Backoff } from 'onceflow/postgres';
 import { spawnLeashed } from './leash.ts';
 
-export interface BackoffPolicy {
-  /** Delay before the first restart. */
-  initialMs: number;
-  /** The delay doubles with each consecutive crash, up to this. */
-  maxMs: number;
+/**
+ * The delay before the n-th consecutive restart is the shared backoffMs; its jitter keeps
+ * children that crashed together (a lost database) from all coming back at once.
+ */
+export interface BackoffPolicy extends Backoff {
   /** A child that ran at least this long before exiting counts as healthy: the next delay is `initialMs` again. */
   resetAfterMs: number;
-  /**
-   * Fraction of each delay that is random (0 = none, 1 = anywhere in [0, delay]), so
-   * several children that crashed together (a lost database) do not all come back at once.
-   */
-  jitter: number;
   /** Consecutive quick crashes after which the supervisor gives up (no more restarts). */
   maxRestarts: number;
 }
 
-export const DEFAULT_BACKOFF: BackoffPolicy = {
+const DEFAULT_BACKOFF: BackoffPolicy = {
   initialMs: 1_000,
   maxMs: 30_000,
   resetAfterMs: 60_000,
   jitter: 0.2,
   maxRestarts: Infinity,
 };
-
-/**
- * The delay before restart number `restart` (1 for the first): initialMs * 2^(restart-1),
- * capped at maxMs, minus up to `jitter` of it. Never above maxMs.
- */
-export function backoffDelay(
-  policy: BackoffPolicy,
-  restart: number,
-  random: () => number = Math.random,
-): number {
-  const base = Math.min(policy.maxMs, policy.initialMs * 2 ** Math.max(0, restart - 1));
-  return Math.round(base * (1 - policy.jitter * random()));
-}
 
 export interface ExitInfo {
   code: number | null;
@@ -153,6 +136,11 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
 
   get pid(): number | undefined {
     return this.child?.pid;
+  }
+
+  /** The current (or last) child, once one was spawned. */
+  get process(): ChildProcess | undefined {
+    return this.child;
   }
 
   get alive(): boolean {
@@ -278,7 +266,7 @@ export class Supervisor extends EventEmitter<SupervisorEvents> {
       this.emit('gave-up', exit, this.crashes - 1);
       return;
     }
-    const delay = backoffDelay(this.policy, this.crashes, this.options.random);
+    const delay = backoffMs(this.policy, this.crashes - 1, this.options.random);
     this.log(
       `${this.name} exited unexpectedly (${exit.how}); restarting it in ${delay} ms (restart #${this.crashes}).`,
       { ...fields, restartInMs: delay, restart: this.crashes },

@@ -9,13 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, expect, it } from 'vitest';
-import {
-  backoffDelay,
-  DEFAULT_BACKOFF,
-  Supervisor,
-  type ExitInfo,
-  type SupervisorOptions,
-} from '../../src/process/supervisor.ts';
+import { Supervisor, type ExitInfo, type SupervisorOptions } from '../../src/process/supervisor.ts';
 import { until } from '../support/wait.ts';
 
 /**
@@ -89,17 +83,6 @@ function child(mode: string, opts: Partial<SupervisorOptions> = {}, env: NodeJS.
   started.push(sup);
   return { sup, lines, logs, exits };
 }
-
-it('computes capped exponential delays, with jitter only ever shortening them', () => {
-  const policy = { ...DEFAULT_BACKOFF, initialMs: 100, maxMs: 1_000, jitter: 0.5 };
-  expect([1, 2, 3, 4, 5, 6].map((n) => backoffDelay(policy, n, () => 0))).toEqual([
-    100, 200, 400, 800, 1_000, 1_000,
-  ]);
-  // Jitter takes at most half of each delay here: 50..100 for the first, 500..1000 at the cap.
-  expect(backoffDelay(policy, 1, () => 1)).toBe(50);
-  expect(backoffDelay(policy, 9, () => 1)).toBe(500);
-  expect(backoffDelay(policy, 9, () => 0.5)).toBe(750);
-});
 
 it('restarts a child that crashed, after the backoff delay', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'onceflow-supervisor-'));

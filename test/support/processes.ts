@@ -1,6 +1,7 @@
 /** onceflow's real entry points as child processes, for tests that kill, fault and restart them. */
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
+import { waitForHttp } from '../../dev/wait.ts';
 import { until } from './wait.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
@@ -45,22 +46,15 @@ export function spawnNode(name: string, argv: string[], env: Record<string, stri
   };
 }
 
-/** Polls `url` until it answers 2xx; fails early (with its output) if `proc` exits. */
+/** Polls `url` until it answers (below 500); fails early if `proc` exits. Either error carries its output. */
 export async function waitHttpOk(url: string, proc: Proc, timeoutMs = 90_000): Promise<void> {
-  await withOutputOnTimeout(
-    proc,
-    until(
-      `${proc.name} to answer 2xx at ${url}`,
-      async () => {
-        if (!proc.alive()) throw new Error(`${proc.name} exited during startup:\n${proc.output()}`);
-        return fetch(url).then(
-          (res) => res.ok,
-          () => false, // not listening yet
-        );
-      },
-      { timeoutMs, intervalMs: 100 },
-    ),
-  );
+  await waitForHttp(url, timeoutMs, {
+    intervalMs: 100,
+    abandon: () => (proc.alive() ? undefined : `${proc.name} exited during startup`),
+  }).catch((err: unknown) => {
+    if (err instanceof Error) err.message += `\n${proc.name} output:\n${proc.output()}`;
+    throw err;
+  });
 }
 
 export function killAll(procs: Proc[]): void {

@@ -16,17 +16,10 @@ import type { PoolClient } from './db.ts';
 import { LEDGER_FAILURE } from './failures.ts';
 import { stepKey } from './keys.ts';
 
-/**
- * Heartbeats to Temporal, and renews the step's lease, while an external
- * step runs: at least twice per heartbeat timeout (the ledger caps it at a
- * third of the lease). Without a heartbeat timeout, or in a local activity,
- * the lease is still renewed.
- * Call it inside an activity (it reads Context.current()).
- */
+/** Heartbeat at least twice per heartbeat timeout while an external step runs; call inside an activity. */
 export function heartbeatRenewal(): Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> {
   const ctx = Context.current();
-  // A local activity has no heartbeat (its worker keeps the workflow task alive instead):
-  // the lease alone is renewed, at the ledger's default pace.
+  // A local activity has no heartbeat: the lease alone is renewed.
   if (ctx.info.isLocal) return {};
   const timeout = ctx.info.heartbeatTimeoutMs;
   return {
@@ -36,11 +29,8 @@ export function heartbeatRenewal(): Pick<ExternalRunOptions, 'heartbeat' | 'rene
 }
 
 /**
- * Maps a LedgerError, or a local step's FinalFailure, onto Temporal's retry
- * semantics; any other error is returned unchanged (Temporal retries it, or
- * the caller maps it first).
- * `outcomeUnknownType` names the unknown outcome of this step (default
- * LEDGER_FAILURE.outcomeUnknown), so a workflow can reconcile per step.
+ * Maps a LedgerError or FinalFailure onto Temporal's retry semantics; other errors pass unchanged.
+ * `outcomeUnknownType` lets a workflow reconcile per step.
  */
 export function toActivityFailure(
   err: unknown,
@@ -135,10 +125,8 @@ function splitName(name: string): [string, ...string[]] {
 }
 
 /**
- * The operation key of step `name` of the running activity's workflow:
- * `<workflowId>/<name>`. The workflow ID, never the run ID, so the key is the
- * same on every retry, after `temporal workflow reset` and across
- * continue-as-new. Call it inside an activity.
+ * `<workflowId>/<name>` of the running activity: the workflow ID, so it survives retry, reset and
+ * continue-as-new.
  */
 export function currentStepKey(name: string): string {
   const workflowId = Context.current().info.workflowExecution?.workflowId;
@@ -156,14 +144,9 @@ function stepScope(name: string, opts: StepOptions): Scope {
 }
 
 /**
- * An external effect (a charge, an email) made at most once per step of the
- * running workflow: claims `<workflowId>/<name>`, then `perform` calls the
- * provider under `ctx.downstreamKey`, the same for every attempt. A lost
- * outcome leaves the step `unknown` and fails this attempt with
- * `unknownFailureType` (retryable); the next attempt runs `reconcile` before
- * anything else, and performs again (under the same key) only if the
- * provider never saw it, inside its key window. Heartbeats and extends the
- * lease while it runs. A completed step is replayed, never run again.
+ * An external effect made at most once per step: claims `<workflowId>/<name>`, then `perform` calls
+ * the provider under `ctx.downstreamKey`. A lost outcome fails this attempt (retryable); the next
+ * one reconciles first and performs again only if the provider never saw the key, inside its window.
  */
 export async function externalStep<T extends Json>(
   ledger: Ledger,
@@ -202,12 +185,9 @@ export async function externalStep<T extends Json>(
 }
 
 /**
- * A write in this Postgres, once per step of the running workflow: `run`'s
- * writes (through `tx`) and the step's completion under `<workflowId>/<name>`
- * commit in one transaction, so a retry finds the stored result (`replayed:
- * true`) and never writes twice. Ledger errors, and a FinalFailure thrown by
- * `run` (committed as the step's `failed` outcome), are thrown as
- * ApplicationFailures; `run`'s other errors roll back and are rethrown as they are.
+ * A write in this Postgres, once per step: `run`'s writes and the completion under
+ * `<workflowId>/<name>` commit together, so a retry replays. Ledger errors and FinalFailure become
+ * ApplicationFailures; other errors roll back and are rethrown.
  */
 export async function localStep<T extends Json>(
   ledger: Ledger,

@@ -100,11 +100,8 @@ function write(value: unknown, path: string, stack: Set<object>): string {
 }
 
 /**
- * Canonical JSON: object keys sorted, no whitespace, `undefined` object
- * properties dropped. Rejects (LedgerError 'invalid_input') non-finite numbers,
- * `undefined` at the top level or in arrays, functions, symbols, BigInt,
- * Dates, cycles and non-plain objects: callers convert those first, so two
- * inputs that look equal always have the same fingerprint.
+ * Canonical JSON: sorted keys, no whitespace. Rejects anything ambiguous (non-finite numbers,
+ * Dates, BigInt, cycles, non-plain objects…), so inputs that look equal fingerprint equal.
  */
 export function canonicalJson(value: unknown): string {
   return write(value, '$', new Set());
@@ -123,11 +120,8 @@ export function fingerprint(operationType: string, schemaVersion: number, input:
 }
 
 /**
- * The idempotency key sent to a provider for this operation: `of_` + hex
- * SHA-256 of the scope (67 visible ASCII characters). The same for every
- * attempt, takeover and reconcile, so a retry can never create a second
- * effect under a new key; hashed so the provider never sees tenant ids and
- * the length stays within any provider's limit.
+ * The provider idempotency key: `of_` + SHA-256 of the scope, the same for every attempt, so a
+ * retry never creates a second effect; hashed so providers never see tenant ids.
  */
 export function downstreamKey(scope: Scope): string {
   return `of_${sha256Hex(canonicalJson([scope.tenantId, scope.operationType, scope.key]))}`;

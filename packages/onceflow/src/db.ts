@@ -1,11 +1,14 @@
 /**
  * The ledger's database access: one checked-out client per unit of work,
  * transactions with BEGIN/COMMIT/ROLLBACK on it, and the one bounded retry
- * for transient conflicts. Internal to the package.
+ * for transient conflicts. `onceflow/postgres` (postgres.ts) publishes what an
+ * application needs of it; the rest is internal to the package.
  */
 import pg from 'pg';
 
+/** The node-postgres pool the ledger and the helpers run on. */
 export type Pool = pg.Pool;
+/** A client checked out of a {@link Pool}. */
 export type PoolClient = pg.PoolClient;
 /** Anything that can run a query: a pool or a checked-out client inside a transaction. */
 export type Queryable = Pick<pg.PoolClient, 'query'>;
@@ -98,6 +101,7 @@ function sqlState(err: unknown): string | undefined {
     : undefined;
 }
 
+/** True when `err` is a Postgres error with this SQLSTATE code (see {@link SQLSTATE}). */
 export function isSqlState(err: unknown, code: string): boolean {
   return sqlState(err) === code;
 }
@@ -175,16 +179,33 @@ export interface RetryPolicy {
   retryable(err: unknown): boolean;
 }
 
-/**
- * Backoff before retry number `retry` (0 for the first retry): 10 ms doubling
- * each time, plus up to 20 ms of jitter so that the transactions that just
- * collided do not collide again in lockstep. With the callers' 3 retries the
- * worst case is 10 + 20 + 40 ms plus jitter: a step waits at most ~130 ms
- * in all before the last error surfaces.
- */
-function retryDelayMs(retry: number, random: () => number = Math.random): number {
-  return 10 * 2 ** retry + random() * 20;
+/** A capped exponential backoff. */
+export interface Backoff {
+  /** The delay before the first retry, in ms. */
+  initialMs: number;
+  /** The delay doubles with each retry, up to this. */
+  maxMs: number;
+  /**
+   * The random fraction of each delay, taken off its top: 0 none, 0.5 "equal jitter" (the upper
+   * half), 1 "full jitter" (anywhere from 0). Callers that failed together then retry apart.
+   */
+  jitter: number;
 }
+
+/**
+ * The delay before retry number `retry` (0 for the first): `initialMs * 2^retry`, capped at
+ * `maxMs`, less up to `jitter` of it. Never above `maxMs`.
+ */
+export function backoffMs(backoff: Backoff, retry: number, random: () => number = Math.random): number {
+  const ceiling = Math.min(backoff.maxMs, backoff.initialMs * 2 ** Math.min(Math.max(0, retry), 30));
+  return Math.round(ceiling * (1 - backoff.jitter * random()));
+}
+
+/**
+ * withRetry's backoff: 10-20 ms, 20-40 ms, 40-80 ms, ... so that the transactions that just
+ * collided do not collide again in lockstep. With 3 retries a step waits at most 140 ms in all.
+ */
+const RETRY_BACKOFF: Backoff = { initialMs: 20, maxMs: 1_000, jitter: 0.5 };
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -206,6 +227,6 @@ export async function withRetry<T>(
     } catch (err) {
       if (n >= policy.retries || !policy.retryable(err)) throw err;
     }
-    await wait(retryDelayMs(n));
+    await wait(backoffMs(RETRY_BACKOFF, n));
   }
 }

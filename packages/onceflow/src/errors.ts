@@ -25,13 +25,9 @@ export function isLedgerError(err: unknown, code?: LedgerErrorCode): err is Ledg
 }
 
 /**
- * A final business outcome in local mode (e.g. "insufficient stock"). Thrown by
- * the `runLocal` body, it COMMITS the transaction as it stands (business rows
- * written before the throw included) with the record stored as `failed` and
- * `result` as its body. `runLocal` then throws a FinalFailure carrying the
- * stored result, on the first call (`replayed: false`) and on every replay
- * (`replayed: true`). To store a failure with no business rows, throw it
- * before writing; to leave nothing at all, throw any other error.
+ * A final business outcome in local mode. Thrown by the `runLocal` body, it COMMITS the transaction
+ * as it stands with the record `failed`; `runLocal` then throws it on the first call and every
+ * replay. To leave nothing at all, throw any other error.
  */
 export class FinalFailure<T extends Json = Json> extends Error {
   override name = 'FinalFailure';

@@ -11,13 +11,8 @@
 const STEP_NAME = /^[\x21-\x2E\x30-\x7E]{1,64}$/;
 
 /**
- * `<workflowId>/<step>[/<part>...]`: the operation key of one step of one
- * workflow. `parts` name a repeated step (a status per status, a re-drive
- * epoch); each follows the step name's alphabet, or this throws (a fixed step
- * name is a programming error, found on the first run). The whole key's length
- * is the ledger's to check (1..255 visible ASCII): a workflow ID too long for
- * it fails the step's activity as a non-retryable InvalidInput, which the
- * workflow can handle, rather than failing the workflow task forever.
+ * `<workflowId>/<step>[/<part>...]`; `parts` name a repeated step. The length is left to the ledger,
+ * so a too-long workflow ID fails the activity (handleable) rather than the workflow task forever.
  */
 export function stepKey(workflowId: string, step: string, ...parts: (string | number)[]): string {
   for (const part of [step, ...parts.map(String)]) {

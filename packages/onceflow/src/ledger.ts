@@ -61,9 +61,8 @@ const MAX_LIST_LIMIT = 1000;
 const LOCAL_RETRY_AFTER_MS = 1_000;
 
 /**
- * The largest duration a timer option may have: Node's setTimeout and
- * Postgres' lock_timeout both stop at 2^31-1 ms (about 24.8 days). A larger
- * value would fire at once (Node) or fail inside an open transaction (Postgres).
+ * Node's setTimeout and Postgres' lock_timeout both stop at 2^31-1 ms; past it one fires at once, the other
+ * fails mid-transaction.
  */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -74,7 +73,6 @@ function positiveInt(value: number | undefined, fallback: number, name: string):
   return value;
 }
 
-/** A duration option (ms): a positive integer no larger than MAX_TIMER_MS. */
 function timerMs(value: number | undefined, fallback: number, name: string): number {
   const ms = positiveInt(value, fallback, name);
   if (ms > MAX_TIMER_MS)
@@ -96,20 +94,16 @@ function retryAfter(leaseMsLeft: number | null, fallback: number): number {
 }
 
 /**
- * How close to the end of the provider's key window we stop performing again:
- * a tenth of the window, at most an hour. It covers clock skew between us
- * and the provider and the time the perform itself takes.
+ * Stop performing again this long before the key window ends: covers clock skew and the perform's own
+ * duration.
  */
 function keyWindowMarginMs(keyWindowMs: number): number {
   return Math.min(60 * 60 * 1000, keyWindowMs / 10);
 }
 
 /**
- * True while performing again under the record's downstream key is safe
- * against a provider that says it never saw the key: the provider's window
- * counts from the first request it saw under the key, which is never
- * earlier than the record's creation. (App clock against the database's
- * created_at: the margin dwarfs any sane skew.)
+ * True while performing again under the record's downstream key is safe: the provider's window
+ * starts at its first request under the key, never earlier than the record's creation.
  */
 export function withinKeyWindow(
   record: Pick<OperationRecord, 'createdAt'>,
@@ -130,21 +124,13 @@ function callHook(hook: (() => void) | undefined): void {
 /** Internal signal: the row we conflicted with vanished before we could read it; start over. */
 class RaceRetry extends Error {}
 
-/**
- * A local step runs again as a whole for a transient conflict (as
- * withTransaction does) or when the record it met vanished before it could
- * be read, at most TRANSACTION_RETRIES times.
- */
+/** A local step runs again as a whole on a transient conflict or when the record it met vanished. */
 const LOCAL_RETRY: RetryPolicy = {
   retries: TRANSACTION_RETRIES,
   retryable: (err) => err instanceof RaceRetry || isTransientConflict(err),
 };
 
-/**
- * The external claim runs again when the record it conflicted with changed
- * before it could be read (a row vanishing or a lease expiring between two
- * statements): 3 tries in all, then in_progress.
- */
+/** The external claim runs again when the record it conflicted with changed between two statements. */
 const CLAIM_RACE_RETRY: RetryPolicy = { retries: 2, retryable: (err) => err instanceof RaceRetry };
 
 /** What one local-mode attempt did (#local). */
@@ -214,12 +200,6 @@ export class Ledger {
   }
 
   // ---------------------------------------------------------------- local mode
-  //
-  // One path (#local) for both entry points: [read first] -> one attempt that
-  // either stores the record with the business write or meets a committed
-  // one -> [replay it]. What differs is only how an attempt sends its work
-  // (#transactionAttempt, #statementAttempt); the replay, the wait bound's
-  // error, the retry policy, the events and the probe policy are shared.
 
   /**
    * Runs `fn` once per scope; its writes (through `tx`) and the completion
@@ -255,23 +235,11 @@ export class Ledger {
   }
 
   /**
-   * Local mode in one autocommitted statement, for a body whose whole work is
-   * data-modifying SQL (a LocalStatement: see local-statement.ts for what it
-   * must provide): the business write and the final record are one statement
-   * and one round trip, with no BEGIN, claim, completion or COMMIT of their
-   * own. Same guarantees as runLocal:
-   * - Replay: the stored result (the statement's INSERT of the record fails
-   *   on the committed one, which aborts the body's writes with it; then one
-   *   primary-key read). A stored FinalFailure is thrown again.
-   * - Concurrent duplicate: the INSERT waits for the first attempt's record
-   *   up to `localWaitMs`, then replays (or runs, if the first rolled back);
-   *   past the wait, LedgerError('in_progress').
-   * - Different input under the scope: LedgerError('conflict').
-   * Returns null, storing nothing, when `ledger_result` has no row.
-   * The result is only what SQL computed: there is no `fn` and no FinalFailure.
-   * `readFirst`: look for the record before running the statement, for a
-   * caller that is likely to be a replay (a later attempt of its step), so
-   * a stored record is replayed whatever the statement would compute now.
+   * Local mode in one autocommitted statement, for a body that is only data-modifying SQL (see
+   * local-statement.ts): the business write and the record are one round trip. Same replay,
+   * duplicate and conflict guarantees as runLocal; a replay's INSERT fails on the committed record
+   * and takes the body's writes with it. Returns null, storing nothing, when `ledger_result` has
+   * no row. `readFirst`: for a caller likely to be a replay (a later attempt of its step).
    */
   async runLocalStatement<T extends Json>(
     scope: Scope,
@@ -282,17 +250,9 @@ export class Ledger {
     const fp = this.#prepare(scope, input);
     if (!LocalStatement.isChecked(body))
       throw new LedgerError('invalid_input', 'a local statement must be built with new LocalStatement(...)');
-    // Never read first: a replay through the statement costs the failed statement and a read, one
-    // statement more than reading first, while reading first costs every first run a second
-    // statement. Its caller, a status step (a local activity), runs again only when its workflow
-    // task failed before recording the result, so replays are rare.
-    //
-    // And no checkout of its own: its statement and the replay's read are each autocommitted,
-    // so each goes to the pool (pool.query) like any single statement. bench:ledger, 2 s per
-    // measurement, fresh steps as a ratio to one prepared transaction, two back-to-back pairs:
-    // through a checked-out client (withClient, as runLocal needs for its transaction) the
-    // statement path ran about 10 % slower at 32 connections than this (docs/BENCHMARKS-JOURNAL.md,
-    // "0.2.0 against round 8" and "runLocalStatement through the pool").
+    // No read first unless asked: replays are rare (a status step reruns only when its workflow task
+    // failed), and reading first costs every first run a statement. No checkout either: both
+    // statements autocommit, so each goes to the pool.
     return this.#local<T, Queryable>(
       scope,
       fp,
@@ -303,13 +263,9 @@ export class Ledger {
   }
 
   /**
-   * The one local-mode path. Reads first when `replayProbe` says so (see
-   * probe-policy.ts); then `attempt` either stores the record together with
-   * the business write, or finds a committed record (after waiting for an
-   * uncommitted one up to localWaitMs), which is then read and replayed. A
-   * record that vanishes between the attempt and the read (the reaper), and
-   * transient conflicts, run the whole thing again (LOCAL_RETRY); a record
-   * that keeps vanishing ends as in_progress.
+   * The one local-mode path: [read first] -> an attempt that stores the record with the business
+   * write or finds a committed one -> [replay it]. A record that vanishes before the read (the
+   * reaper) runs it all again; one that keeps vanishing ends as in_progress.
    */
   async #local<T extends Json, D extends Queryable>(
     scope: Scope,
@@ -324,22 +280,17 @@ export class Ledger {
       return await withRetry(LOCAL_RETRY, () =>
         on(async (client) => {
           const probe = replayProbe === 'auto' ? this.#probePolicy.shouldProbe(type) : replayProbe;
-          // A replay is answered by one primary-key read, outside any transaction,
-          // when probing first is worth it; otherwise the attempt finds the record.
-          // (bench:ledger: a replay read first runs at 2.6x the rate of one found
-          // through the claim, 11293/s against 4344/s at 8 connections.)
+          // Probing answers a replay with one primary-key read outside any transaction.
           if (probe) {
             const existing = await sql.selectProbe(client, scope);
             this.#probePolicy.record(type, existing !== null);
             if (existing) return this.#replayLocal<T>(scope, fp, existing);
           }
           const outcome = await attempt(client);
-          // Whether the record was there already (a probe that found nothing has recorded false).
           if (!probe || outcome.kind === 'found') this.#probePolicy.record(type, outcome.kind === 'found');
           if (outcome.kind === 'nothing') return null;
           if (outcome.kind === 'found') {
-            // Committed already, or by a duplicate we waited on. The attempt left
-            // nothing open, so this read is autocommitted and sees that record.
+            // The attempt left nothing open, so this autocommitted read sees the committed record.
             const winner = await sql.selectProbe(client, scope);
             if (!winner) throw new RaceRetry();
             return this.#replayLocal<T>(scope, fp, winner);
@@ -356,10 +307,8 @@ export class Ledger {
   }
 
   /**
-   * The wait for a duplicate's uncommitted record is bounded by localWaitMs
-   * (lock_timeout, set by the claiming statement itself); running out of it
-   * (55P03) means the step is busy elsewhere. Only the claiming statement's
-   * 55P03 means that: one from the caller's own `fn` is the caller's error.
+   * The claiming statement's lock_timeout (55P03) means a duplicate holds the step: in_progress.
+   * A 55P03 from the caller's own `fn` is the caller's error, so only the claim is wrapped.
    */
   async #claiming<R>(scope: Scope, claim: Promise<R>): Promise<R> {
     try {
@@ -371,10 +320,8 @@ export class Ledger {
   }
 
   /**
-   * runLocal's attempt: BEGIN, the claim and the `first` statements in one
-   * round trip (sql.beginLocalClaim), then `fn` on the same transaction, then
-   * the completion and COMMIT in one round trip. Leaves no transaction open,
-   * whatever it returns or throws.
+   * runLocal's attempt: BEGIN + claim + `first` in one round trip, `fn`, then completion + COMMIT. Leaves
+   * no transaction open.
    */
   #transactionAttempt<T extends Json>(
     scope: Scope,
@@ -384,8 +331,6 @@ export class Ledger {
     first: LocalRunOptions['first'],
   ): (client: PoolClient) => Promise<LocalAttempt> {
     return async (client) => {
-      // From here the transaction may be open: BEGIN goes out with the claim
-      // (one round trip), and the claim INSERT bounds its own wait (see beginLocalClaim).
       let open = true;
       // A failed ROLLBACK means a dead connection (the pool discards it); it must not mask the real error.
       const rollback = async () => {
@@ -410,8 +355,7 @@ export class Ledger {
           ),
         );
         if (!claimed) {
-          // Roll back first: a `first` statement that failed has aborted the
-          // transaction, and nothing in it is ours to keep.
+          // A failed `first` statement has aborted the transaction, and nothing in it is ours.
           await rollback();
           return { kind: 'found' };
         }
@@ -437,31 +381,19 @@ export class Ledger {
           value = err.result;
         }
         const stored = toStoredJson(value, state === 'failed' ? 'FinalFailure.result' : 'result');
-        // The completion and COMMIT in one round trip. A completion that matches
-        // no row (unreachable while we hold the uncommitted row) fails, and the
-        // COMMIT behind it then rolls back: never a half-state. If either fails,
-        // the ROLLBACK below is at most a no-op (the transaction already ended).
+        // A completion that matches no row fails, so the COMMIT behind it rolls back: never a half-state.
         await sql.finishLocalClaimAndCommit(client, scope, ownerToken, state, stored.text);
         open = false;
         return { kind: 'stored', state, value: stored.value };
       } finally {
-        // Any other exit (fn's error is already handled above) leaves nothing behind.
         if (open) await rollback();
       }
     };
   }
 
   /**
-   * runLocalStatement's attempt: the body and the record in one autocommitted
-   * statement (sql.insertLocalStatement). This second shape of an attempt is
-   * kept because it pays. bench:ledger, fresh steps, against the
-   * one-transaction physical limit: 1.74x (4242/s) where runLocal runs at
-   * 0.96x (2329/s), at half the CPU per step (109 + 198 us client + Postgres
-   * against 231 + 425), 8 connections, bench/results/ledger.json. Measured
-   * again after the fold, three runs on a loaded 2-core machine: 1.27-1.86x
-   * runLocal's rate at 8 connections, 1.64-1.79x at 32 (at 1 connection every
-   * variant there waited on one commit flush per step, and the runs ranged
-   * 0.90-1.74x). Every order status step runs this way.
+   * runLocalStatement's attempt: the body and the record in one autocommitted statement.
+   * A second attempt shape, kept because bench:ledger shows it pays (docs/BENCHMARKS.md).
    */
   #statementAttempt(
     scope: Scope,
@@ -510,19 +442,15 @@ export class Ledger {
       this.#emit('replay', scope, 'failed');
       throw new FinalFailure(row.result, { replayed: true });
     }
-    // A committed unfinished record under a local scope: an external-mode claim
-    // (or an unknown) owns it; we must not run a second effect beside it.
+    // An unfinished record under a local scope belongs to an external claim: never act beside it.
     throw this.#inProgress(scope, retryAfter(row.lease_ms_left, LOCAL_RETRY_AFTER_MS));
   }
 
   // ------------------------------------------------------------- external mode
 
   /**
-   * Claims the operation for one attempt (autocommitted, visible to all).
-   * Returns a replay for a completed record; throws conflict for another
-   * input, in_progress (with the lease's remaining time) for a live claim.
-   * `takeover: true` means the previous attempt's outcome is uncertain:
-   * reconcile before performing.
+   * Claims the operation for one attempt (autocommitted). Returns a replay for a completed record;
+   * throws conflict or in_progress. `takeover: true`: reconcile before performing.
    */
   async claim(scope: Scope, input: LedgerInput, opts: { leaseMs?: number } = {}): Promise<ClaimResult> {
     const fp = this.#prepare(scope, input);
@@ -601,10 +529,8 @@ export class Ledger {
   }
 
   /**
-   * Fenced: releases a claim whose effect certainly did not happen (deletes
-   * the record), so the next attempt starts fresh under the same downstream
-   * key. Returns false if the caller no longer owns it, or if the claim is a
-   * takeover (an earlier owner may still act under the key: reconcile it).
+   * Fenced: deletes a claim whose effect certainly did not happen. False if the caller no longer
+   * owns it, or after a takeover (an earlier owner may still act under the key).
    */
   async release(scope: Scope, ownerToken: string): Promise<boolean> {
     validateScope(scope);
@@ -612,11 +538,8 @@ export class Ledger {
   }
 
   /**
-   * Fenced lease renewal: pushes the owner's lease to now + leaseMs
-   * (database clock). Refused with LedgerError('ownership_lost') when the
-   * caller no longer owns the claim (taken over, completed, marked unknown,
-   * released). runExternal calls it on every heartbeat and
-   * right before performing; call it directly only around `claim`.
+   * Fenced lease renewal to now + leaseMs (database clock); ownership_lost when the caller no
+   * longer owns the claim. runExternal renews on its own; call it only around `claim`.
    */
   async extend(scope: Scope, ownerToken: string, leaseMs?: number): Promise<Date> {
     validateScope(scope);
@@ -627,13 +550,9 @@ export class Ledger {
   }
 
   /**
-   * Keeps an owned claim alive while its attempt runs: every `everyMs` it
-   * calls the heartbeat hook and renews the lease. A refused renewal is
-   * remembered (`lost`); `check()` renews once more, synchronously, and
-   * throws ownership_lost if the claim is gone, so the caller stops before
-   * acting. A renewal that fails for another reason (database unreachable)
-   * is retried on the next tick: the lease may then run out and the claim
-   * be taken over, which fencing makes safe.
+   * Renews an owned claim's lease every `everyMs` while its attempt runs; `check()` renews once
+   * more and throws ownership_lost if the claim is gone. A renewal that errors is retried next
+   * tick: if the lease runs out meanwhile, fencing makes the takeover safe.
    */
   #keepAlive(
     scope: Scope,
@@ -673,12 +592,8 @@ export class Ledger {
   }
 
   /**
-   * Asks the provider about an owned, uncertain record before anything else
-   * happens to it. `settled`: the outcome is stored. `not_found`: the provider
-   * never saw the downstream key; the record is still owned by the caller,
-   * who decides whether to perform. `unknown`: pending at the provider, or
-   * reconcile threw; the record is `unknown` again (keeping the earliest
-   * recorded error) and `error` says why.
+   * Asks the provider about an owned, uncertain record. `settled`: stored. `not_found`: still
+   * owned; the caller decides whether to perform. `unknown`: pending, or reconcile threw.
    */
   async #reconcileOwned<T extends Json>(
     scope: Scope,
@@ -736,20 +651,14 @@ export class Ledger {
   }
 
   /**
-   * External mode, end to end: replay, or claim -> (takeover: reconcile
-   * first) -> perform with the downstream key -> complete, all fenced.
-   * - While the claim is held, the lease is renewed (and `opts.heartbeat`
-   *   called) about every third of the lease; right before perform the
-   *   lease is renewed once more, and a refused renewal throws
-   *   ownership_lost without performing (the claim belongs to someone else).
-   * - A takeover whose reconcile answers not_found performs under the SAME
-   *   downstream key while the record is inside the provider's key window
-   *   (`opts.keyWindowMs`); outside it the record stays unknown and
-   *   LedgerError('outcome_unknown') is thrown.
-   * - perform throwing a definite failure (isDefiniteFailure: nothing was
-   *   sent, or the provider proved nothing happened) releases the claim and
-   *   rethrows; any other error marks the record unknown and throws
-   *   LedgerError('outcome_unknown') (retryable; the next call reconciles).
+   * External mode: replay, or claim -> (takeover: reconcile first) -> perform under the downstream
+   * key -> complete, all fenced.
+   * - The lease is renewed while the claim is held, and once more right before perform: a refused
+   *   renewal throws ownership_lost without performing.
+   * - After a `not_found` reconcile it performs under the SAME key only inside `opts.keyWindowMs`;
+   *   outside, the record stays unknown (outcome_unknown).
+   * - A definite failure from perform releases the claim and rethrows; any other error marks the
+   *   record unknown and throws outcome_unknown (retryable; the next call reconciles).
    */
   async runExternal<T extends Json>(
     scope: Scope,
@@ -763,14 +672,9 @@ export class Ledger {
     // At most a third of the lease, so two renewals can fail before the lease runs out.
     const third = Math.max(10, Math.floor(leaseMs / 3));
     const renewEveryMs = Math.min(third, timerMs(opts.renewEveryMs, third, 'renewEveryMs'));
-    // No heartbeat at the start: the attempt's own start already counts as one, and an
-    // immediate heartbeat is a Temporal server write per step that buys nothing. The first
-    // one goes out with the first renewal, within a heartbeat timeout (renewEveryMs).
+    // No heartbeat at the start: the attempt's start counts as one, and each is a server write.
 
-    // Straight to the claim, without the replay probe local mode has: an external step is
-    // replayed only when an activity is retried after its outcome was stored (rare), while
-    // every first attempt would pay the probe's round trip. The claim's conflict path (#claim)
-    // answers a replay (claim attempt, probe, full read) and a conflict alike.
+    // No replay probe: external replays are rare, and the claim's conflict path answers them.
     const claim = await this.#claim(scope, input.schemaVersion, fp, leaseMs);
     if (claim.kind === 'replay') return this.#externalResult<T>(claim.record, true, false);
     const lease = this.#keepAlive(scope, claim.ownerToken, leaseMs, renewEveryMs, opts.heartbeat);
@@ -807,8 +711,8 @@ export class Ledger {
       }
     }
 
-    // Last chance to stop: a claim lost while we reconciled (or while a paused
-    // process slept) must not act. The renewal is fenced, so this is a proof.
+    // A claim lost while we reconciled (or the process was paused) must not act; the fenced renewal proves
+    // it.
     await stillOwned();
 
     let outcome: ExternalOutcome<T>;
@@ -819,10 +723,8 @@ export class Ledger {
         ownerToken,
       });
     } catch (err) {
-      // A first claim whose request was refused or never sent is released:
-      // nothing happened under the key. After a takeover an earlier owner
-      // may still send, so the record stays and is reconciled instead
-      // (release refuses it; docs/MODEL.md F1).
+      // Nothing happened under the key, so release it; after a takeover an earlier owner may still
+      // send, so the record stays and is reconciled (docs/MODEL.md F1).
       const definite = isDefiniteFailure(err);
       if (definite && (await this.release(scope, ownerToken))) {
         this.#emit('fail', scope, 'released');
@@ -878,14 +780,9 @@ export class Ledger {
   }
 
   /**
-   * Reconciles an unresolved record (unknown, or a claim whose lease expired)
-   * without ever performing. Returns the record afterwards and what the
-   * provider answered: settled; pending (still unknown, ask again later);
-   * not_found (still unknown; `performable` says whether a re-drive with
-   * runExternal may perform under the same downstream key, i.e. whether the
-   * record is inside the provider's key window); skipped (a final record, or
-   * one another attempt holds a live lease on, returned unchanged).
-   * Throws not_found when there is no record, outcome_unknown when reconcile throws.
+   * Reconciles an unresolved record (unknown, or an expired claim) without performing: settled,
+   * pending, not_found (`performable`: still inside the key window) or skipped (final, or a live
+   * lease). Throws not_found without a record, outcome_unknown when reconcile throws.
    */
   async reconcileUnresolved<T extends Json>(
     scope: Scope,
@@ -920,11 +817,9 @@ export class Ledger {
   }
 
   /**
-   * Settles an unresolved record from outside (provider webhook, operator):
-   * unknown, or a claim whose lease expired. Idempotent for the same outcome
-   * (changed: false); a final record with a different outcome is refused
-   * (invalid_state); a live claim is refused (in_progress: its owner will
-   * complete it). Pass `tx` to commit with the caller's audit row.
+   * Settles an unknown or expired record from outside (webhook, operator). Idempotent for the same
+   * outcome; a different final outcome is invalid_state, a live claim in_progress. `tx`: commit
+   * with the caller's audit row.
    */
   async settle(
     scope: Scope,
@@ -970,14 +865,9 @@ export class Ledger {
   // ------------------------------------------------------------------ restore
 
   /**
-   * Rebuilds one record a database restore lost, from what another system
-   * kept (a workflow's history): a final outcome (`succeeded`/`failed` with
-   * its result), or `unknown` for a step that may have acted, which the next
-   * runExternal takes over and reconciles before it may perform again (and
-   * only inside the key window, counted from `createdAt`). Never overwrites:
-   * returns null when the key already has a record. `downstreamKey` is set
-   * for external steps (the same one the first attempt used, derived from the
-   * scope); local ones (an HTTP create) have none.
+   * Rebuilds a record a database restore lost, from a workflow's history: a final outcome, or
+   * `unknown` for a step that may have acted (reconciled before it performs again). Never
+   * overwrites: null when the key has a record.
    */
   async restore(
     scope: Scope,
@@ -1053,10 +943,8 @@ export class Ledger {
   // ---------------------------------------------------------------- retention
 
   /**
-   * Deletes `succeeded`/`failed` records whose completed_at is older than
-   * `olderThanMs`, in batches of `batchSize` (each its own short statement,
-   * so locks are brief), at most `maxBatches` per call. Never touches
-   * `in_progress` or `unknown` records.
+   * Deletes final records completed over `olderThanMs` ago, in short batches so locks are brief.
+   * Never touches `in_progress` or `unknown` records.
    */
   async reap(opts: ReapOptions): Promise<ReapResult> {
     if (!Number.isFinite(opts.olderThanMs) || opts.olderThanMs < 0) {

@@ -1,38 +1,26 @@
 /**
- * The contract between a local-mode body written as SQL and the ledger
- * (Ledger.runLocalStatement), in one place. The ledger runs ONE
- * autocommitted statement made of three parts:
+ * The contract between a local-mode body written as SQL and Ledger.runLocalStatement, which runs
+ * ONE autocommitted statement:
  *
  *     with ledger_wait as materialized (...),   -- the ledger's: sets lock_timeout to localWaitMs
  *          <the body's CTEs>,                    -- the caller's business write
  *          ledger_record as (insert into operations ... select ... from ledger_result ...)
  *     select result from ledger_record
  *
- * so the body and the ledger share names, parameters and a result column.
- * What the body must provide, and what it may not touch:
+ * What the body must provide:
  * - `ctes`: CTEs without the leading `with`, separated by commas;
  * - among them `ledger_result` (LOCAL_STATEMENT.result), exactly once: a
  *   `select` whose one column is named `result` (json). Its one row is
  *   stored as the operation's result; no row means there is nothing to do
  *   (nothing is stored, and the CTEs must have written nothing);
- * - every CTE that can wait on a lock (a write, or a `for update|share`
- *   read) must reference `ledger_wait` (LOCAL_STATEMENT.wait), or a CTE
- *   that does, where it is evaluated before the wait, for example
- *   `where exists (select from ledger_wait) and ...`: that is what puts the
- *   wait bound in force before it waits;
- * - parameters `$1..$n`, all of them used, with `values` of length n: the
- *   ledger's own parameters follow as `$n+1...`, so a body that referred
- *   past `$n` would silently read the ledger's values;
+ * - every CTE that can wait on a lock must reference `ledger_wait` (or a CTE that does) before it
+ *   waits, e.g. `where exists (select from ledger_wait) and ...`, so the wait bound is in force;
+ * - parameters `$1..$n`, all used: the ledger's follow, so `$n+1` would silently read them;
  * - no CTE of its own named `ledger_*` other than `ledger_result`;
- * - `name`, 1-50 of [a-z0-9_]: the statement is prepared on each connection
- *   as `ledger_stmt_<name>` (Postgres keeps 63 bytes of a name), so one name
- *   always carries one text.
+ * - `name`, 1-50 of [a-z0-9_], one per text: it is prepared as `ledger_stmt_<name>`.
  *
- * `new LocalStatement(body)` checks all of this when the body is built and
- * throws LedgerError('invalid_input') naming what is wrong; the ledger takes
- * nothing else. The checks read the SQL text (comments and quoted literals
- * skipped), they do not parse it: what they cannot see (a wrong column type,
- * a misspelt table) Postgres reports on the first run.
+ * `new LocalStatement(body)` checks this by reading the text (not parsing it) and throws
+ * LedgerError('invalid_input'); Postgres reports the rest on the first run.
  */
 import { LedgerError } from './errors.ts';
 import { localStatementText } from './sql.ts';
@@ -65,11 +53,8 @@ interface Checked {
 }
 
 /**
- * Every name checked in this process, so a body built per call (the order
- * status step) is checked once, and a name reused for another text (which
- * node-postgres would refuse on every connection that prepared the first) is
- * caught where it is built. Bounded by the program's distinct statements,
- * as node-postgres' own per-connection cache of prepared statements is.
+ * Every name checked in this process: a body built per call is checked once, and a name reused for
+ * another text (which node-postgres would refuse) is caught where it is built.
  */
 const checkedByName = new Map<string, Checked>();
 
@@ -144,11 +129,8 @@ function check(body: LocalStatementBody): Checked {
   if (!namesResult)
     throw invalid(name, `${LOCAL_STATEMENT.result} must name its one column ${LOCAL_STATEMENT.resultColumn}`);
 
-  // A CTE counts as bounded when it references ledger_wait or a bounded CTE (as
-  // `updated` reads `target` in orders/sql.ts): evaluating the reference
-  // evaluates ledger_wait first. That the reference is evaluated before the
-  // CTE's first lock wait (in its WHERE, not its RETURNING) is the author's
-  // part: the check reads names, it does not plan the query.
+  // Bounded: references ledger_wait or a bounded CTE. That the reference is evaluated before the
+  // first lock wait (WHERE, not RETURNING) is the author's part: the check reads names only.
   const bounded = new Set<string>([LOCAL_STATEMENT.wait]);
   for (const { cte, query } of defined) {
     if ([...bounded].some((b) => new RegExp(`\\b${b}\\b`, 'i').test(query))) bounded.add(cte);

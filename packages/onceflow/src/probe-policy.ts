@@ -1,20 +1,8 @@
 /**
- * When local mode reads the record before it claims (`replayProbe: 'auto'`).
- *
- * The probe is one primary-key read before the transaction. It answers a
- * replay alone (1 statement); without it a replay goes through the claim
- * (`BEGIN`, the claim that finds the record, `ROLLBACK`, a read: 4
- * statements, plus the body's `first` statements, rolled back). But every
- * first run pays for it too: 5 statements instead of 4. With a replay share
- * r of an operation type's calls, probing costs (1 - r) extra statements per
- * call and saves 3r, so it pays off above r = 1/4. Statements, not round
- * trips, are the unit: on a busy machine each one is CPU on both sides.
- *
- * The policy keeps, per operation type, an exponentially weighted share of
- * recent calls that found the record already there, and probes while that
- * share is at least the break-even. Both paths give the same answers under
- * the same guarantees (the claim's conflict path is what a duplicate racing
- * the probe takes anyway), so the policy only ever changes the cost.
+ * When local mode reads the record before it claims (`replayProbe: 'auto'`). The probe answers a
+ * replay in 1 statement instead of 4 through the claim, but costs every first run one more: with a
+ * replay share r, it pays above r = 1/4. Per operation type we keep a moving share of calls that
+ * found the record and probe while it is at least that. Both paths give the same answers.
  */
 
 /** Probe while at least this share of recent calls found the record: the break-even above. */

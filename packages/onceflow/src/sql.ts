@@ -99,10 +99,8 @@ export async function selectOperation(db: Queryable, scope: Scope): Promise<Oper
 }
 
 /**
- * FOR UPDATE: `settle` reads, decides, then writes. Without the row lock a
- * concurrent complete could land between the read and the write, and settle
- * would report a stale `before` (the conditional UPDATE would still refuse
- * to overwrite a final record, but the caller's audit row would lie).
+ * FOR UPDATE: `settle` reads, decides, then writes. Without the lock a concurrent complete could
+ * land in between and the caller's audit row would record a stale `before`.
  */
 export async function selectOperationForUpdate(db: Queryable, scope: Scope): Promise<OperationRow | null> {
   return first<OperationRow>(
@@ -114,24 +112,15 @@ export async function selectOperationForUpdate(db: Queryable, scope: Scope): Pro
 }
 
 /**
- * Sends several statements in one network write and waits for every answer.
- * node-postgres' pipeline mode (a client option since pg 8.23) writes each
- * query as soon as it is issued, each with its own Sync, and matches the
- * answers in order; here it is switched on for one checked-out client only
- * while these statements are in flight, so every other statement on the
- * connection (the caller's body among them) runs exactly as before. Each
- * statement keeps its own Sync, so the server runs them one after another,
- * as if they had been sent separately: an error in one does not skip the
- * next (a statement after an error inside a transaction fails with 25P02, and
- * a COMMIT there rolls back). What the pipeline saves is the wait between
- * them: one round trip instead of one per statement.
+ * Sends several statements in one network write (pg's pipeline mode, on for this client only while
+ * they are in flight). Each keeps its own Sync, so they run as if sent separately: an error does
+ * not skip the next (inside a transaction the next fails with 25P02; a COMMIT there rolls back).
  */
 async function pipelined<T extends readonly unknown[]>(
   client: Queryable,
   send: () => { readonly [K in keyof T]: Promise<T[K]> },
 ): Promise<{ -readonly [K in keyof T]: PromiseSettledResult<T[K]> }> {
-  // `pipeline` is a ClientConfig option; pg reads the client's field at every
-  // send, so it can be set per client (its typings declare it read-only).
+  // pg reads this field at every send, so it can be set per client (its typings say read-only).
   const mode = client as unknown as { pipeline?: boolean };
   if (typeof mode.pipeline !== 'boolean' || mode.pipeline) {
     // Not a node-postgres client (or one that pipelines anyway): plain sends, same results.
@@ -141,9 +130,7 @@ async function pipelined<T extends readonly unknown[]>(
   try {
     return (await Promise.allSettled(inOneWrite(client, send))) as never;
   } finally {
-    // Every statement has answered (or failed): nothing is on the wire that the
-    // non-pipelined mode would not expect, except the ReadyForQuery of a
-    // statement that failed, which that mode handles like any other.
+    // Every statement has answered, so nothing left on the wire confuses the non-pipelined mode.
     mode.pipeline = false;
   }
 }
@@ -154,27 +141,14 @@ function settledValue<T>(outcome: PromiseSettledResult<T>): T {
 }
 
 /**
- * Local-mode claim, inside a transaction opened here: `BEGIN` and the claim
- * INSERT go out in one network write (see `pipelined`), so a fresh claim
- * costs one round trip, not two. The row stays uncommitted until the
+ * Local-mode claim: `BEGIN` and the INSERT in one write. The row stays uncommitted until the
  * business write commits with it, so:
- * - a concurrent duplicate's identical INSERT blocks on our row (bounded by
- *   lock_timeout) and, when we commit, takes the conflict path and replays;
- *   if we roll back, it inserts and runs instead. Without ON CONFLICT on the
- *   primary key, two duplicates could both pass a "does it exist?" check.
- * - a crash before commit leaves no record at all.
- * The wait bound is set by this same statement, to save a round trip per
- * claim: `prev` reads the session's lock_timeout, `bound` (which reads
- * `prev` first, a data dependency, not evaluation order) sets
- * `lockTimeoutMs` for the rest of the transaction, and only then does the
- * INSERT run for the row `bound` produced and, on a conflict, wait. A
- * lock_timeout change takes effect at the next lock wait, mid-statement.
- * RETURNING restores the session's value once the claim is ours, so the
- * caller's body runs with its own lock settings (evaluated after any wait).
- * `BEGIN` cannot fail on a healthy connection that is idle outside a
- * transaction (which is how the pool hands it over); a dead connection fails
- * both. Either failure is thrown, BEGIN's first; the caller rolls back.
- * Returns true when this call claimed the operation.
+ * - a duplicate's identical INSERT blocks on our row (bounded by lock_timeout), then replays if we
+ *   commit or runs if we roll back; ON CONFLICT on the primary key, not an exists-check, decides;
+ * - a crash before commit leaves no record.
+ * The statement sets its own wait bound: `bound` (data-dependent on `prev`, so ordered) sets
+ * lock_timeout before the INSERT can wait, and RETURNING restores the session's value so the
+ * caller's body keeps its own lock settings. Returns whether this call claimed.
  */
 export async function beginLocalClaim(
   client: Queryable,
@@ -186,11 +160,7 @@ export async function beginLocalClaim(
     leaseMs: number;
     lockTimeoutMs: number;
   },
-  /**
-   * The body's first statements, sent in the same write after the claim (see
-   * Ledger.runLocal's `first`): they run inside the transaction whether or not
-   * the claim inserted; the caller rolls back when it did not.
-   */
+  /** Runs in the same write after the claim, claimed or not; the caller rolls back if not. */
   first: readonly pg.QueryConfig[] = [],
 ): Promise<{ claimed: boolean; first: PromiseSettledResult<pg.QueryResult>[] }> {
   const [begin, claim, ...firstResults] = await pipelined<pg.QueryResult[]>(
@@ -226,21 +196,12 @@ export async function beginLocalClaim(
 }
 
 /**
- * Local mode as one autocommitted statement (Ledger.runLocalStatement): the
- * body's CTEs between the ledger's two (the contract is in
- * local-statement.ts, which calls this once per statement name). The
- * statement is its own transaction, so the business write and the record
- * commit together or not at all:
- * - a committed record under the key makes the INSERT fail with a unique
- *   violation on operations_pkey, which aborts the whole statement, the
- *   body's writes with it; the caller then reads the record (replay);
- * - a duplicate's uncommitted record makes the INSERT wait for it (bounded,
- *   like the claim in beginLocalClaim, by `ledger_wait`, which sets
- *   lock_timeout for this statement's implicit transaction only), then fail
- *   the same way if it committed, or insert if it rolled back;
- * - no `ledger_result` row: nothing inserted, no row returned.
- * `attempts` keeps its default (1), as a local claim's record does. The
- * body's parameters are `$1..$n`; the ledger's follow them.
+ * Local mode as one autocommitted statement: the body's CTEs between the ledger's two, so the
+ * business write and the record commit together or not at all:
+ * - a committed record makes the INSERT fail on operations_pkey, aborting the body's writes too;
+ * - a duplicate's uncommitted record makes it wait (bounded by `ledger_wait`'s lock_timeout);
+ * - no `ledger_result` row: nothing inserted.
+ * The body's parameters are `$1..$n`; the ledger's follow them.
  */
 export function localStatementText(ctes: string, n: number): string {
   const p = (i: number) => `$${n + i}`;
@@ -276,13 +237,9 @@ export async function insertLocalStatement(
 export const LOCAL_CLAIM_VANISHED = 'ledger invariant: local claim vanished inside its own transaction';
 
 /**
- * Local-mode completion and `COMMIT`, in one network write (see `pipelined`);
- * the completion is fenced like every completion. It must never let the
- * COMMIT behind it commit a half-state: if it matches no row (unreachable
- * while we hold the uncommitted claim) the statement itself fails (casting
- * the message to int raises 22P02), the transaction is aborted, and the
- * COMMIT that follows in the pipeline rolls back instead. Throws the
- * completion's error (LOCAL_CLAIM_VANISHED for the invariant), else COMMIT's.
+ * Fenced local-mode completion and `COMMIT` in one write. If the completion matches no row, the
+ * statement itself fails (the message cast to int raises 22P02), so the pipelined COMMIT rolls
+ * back instead of committing a half-state.
  */
 export async function finishLocalClaimAndCommit(
   client: Queryable,
@@ -317,22 +274,18 @@ export async function finishLocalClaimAndCommit(
     throw new Error(LOCAL_CLAIM_VANISHED);
   }
   const done = settledValue(commit);
-  // An aborted transaction answers COMMIT with ROLLBACK; after a successful
-  // completion that cannot happen, but if it ever does, nothing was stored.
+  // An aborted transaction answers COMMIT with ROLLBACK: then nothing was stored.
   if (done.command !== 'COMMIT') throw new Error(`ledger: COMMIT answered ${done.command}`);
 }
 
 /**
- * External-mode claim, autocommitted so every other attempt sees it at once.
- * One statement decides between three cases under the primary key's lock:
- * - no row: insert a fresh claim (`inserted` true);
- * - same fingerprint AND (lease expired OR unknown and unowned/expired):
- *   take it over with a new owner token and lease (`inserted` false). The old
- *   owner's token no longer matches, so its late completion is refused;
- * - anything else (live claim, final record, other fingerprint): no row; the
- *   caller reads the record to say which. ON CONFLICT DO UPDATE ... WHERE
- *   locks the conflicting row first, so two takeovers can't both win.
- * `xmax = 0` is true only for a freshly inserted tuple (Postgres idiom).
+ * External-mode claim, autocommitted so every attempt sees it at once. One statement under the
+ * primary key's lock:
+ * - no row: a fresh claim (`inserted`: `xmax = 0` only for a new tuple);
+ * - same fingerprint, unfinished, lease expired or unowned: take over with a new token, so the old
+ *   owner's late completion is refused;
+ * - anything else: no row; the caller reads the record to say which.
+ * ON CONFLICT DO UPDATE ... WHERE locks the row first, so two takeovers can't both win.
  */
 export async function upsertExternalClaim(
   db: Queryable,
@@ -372,10 +325,7 @@ export async function upsertExternalClaim(
   );
 }
 
-/**
- * Takeover without input (reconcileUnresolved): same eligibility as the claim's
- * takeover branch, minus the fingerprint (there is no new input to compare).
- */
+/** Takeover without input (reconcileUnresolved): the claim's takeover eligibility, minus the fingerprint. */
 export async function takeOverUnresolved(
   db: Queryable,
   scope: Scope,
@@ -397,10 +347,8 @@ export async function takeOverUnresolved(
 }
 
 /**
- * Fenced completion: only the current owner token matches. The lease is NOT
- * checked: an owner whose lease ran out but who was not taken over still
- * holds the only token, and its outcome is real. Once someone takes over, the
- * token changed and this matches nothing (the stale owner is refused).
+ * Fenced completion: only the current owner token matches. No lease check: an owner whose lease ran
+ * out but who was not taken over still holds the only token, and its outcome is real.
  */
 export async function completeOwned(
   db: Queryable,
@@ -423,19 +371,11 @@ export async function completeOwned(
 }
 
 /**
- * Fenced lease renewal: the owner pushes its lease forward (database clock)
- * while its attempt is still running. Conditional on the owner token and an
- * unfinished state, in one statement under the row lock: a renewal can never
- * resurrect a claim that was taken over (the token changed), completed,
- * released or marked unknown (each of those clears or replaces the token),
- * and a renewal racing a takeover is ordered by the row lock: whichever
- * commits second sees the other's token. `unknown` is included because a
- * takeover of an unknown record keeps that state while its new owner
- * reconciles (the owner token is what makes it a live claim). No lease check: an owner whose lease ran out
- * but who was not taken over still holds the only token (as in
- * completeOwned), and renewing then is exactly what keeps a slow attempt
- * from being taken over. `updated_at` is left alone: a renewal is not a
- * change of state. Returns the new expiry, or null when refused.
+ * Fenced lease renewal (database clock). Owner token + unfinished state under the row lock: it can
+ * never resurrect a claim taken over, completed, released or marked unknown (each replaces or
+ * clears the token), and a race with a takeover is ordered by the lock. `unknown` counts because a
+ * takeover of an unknown record keeps that state while it reconciles. No lease check, as in
+ * completeOwned. `updated_at` stays: a renewal is not a change of state.
  */
 export async function extendOwned(
   db: Queryable,
@@ -477,18 +417,12 @@ export async function markOwnedUnknown(
 }
 
 /**
- * Fenced: the owner proves the effect did not happen and releases the claim
- * by deleting it, so the next attempt starts fresh under the same downstream
- * key. Fencing matters: after a takeover the stale owner must not delete the
- * new owner's claim.
+ * Fenced delete of a claim whose effect did not happen: a stale owner must not delete the new owner's
+ * claim.
  */
 export async function deleteOwnedClaim(db: Queryable, scope: Scope, ownerToken: string): Promise<boolean> {
-  // attempts = 1: only a first claim may be deleted. After a takeover an
-  // earlier owner may still send under the key (a paused attempt whose lease
-  // ran out); deleting the record would let a later claim start fresh without
-  // reconciling, and once the provider's key window passes, charge twice
-  // (found by the SPIN model, docs/MODEL.md F1). Such a claim is marked
-  // unknown instead.
+  // attempts = 1: after a takeover an earlier owner may still send under the key, and deleting
+  // would let a later claim skip reconciling and charge twice (docs/MODEL.md F1).
   const { rowCount } = await db.query(
     `delete from operations
       where tenant_id = $1 and operation_type = $2 and key = $3 and owner_token = $4
@@ -499,9 +433,8 @@ export async function deleteOwnedClaim(db: Queryable, scope: Scope, ownerToken: 
 }
 
 /**
- * Settles an unresolved record nobody owns (unknown, or a claim whose lease
- * expired). The WHERE repeats the eligibility so the statement is safe even
- * outside `settle`'s FOR UPDATE read.
+ * Settles an unowned unresolved record; the WHERE repeats the eligibility so it is safe outside `settle`'s
+ * lock.
  */
 export async function settleUnowned(
   db: Queryable,
@@ -523,11 +456,8 @@ export async function settleUnowned(
 }
 
 /**
- * A record rebuilt after a database restore (Ledger.restore): inserted only
- * where the key has no record, so a second run of the recovery, or a record a
- * worker wrote since, is never overwritten. Timestamps come from the system
- * that kept them (Temporal's history), so the key window is counted from the
- * first attempt, not from the restore.
+ * A record rebuilt after a restore: inserted only where the key has none, so a rerun or a worker's
+ * newer record wins. Timestamps come from the history, so the key window counts from the first attempt.
  */
 export async function insertRestored(
   db: Queryable,
@@ -568,11 +498,8 @@ export async function insertRestored(
 }
 
 /**
- * The records of these keys of one tenant, oldest first: one primary-key
- * probe per (operation type, key) pair, so the cost does not grow with the
- * tenant's history (a prefix filter on `key` can use only the tenant part of
- * the primary key under a non-"C" collation, and reads every record of the
- * tenant). Missing keys are simply absent.
+ * One primary-key probe per key, so the cost does not grow with the tenant's history (a prefix
+ * filter on `key` under a non-"C" collation would read every record of the tenant).
  */
 function selectOperationsByKeysStatement(
   tenantId: string,
@@ -598,10 +525,8 @@ export async function selectOperationsByKeys(
 }
 
 /**
- * The operator's listing (admin routes, `npm run ops`): every filter is
- * optional, so only `state`/`created_at` (operations_unresolved_idx) or the
- * tenant can narrow the read; `keyPrefix` is a filter, not an index range.
- * Tenant-facing reads of known keys use selectOperationsByKeys instead.
+ * The operator's listing: only `state`/`created_at` (operations_unresolved_idx) or the tenant
+ * narrow the read; `keyPrefix` is a filter, not an index range.
  */
 export async function listOperations(
   db: Queryable,
@@ -641,10 +566,8 @@ export async function selectOldestAgeSeconds(
 }
 
 /**
- * One bounded reaper batch. FOR UPDATE SKIP LOCKED: two reapers split the
- * work instead of queueing behind each other, and a row a settle/claim is
- * holding is simply left for the next run. The outer WHERE repeats the state
- * filter, so only final records can ever be deleted.
+ * One reaper batch. SKIP LOCKED: two reapers split the work, and a row a settle or claim holds waits
+ * for the next run. The outer WHERE repeats the state filter, so only final records are deleted.
  */
 export async function deleteReapBatch(
   db: Queryable,

@@ -114,11 +114,7 @@ export interface LedgerHooks {
 
 export interface LedgerOptions {
   hooks?: LedgerHooks;
-  /**
-   * External-mode lease. runExternal renews it about every third of its
-   * length while the attempt runs, so it only has to outlast a renewal
-   * interval plus a database round trip, not the whole attempt. Default 15 000.
-   */
+  /** External-mode lease, renewed every third of it while the attempt runs. Default 15 000. */
   leaseMs?: number;
   /** Local mode: how long a concurrent duplicate waits for the first attempt. Default 5 000. */
   localWaitMs?: number;
@@ -156,26 +152,15 @@ export interface ExternalHandlers<T extends Json> {
 /** Per-call options of runLocal. */
 export interface LocalRunOptions {
   /**
-   * The body's first statements, sent in the same network write as `BEGIN`
-   * and the claim: a fresh step then costs one round trip, not one per
-   * statement. They run inside the step's transaction, in order, before the
-   * claim's outcome is known, so when the claim finds an existing record (a
-   * replay, or a duplicate that committed first) they ran for nothing and are
-   * rolled back with the rest; each must therefore be a plain write or read
-   * with no effect outside the transaction, and none may depend on another's
-   * result. Their results are `fn`'s second argument, in order; the first
-   * error among them is the body's error (rolled back, rethrown).
+   * Statements sent in the same write as `BEGIN` and the claim, before the claim's outcome is known
+   * (rolled back if it finds a record): plain, independent reads or writes with no effect outside
+   * the transaction. Their results are `fn`'s second argument; the first error is the body's.
    */
   first?: readonly pg.QueryConfig[];
   /**
-   * Look for a stored result with one primary-key read before opening the
-   * transaction. true: always, so a replay costs that one read; false: never,
-   * so a first run is one statement and round trip cheaper and a replay finds
-   * the record through the claim instead (the claim, a ROLLBACK and a read:
-   * 3 statements more). 'auto' (the default): per operation type, whichever
-   * is cheaper for its recent calls: read first while at least a quarter of
-   * them found the record (see probe-policy.ts). Every choice gives the same
-   * answers under the same guarantees; only the cost differs.
+   * Read the stored result by primary key before opening the transaction: always, never, or
+   * 'auto' (default: per operation type, whichever its recent calls make cheaper; probe-policy.ts).
+   * Only the cost differs.
    */
   replayProbe?: boolean | 'auto';
 }
@@ -185,24 +170,13 @@ export interface ExternalRunOptions {
   /** This attempt's lease; default the ledger's `leaseMs`. */
   leaseMs?: number;
   /**
-   * How long the provider remembers a downstream key (its idempotency-key
-   * window). A takeover whose reconcile answers `not_found` performs again
-   * under the same key only while the record is inside this window minus a
-   * safety margin (see keyWindowMarginMs); outside it the record stays
-   * `unknown` for a human, because a provider that forgot the key would
-   * perform a second effect. Default DEFAULT_KEY_WINDOW_MS (24 h).
+   * The provider's idempotency-key window. After a `not_found` reconcile, perform again only inside
+   * it (minus a margin): a provider that forgot the key would act twice. Default 24 h.
    */
   keyWindowMs?: number;
-  /**
-   * Called once when the call starts and then on every renewal tick while
-   * the attempt runs (an activity passes its Temporal heartbeat here).
-   * A throwing hook is ignored.
-   */
+  /** Called on every renewal tick (an activity passes its Temporal heartbeat); a throwing hook is ignored. */
   heartbeat?: () => void;
-  /**
-   * How often to heartbeat and renew the lease while the attempt runs.
-   * Default, and at most, a third of the lease.
-   */
+  /** How often to heartbeat and renew the lease; default and at most a third of it. */
   renewEveryMs?: number;
 }
 
@@ -210,18 +184,11 @@ export interface ExternalRunOptions {
 export interface ReconcileUnresolvedResult {
   /** The record afterwards. */
   record: OperationRecord;
-  /**
-   * `settled`: the provider had the outcome and it is stored. `pending`: the
-   * provider is still processing the key. `not_found`: the provider never saw
-   * the key. `skipped`: nothing asked (the record is final, or a live attempt
-   * holds it).
-   */
+  /** `skipped`: nothing asked (the record is final, or a live attempt holds it). */
   answer: 'settled' | 'pending' | 'not_found' | 'skipped';
   /**
-   * True when the answer is `not_found` and the record is inside the
-   * provider's key window: the next runExternal under the scope performs
-   * under the SAME downstream key. False for `not_found` outside the window:
-   * only a human can decide.
+   * `not_found` inside the key window: the next runExternal performs under the same key. Outside it, a
+   * human decides.
    */
   performable: boolean;
 }

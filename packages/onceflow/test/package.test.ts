@@ -1,7 +1,7 @@
 /**
  * The package is what its users install: `npm pack` it, install the tarball
  * into an empty project beside its two peers, and look at what arrived. None
- * of the app's dependencies, a handful of names, both entry points working
+ * of the app's dependencies, a handful of names, its three entry points working
  * from dist/, declarations a TypeScript user can compile against, and
  * `migrate` + the ledger running against Postgres from the installed copy.
  *
@@ -155,7 +155,7 @@ describe('installed into an empty project', () => {
     ]);
   });
 
-  it('exports a handful of names from dist/, runs migrate and the ledger, and onceflow/workflow works', async () => {
+  it('exports a handful of names from dist/, runs migrate and the ledger, and onceflow/workflow and onceflow/postgres work', async () => {
     const schema = uniq('pkg_user').replace(/\W/g, '_').toLowerCase();
     const script = path.join(project, 'smoke.mjs');
     fs.writeFileSync(
@@ -164,6 +164,7 @@ describe('installed into an empty project', () => {
 import pg from 'pg';
 import * as onceflow from 'onceflow';
 import * as workflow from 'onceflow/workflow';
+import * as postgres from 'onceflow/postgres';
 
 const [url, schema] = process.argv.slice(2);
 const pool = new pg.Pool({ connectionString: url, max: 2, options: '-c search_path=' + schema });
@@ -178,6 +179,7 @@ try {
   console.log(JSON.stringify({
     names: Object.keys(onceflow).sort(),
     workflowNames: Object.keys(workflow).sort(),
+    postgresNames: Object.keys(postgres).sort(),
     outcomeUnknown: workflow.LEDGER_FAILURE.outcomeUnknown,
     resolved: import.meta.resolve('onceflow'),
     key: scope.key, applied, again, first, replay,
@@ -195,6 +197,13 @@ try {
       expect(out.names).toEqual(PUBLIC_NAMES);
       expect((out.names as string[]).length).toBeLessThanOrEqual(15);
       expect(out.workflowNames).toEqual(['LEDGER_FAILURE', 'stepKey']);
+      expect(out.postgresNames).toEqual([
+        'SQLSTATE',
+        'backoffMs',
+        'isSqlState',
+        'withClient',
+        'withTransaction',
+      ]);
       expect(out.outcomeUnknown).toBe('OperationOutcomeUnknown');
       expect(out.resolved).toMatch(/\/node_modules\/onceflow\/dist\/index\.js$/);
       expect(out).toMatchObject({

@@ -4,8 +4,8 @@
  */
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { inOneWrite } from '../../src/db/index.ts';
-import { testDatabaseUrl } from '../support/env.ts';
+import { inOneWrite } from '../src/db.ts';
+import { testDatabaseUrl } from './support/env.ts';
 
 let client: pg.Client;
 type Socket = { _write: (...a: unknown[]) => unknown; _writev: (...a: unknown[]) => unknown };

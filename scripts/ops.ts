@@ -23,7 +23,7 @@ import {
   isOpsError,
   otherDatabaseLine,
   type AuditEntry,
-} from '../src/ops/index.ts';
+} from '../src/operator/index.ts';
 import {
   OPERATOR_NAME,
   generateOperatorToken,
@@ -31,7 +31,7 @@ import {
   insertOperator,
   listOperators,
   revokeOperator,
-} from '../src/operators/sql.ts';
+} from '../src/operator/accounts-sql.ts';
 import { configureLogging } from '../src/log.ts';
 import { runProcess } from '../src/process/run.ts';
 import type { Resources } from '../src/process/resources.ts';

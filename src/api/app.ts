@@ -20,7 +20,7 @@ import type { Config } from '../config.ts';
 import { withClient, type Pool } from '../db/index.ts';
 import type { Ledger } from 'onceflow';
 import { ApiKeyAuth, untrustedProxyWarning } from './auth.ts';
-import { RecoveryGate } from '../recovery/gate.ts';
+import { RecoveryGate } from '../restore/gate.ts';
 import type { ApiContext } from './context.ts';
 import { OrderWaits } from './order-waits.ts';
 import { OutboxRelay } from './outbox.ts';
@@ -85,10 +85,8 @@ const SECURITY_SCHEMES = {
 const SCHEMA_KEYWORDS = ['type', 'enum', 'const', 'anyOf', 'oneOf', 'allOf', 'properties'];
 
 /**
- * Moves every schema that has a `title` (the named schemas of
- * src/api/schemas.ts and src/ops/schemas.ts) to components/schemas/<title>
- * and puts a `$ref` where it was, innermost first. Two different schemas
- * under one title are a programming error and fail the document.
+ * Moves every titled schema to components/schemas/<title> behind a `$ref`; two schemas under one title
+ * fail.
  */
 function nameSchemas(doc: Record<string, unknown>): void {
   const components = (doc.components ??= {}) as Record<string, unknown>;
@@ -114,11 +112,7 @@ function nameSchemas(doc: Record<string, unknown>): void {
   components.schemas = Object.fromEntries(sorted.map((k) => [k, named[k]]));
 }
 
-/**
- * Turns the DOCUMENTED_REQUIRED keyword of a header parameter's or response
- * header's schema into `required: true` on that parameter or header, and
- * removes it from the schema. Mutates the document @fastify/swagger built.
- */
+/** Turns a header schema's DOCUMENTED_REQUIRED into `required: true` on the header itself. */
 function applyDocumentedRequired(doc: Record<string, unknown>): void {
   const visit = (holder: Record<string, unknown>) => {
     const schema = holder.schema as Record<string, unknown> | undefined;
@@ -274,13 +268,9 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
     sendProblem(reply, new ProblemError('notFound', 'No such resource.')),
   );
 
-  // Auth runs first (app-level onRequest precedes the rate limiter's route-level hook), so the
-  // limiter can key on the tenant and a 401 is never counted against a tenant. Forged tags are
-  // refused before any lookup; failed untagged keys are counted per client address by ApiKeyAuth
-  // itself (429 past API_AUTH_FAILURE_MAX), which is why an untrusted proxy gets a warning.
-  // A 401 is held until preParsing (still before the body is read): the limiter then counts it
-  // against the client address, as an unauthenticated route, and a flood of requests without a
-  // valid key gets 429s while the valid keys from the same address keep their tenant's limit.
+  // Auth runs before the rate limiter, so the limiter keys on the tenant. A 401 is held until
+  // preParsing, where the limiter counts it per client address: a flood without a valid key gets
+  // 429s while valid keys from that address keep their tenant's limit.
   const apiKeys = new ApiKeyAuth({
     secret: deps.config.apiKeySecret,
     allowUntagged: limits.apiKeyAllowUntagged,

@@ -1,11 +1,7 @@
 /**
- * API keys. A key is `sk_<env>_<random>_<tag>`, the tag an HMAC of the rest
- * under API_KEY_SECRET, so the API tells a guess from a key it issued
- * without any I/O. Only the key's SHA-256 (of the whole key) is stored, so
- * the plaintext exists only in the caller's hands (printed once by
- * `npm run api-key`). Keys from before tags (`sk_<env>_<random>`) still work
- * until rotated (API_KEY_ALLOW_UNTAGGED). The tenant of a request comes from
- * its key, never from a request field.
+ * API keys: `sk_<env>_<random>_<tag>`, the tag an HMAC under API_KEY_SECRET, so a guess is told from
+ * an issued key without I/O. Only the key's SHA-256 is stored. A request's tenant comes from its key,
+ * never from a request field.
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { FastifyBaseLogger, FastifyRequest } from 'fastify';
@@ -38,11 +34,7 @@ export function mintApiKey(secret: string, env: 'test' | 'live' = 'test'): strin
   return `${body}_${apiKeyTag(secret, body)}`;
 }
 
-/**
- * `tagged`: has a tag and it verifies; `forged`: has the tagged shape but the
- * tag is wrong (a guess, or a key minted under another secret); `untagged`:
- * any other string, such as keys minted before tags and the demo keys.
- */
+/** `forged`: the tagged shape with a wrong tag; `untagged`: anything else (old keys, demo keys). */
 function classifyApiKey(key: string, secret: string): 'tagged' | 'forged' | 'untagged' {
   const m = TAGGED_KEY.exec(key);
   if (!m) return 'untagged';
@@ -71,27 +63,12 @@ export interface ApiKeyAuthOptions {
 }
 
 /**
- * Resolves the tenant of a request from its API key, and keeps guessing
- * cheap for us without letting a guesser lock anyone else out:
- *
- * - A key's tag is checked first (an HMAC, no I/O). A wrong tag, a missing
- *   key, or (with allowUntagged off) a key without a tag is a 401 with no
- *   lookup, counted nowhere: it costs us nothing, and counting it per address
- *   would let one client behind a NAT or proxy lock out its neighbours.
- * - A well-tagged key is looked up (it may be unknown or revoked: 401) and
- *   never throttled; only the secret's holders can make one.
- * - Keys without a tag (minted before tags, the demo keys) can only be told
- *   from a guess by a lookup, so that path keeps the per-address throttle:
- *   every 401 counts (fixed window), and past `failureMax` the address gets
- *   429 with Retry-After, with no lookup, for untagged keys only. Those keys
- *   escape it by rotation to tagged ones (`npm run api-key`).
- * - Verified keys are cached by hash for `cacheTtlMs`, so a tenant's steady
- *   traffic costs no lookup. Only successes are cached: a miss always asks
- *   Postgres, so a key added with `npm run api-key` works at once, and a
- *   revoked key stops working within `cacheTtlMs`.
- *
- * Both maps live per process: with N API processes an address gets up to N x
- * failureMax attempts per window.
+ * Resolves a request's tenant from its API key, keeping guesses cheap without letting a guesser
+ * lock others out:
+ * - a bad tag is a 401 with no lookup, counted nowhere (per-address counting would let one client
+ *   behind a NAT lock out its neighbours);
+ * - untagged keys need a lookup to tell from a guess, so only they are throttled per address;
+ * - only successes are cached, so a new key works at once and a revoked one stops within `cacheTtlMs`.
  */
 export class ApiKeyAuth {
   private readonly keys = new Map<string, { tenantId: string; expiresAt: number }>();
@@ -174,11 +151,8 @@ export class ApiKeyAuth {
 }
 
 /**
- * Returns an onRequest check that logs once per process when a request
- * carries X-Forwarded-For from a peer API_TRUST_PROXY does not name: the API
- * then takes the proxy's address for every client behind it, so they share
- * one untagged-key throttle and one unauthenticated rate limit. This is only
- * knowable when such a request arrives, hence not at start-up.
+ * Logs once when X-Forwarded-For comes from an untrusted peer: every client behind that proxy then
+ * shares one throttle. Only knowable when such a request arrives.
  */
 export function untrustedProxyWarning(log: FastifyBaseLogger): (request: FastifyRequest) => void {
   let warned = false;

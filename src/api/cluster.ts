@@ -1,27 +1,8 @@
 /**
- * Several API processes on one port (`npm start -- --api-processes M`).
- *
- * Why node:cluster: on Node 20 it is the one portable way for several
- * processes to accept on one port. The primary owns the listening socket and
- * hands connections round-robin to its workers (Linux default scheduling),
- * so the port is bound once: no SO_REUSEPORT (which Node 20 cannot set on TCP
- * servers) and no proxy process of our own in front. Each worker is a full
- * API process (src/api/main.ts): its own pool, Temporal client and outbox
- * relay. Several relays are safe: a row is started only under a claim (one
- * atomic UPDATE ... SKIP LOCKED with a lease, claimDueOutbox in
- * src/outbox/sql.ts), and a
- * start is idempotent anyway (deterministic workflow ID, REJECT_DUPLICATE).
- *
- * This primary restarts a worker that exits on its own (capped exponential
- * backoff with jitter, src/process/supervisor.ts), and on SIGTERM/SIGINT asks every worker to drain (SIGTERM) and
- * exits once they all have. If the primary itself dies, Node exits its
- * workers (their IPC channel closes), and `npm start` restarts the primary.
- *
- * Each worker gets ONCEFLOW_PROCESS=api-<i>, which its metrics carry as the
- * `process` label. Metrics are not on the API port: this primary listens on
- * API_METRICS_PORT (METRICS_BIND_HOST, loopback by default) and answers each
- * scrape with every process's registry, gathered over the cluster's IPC
- * channel (src/metrics/cluster.ts), so one scrape sees them all.
+ * Several API processes on one port (`npm start -- --api-processes M`). node:cluster, because on
+ * Node 20 it is the one portable way (no SO_REUSEPORT on TCP servers). Each worker is a full API
+ * process; several outbox relays are safe, since a row starts only under a claim. The primary
+ * restarts a worker that exits, drains them all on SIGTERM, and serves every process's metrics.
  */
 import cluster, { type Worker } from 'node:cluster';
 import path from 'node:path';
@@ -44,8 +25,7 @@ let started = false;
 let listening = 0;
 let metricsServer: MetricsServer | undefined;
 
-// The API processes run this directory's main, as the same kind of file as this one: main.ts
-// through tsx from the sources, main.js from the compiled build (dist/app, the image's).
+// main.ts from the sources, main.js from the compiled build.
 const self = fileURLToPath(import.meta.url);
 const fromSources = self.endsWith('.ts');
 cluster.setupPrimary({
@@ -57,10 +37,8 @@ cluster.setupPrimary({
 const workers = new Map<string, Worker>();
 
 /**
- * One supervisor (src/process/supervisor.ts) per API process: it forks the
- * process again after an exit on its own (capped exponential backoff). During
- * start-up a process that cannot listen (port taken, bad config) fails them
- * all instead: a restart loop would hide it. `npm start` reports it.
+ * One supervisor per API process; during start-up a failure is fatal instead, since a restart loop would
+ * hide it.
  */
 const supervisors = Array.from({ length: count }, (_, i) => {
   const name = `api-${i + 1}`;

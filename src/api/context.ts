@@ -5,7 +5,7 @@ import type { Pool } from '../db/index.ts';
 import type { Ledger } from 'onceflow';
 import type { OrderWaits } from './order-waits.ts';
 import type { OutboxRelay } from './outbox.ts';
-import type { RecoveryGate } from '../recovery/gate.ts';
+import type { RecoveryGate } from '../restore/gate.ts';
 
 export interface ApiContext {
   pool: Pool;

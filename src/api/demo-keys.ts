@@ -1,10 +1,6 @@
 /**
- * The published demo API keys, and the start-up check that refuses them on an
- * exposed API. The keys are in the README and docs/API.md, so they are
- * credentials only on loopback: production migrations don't carry them (0010
- * removes them from databases an older 0005 seeded), the dev seeding
- * (dev/seed.ts) refuses an exposed API, and an exposed API refuses to start
- * while they are active (`assertNoDemoKeys`, called by src/api/main.ts).
+ * The published demo API keys, credentials only on loopback: an exposed API refuses to start while
+ * they are active (`assertNoDemoKeys`).
  */
 import { hashApiKey } from './auth.ts';
 import { findActiveKeyHashes } from '../tenants/sql.ts';
@@ -12,19 +8,14 @@ import { ConfigError, exposureOf, type Exposure } from '../config.ts';
 import type { Queryable } from '../db/index.ts';
 
 /**
- * Untagged on purpose: a tag depends on API_KEY_SECRET, and these strings are
- * published and fixed. So they take the lookup path of keys without a tag
- * (src/api/auth.ts), and API_KEY_ALLOW_UNTAGGED=off refuses them.
+ * Untagged: a tag depends on API_KEY_SECRET, and these are fixed; API_KEY_ALLOW_UNTAGGED=off refuses them.
  */
 export const DEMO_TENANTS = [
   { id: 'acme', name: 'Acme Corp (demo)', key: 'sk_test_acme_local' },
   { id: 'globex', name: 'Globex (demo)', key: 'sk_test_globex_local' },
 ] as const;
 
-/**
- * `config.exposure`; a bare string is a bind host and nothing else, for
- * throwaway local databases (the test setup, bench, chaos) that have no proxy.
- */
+/** `config.exposure`, or a bare bind host for throwaway local stacks. */
 export type Where = Exposure | string;
 export const exposureOfWhere = (where: Where): Exposure =>
   typeof where === 'string' ? exposureOf({ bindHost: where, trustProxy: [] }) : where;

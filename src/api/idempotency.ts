@@ -1,27 +1,16 @@
 /**
- * The idempotency layer of the API: the Idempotency-Key header, read as the
- * IETF draft and DOMAIN.md require, and the one transaction an idempotent
- * request's writes run in (idempotentTransaction).
+ * The Idempotency-Key header and the one transaction an idempotent request's writes run in.
  *
- * The header: read as the IETF draft and DOMAIN.md require.
- * Node joins repeated custom headers with ", " in `request.headers`, so a
- * repeated header is detected on the raw header list instead.
- *
- * The draft defines the field as a Structured Field String (RFC 8941
- * §3.3.3), `Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`, while
- * most clients (Stripe's among them) send the bare value. Both are accepted
- * and name the SAME key: a value that starts with `"` is decoded as an
- * sf-string (quotes removed, `\\` and `\"` unescaped) before the usual checks,
- * so `"abc"` and `abc` replay each other. A value that starts with `"` but is
- * not a well-formed sf-string (no closing quote, a bad escape, parameters or
- * anything after the closing quote) is a 400, never guessed at.
+ * Node joins repeated headers with ", ", so repeats are detected on the raw header list. The IETF
+ * draft's sf-string form (`"abc"`) and the bare value most clients send (`abc`) name the SAME key;
+ * a malformed sf-string is a 400, never guessed at.
  */
 import type { FastifyRequest } from 'fastify';
 import type { PoolClient } from '../db/index.ts';
 import { ProblemError } from '../http/problems.ts';
 import { isLedgerError, type Json, type Ledger, type Scope } from 'onceflow';
-import { idempotentLedgerInput, type IdempotentRequest } from '../recovery/memo.ts';
-import { RECOVERY_RETRY_AFTER_SECONDS, type RecoveryGate } from '../recovery/gate.ts';
+import { idempotentLedgerInput, type IdempotentRequest } from '../restore/memo.ts';
+import { RECOVERY_RETRY_AFTER_SECONDS, type RecoveryGate } from '../restore/gate.ts';
 
 const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
 const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
@@ -92,13 +81,8 @@ function decodeKey(value: string): string {
 }
 
 /**
- * Refuses a create while a recovery after a database restore is pending
- * (src/recovery/gate.ts): 503 with Retry-After, nothing stored, so a client
- * that retries under the same key gets its original answer once the
- * recovery has rebuilt it. A key whose record the database has (a create
- * from before the backup, or one the recovery already rebuilt) is a replay,
- * not new work: it goes through. Called by every create before its
- * transaction; the record is read only while the gate is closed.
+ * Refuses a new create with 503 while a restore's recovery is pending, so a retry gets its original
+ * answer once rebuilt; a key the database has is a replay and goes through.
  */
 export async function refuseWhileRecovering(gate: RecoveryGate, ledger: Ledger, scope: Scope): Promise<void> {
   if (!(await gate.pending())) return;
@@ -113,19 +97,9 @@ export async function refuseWhileRecovering(gate: RecoveryGate, ledger: Ledger, 
 }
 
 /**
- * Runs `body` once per key, in the ledger's local mode: one transaction holds
- * the idempotency record (claimed before `body` runs, completed with the
- * response `body` returns), and every write `body` makes through `tx`. They
- * commit together or not at all, so a crash leaves neither the record nor
- * the writes, and a retry runs normally.
- *
- * - The same key and request again: the stored response, `replayed: true`,
- *   `body` not called.
- * - The same key with another request (body or endpoint): 422 keyReused.
- * - The first request still in its transaction: 409 inProgress with
- *   Retry-After (after the ledger's short bounded wait for it).
- * - `body` throws: rolled back, nothing stored (a server error is never
- *   stored as final); the error is rethrown.
+ * Runs `body` once per key: the idempotency record and `body`'s writes commit together or not at all.
+ * Same request again: the stored response. Another request: 422 keyReused. The first still running:
+ * 409 inProgress. `body` throws: nothing stored, rethrown.
  */
 export async function idempotentTransaction<T extends Json>(
   ledger: Ledger,

@@ -1,13 +1,7 @@
 /**
- * API composition root: config -> pool -> Temporal client -> metrics ->
- * ledger -> outbox relay -> HTTP server, and the metrics listener. Closed in
- * reverse order on every exit path (src/process/run.ts): the HTTP server
- * before the relay, since a finishing request may still hand the relay a
- * workflow to start.
- *
- * The Temporal connection is lazy: orders are accepted (and their start
- * intents committed) even while Temporal is unreachable; the outbox relay
- * starts their workflows once it is back, and /readyz reports the outage.
+ * API composition root: config -> pool -> Temporal client -> metrics -> ledger -> outbox relay ->
+ * HTTP server, closed in reverse (a finishing request may still hand the relay a workflow). The
+ * Temporal connection is lazy: orders are accepted while it is down, and the relay catches up.
  */
 import cluster from 'node:cluster';
 import { loadConfig, requireCredentials } from '../config.ts';
@@ -17,7 +11,7 @@ import { configureLogging, log } from '../log.ts';
 import { answerPrimaryScrapes, createMetrics, startMetricsServer } from '../metrics/index.ts';
 import { listParkedWorkflows } from '../orders/attention.ts';
 import { runProcess, untilAborted } from '../process/run.ts';
-import { detectRestore } from '../recovery/gate.ts';
+import { detectRestore } from '../restore/gate.ts';
 import { createLedger, openPool, openTemporalClient } from '../process/wiring.ts';
 import { OutboxRelay } from './outbox.ts';
 import { buildApiServer } from './server.ts';
@@ -65,9 +59,7 @@ await runProcess('api', async ({ resources, stopping, started }) => {
   // database lacks orders Temporal has, creates answer 503 until ops recover-after-restore ran.
   if (config.restoreDetection)
     await detectRestore(pool, temporal, config.temporal.taskQueue, `api pid ${process.pid}`);
-  // Metrics on a listener of their own (METRICS_BIND_HOST, loopback unless set), never on the
-  // API port: they show every tenant's figures. Under node:cluster the primary owns that
-  // listener and asks each process for its registry (src/metrics/cluster.ts).
+  // Metrics never on the API port: they show every tenant's figures.
   let metricsUrl: string;
   if (cluster.isWorker) {
     resources.add('metrics for the cluster primary', answerPrimaryScrapes(metrics.registry), (stop) =>

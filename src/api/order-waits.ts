@@ -25,6 +25,7 @@
  * safety net.
  */
 import pg from 'pg';
+import { backoffMs, type Backoff } from 'onceflow/postgres';
 import type { Pool } from '../db/index.ts';
 import { errorFields, log } from '../log.ts';
 import { TERMINAL_STATUSES, type OrderStatus } from '../orders/model.ts';
@@ -73,25 +74,27 @@ export interface OrderWait {
 export class OrderWaits {
   readonly #pool: Pool;
   readonly #listeningPollMs: number;
-  readonly #fallbackPollMs: number;
-  readonly #maxFallbackPollMs: number;
-  readonly #reconnectMs: number;
-  readonly #maxReconnectMs: number;
+  /** Each waiter's re-reads while nothing listens; each drawn from its upper half ("equal jitter"). */
+  readonly #fallback: Backoff;
+  readonly #reconnect: Backoff;
   readonly #waiters = new Map<string, Set<() => void>>();
   #client: pg.Client | null = null;
   #listening = false;
   #stopped = true;
-  #retryDelayMs: number;
+  /** Failed connects since the listener was last up: the reconnect backoff's step. */
+  #reconnects = 0;
   #retryTimer: NodeJS.Timeout | null = null;
 
   constructor(opts: OrderWaitsOptions) {
     this.#pool = opts.pool;
     this.#listeningPollMs = opts.listeningPollMs ?? 5000;
-    this.#fallbackPollMs = opts.fallbackPollMs ?? 250;
-    this.#maxFallbackPollMs = Math.max(this.#fallbackPollMs, opts.maxFallbackPollMs ?? 4000);
-    this.#reconnectMs = opts.reconnectMs ?? 250;
-    this.#maxReconnectMs = opts.maxReconnectMs ?? 5000;
-    this.#retryDelayMs = this.#reconnectMs;
+    const fallbackPollMs = opts.fallbackPollMs ?? 250;
+    this.#fallback = {
+      initialMs: fallbackPollMs,
+      maxMs: Math.max(fallbackPollMs, opts.maxFallbackPollMs ?? 4000),
+      jitter: 0.5,
+    };
+    this.#reconnect = { initialMs: opts.reconnectMs ?? 250, maxMs: opts.maxReconnectMs ?? 5000, jitter: 0 };
   }
 
   /** True while the listening connection is up and LISTENing. */
@@ -185,7 +188,7 @@ export class OrderWaits {
           fallbackReads = 0;
           interval = this.#listeningPollMs;
         } else {
-          interval = this.#fallbackInterval(fallbackReads++);
+          interval = backoffMs(this.#fallback, fallbackReads++);
         }
         return new Promise<void>((resolve) => {
           const timer = setTimeout(finish, Math.max(0, Math.min(maxMs, interval)));
@@ -207,16 +210,6 @@ export class OrderWaits {
         if (current?.size === 0) this.#waiters.delete(orderId);
       },
     };
-  }
-
-  /**
-   * The n-th re-read interval while nothing listens: doubling from
-   * fallbackPollMs up to maxFallbackPollMs, each drawn from its upper half
-   * ("equal jitter"), so it still backs off while waiters drift apart.
-   */
-  #fallbackInterval(n: number): number {
-    const ceiling = Math.min(this.#maxFallbackPollMs, this.#fallbackPollMs * 2 ** Math.min(n, 30));
-    return Math.round(ceiling / 2 + Math.random() * (ceiling / 2));
   }
 
   #wake(orderId: string): void {
@@ -248,7 +241,7 @@ export class OrderWaits {
     }
     if (this.#client !== client) return; // lost or stopped meanwhile
     this.#listening = true;
-    this.#retryDelayMs = this.#reconnectMs;
+    this.#reconnects = 0;
     // Changes made while nobody listened were not announced: every waiter re-reads once.
     this.#wakeAll();
   }
@@ -268,8 +261,7 @@ export class OrderWaits {
       // reconnect (not listening before either) changes nothing for them: no wake.
       this.#wakeAll();
     }
-    const delay = this.#retryDelayMs;
-    this.#retryDelayMs = Math.min(this.#maxReconnectMs, this.#retryDelayMs * 2);
+    const delay = backoffMs(this.#reconnect, this.#reconnects++);
     this.#retryTimer = setTimeout(() => {
       this.#retryTimer = null;
       void this.#connect();

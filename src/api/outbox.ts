@@ -25,6 +25,7 @@
  */
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client } from '@temporalio/client';
 import { context } from '@opentelemetry/api';
+import { backoffMs } from 'onceflow/postgres';
 import type { Pool } from '../db/index.ts';
 import { contextFromCarrier } from '../tracing/index.ts';
 import { errorFields, log } from '../log.ts';
@@ -36,8 +37,8 @@ import {
   markOutboxStarted,
   type OutboxRow,
 } from '../outbox/sql.ts';
-import { databaseMemo } from '../recovery/memo.ts';
-import { selectDatabaseIdentity } from '../recovery/sql.ts';
+import { databaseMemo } from '../restore/memo.ts';
+import { selectDatabaseIdentity } from '../restore/sql.ts';
 
 export const ORDER_WORKFLOW_TYPE = 'orderWorkflow';
 
@@ -67,12 +68,12 @@ export const MAX_PASS_BACKOFF_MS = 5_000;
 
 /**
  * Wait before the next pass: the poll interval, or after `failures`
- * consecutive failed passes an exponential backoff capped at a few seconds
- * (never the minute an API crash loop used to cost).
+ * consecutive failed passes an exponential backoff capped at a few seconds.
+ * Up to a fifth is jitter, so relays that failed together do not poll together.
  */
-export function passDelayMs(failures: number, pollMs: number): number {
-  if (failures <= 0) return pollMs;
-  return Math.min(Math.max(pollMs, MAX_PASS_BACKOFF_MS), pollMs * 2 ** Math.min(failures, 6));
+export function passDelayMs(failures: number, pollMs: number, random: () => number = Math.random): number {
+  const backoff = { initialMs: pollMs, maxMs: Math.max(pollMs, MAX_PASS_BACKOFF_MS), jitter: 0.2 };
+  return backoffMs(backoff, failures, random);
 }
 
 export class OutboxRelay {
@@ -182,7 +183,7 @@ export class OutboxRelay {
         outcome = 'already_started';
         startedAt = await this.knownStartTime(row.workflow_id);
       } else {
-        const retryInMs = Math.min(this.maxBackoffMs, 1000 * 2 ** Math.min(row.attempts, 16));
+        const retryInMs = backoffMs({ initialMs: 1000, maxMs: this.maxBackoffMs, jitter: 0 }, row.attempts);
         log.warn('workflow start failed', {
           workflowId: row.workflow_id,
           attempts: row.attempts + 1,
@@ -257,7 +258,7 @@ export class OutboxRelay {
       if (result.claimed >= this.batchSize && result.started > 0) continue;
       const delay = passDelayMs(failures, this.pollMs);
       await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, delay * (0.8 + Math.random() * 0.4));
+        const t = setTimeout(resolve, delay);
         this.wake = () => {
           clearTimeout(t);
           resolve();

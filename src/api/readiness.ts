@@ -1,22 +1,9 @@
 /**
- * What GET /readyz answers, made cheap enough to leave public and unlimited.
- *
- * - One check at a time, and its result serves every probe for `ttlMs`
- *   (1 s): a flood of probes costs one Postgres round trip and one Temporal
- *   RPC per second per process, however many arrive.
- * - Postgres is checked on a connection of its own, opened for the check and
- *   closed after it, never on one of the pool's: a probe must not take (or
- *   queue for) a connection an order needs, and a hanging server must not
- *   hold one until the pool's 10 s connect timeout. The cost is one
- *   connection set-up per second at most; a persistent connection would be
- *   cheaper but could look healthy while new connections are refused, which
- *   is what the pool needs when it grows. (The pool's idle count says nothing
- *   about a server that died since.)
- * - Both checks are bounded by `timeoutMs` (connect and query for Postgres,
- *   a gRPC deadline for Temporal), so a probe answers within about that.
- * - Ready means Postgres answers. Temporal down is reported but not fatal:
- *   orders are still accepted and their start intents committed, and the
- *   outbox relay starts them once Temporal is back (src/api/outbox.ts).
+ * GET /readyz, cheap enough to leave public and unlimited:
+ * - one check at a time, its result cached for `ttlMs`, so a flood costs one check per second;
+ * - Postgres on a fresh connection of its own: a probe must not take a pool connection an order
+ *   needs, and a persistent one could look healthy while new connections are refused;
+ * - ready means Postgres answers; Temporal down is reported, not fatal (the outbox catches up).
  */
 import pg from 'pg';
 import type { Client } from '@temporalio/client';
@@ -78,8 +65,7 @@ async function pingPostgres(pool: Pool, timeoutMs: number): Promise<void> {
 }
 
 async function pingTemporal(temporal: Client, timeoutMs: number): Promise<void> {
-  // The deadline ends the RPC itself (the SDK would otherwise retry an unavailable server);
-  // the outer bound covers a connection that has not been established yet.
+  // The deadline stops the SDK retrying; the outer bound covers a connection not yet established.
   await bounded(
     temporal.connection.withDeadline(Date.now() + timeoutMs, () =>
       temporal.workflowService.getSystemInfo({}),

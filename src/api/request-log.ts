@@ -1,14 +1,6 @@
 /**
- * Request IDs and the request log. Each request gets an ID: the caller's
- * `X-Request-Id` when it is a sane token, else the trace ID of its W3C
- * `traceparent`, else a fresh UUID. It is returned in `X-Request-Id` on every
- * response (problem+json included) and is on every log line of the request
- * (Fastify's request logger binds it as `requestId`).
- *
- * One line per finished request: method, route pattern (never the raw URL,
- * which carries IDs), status, duration, tenant (once authenticated) and the
- * request ID. Headers are not logged at all; the logger's redact paths
- * (src/log.ts) are the safety net should someone add them.
+ * Request IDs (the caller's sane `X-Request-Id`, else the traceparent's trace ID, else a UUID) and
+ * one log line per request, by route pattern (the raw URL carries IDs). Headers are never logged.
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';

@@ -1,17 +1,8 @@
 /**
- * Request and response schemas (TypeBox, i.e. JSON Schema). They validate
- * requests (bodies are never type-coerced: "2" is not a quantity) and feed
- * the OpenAPI document at /openapi.json.
- *
- * Every string has a pattern or format and a maximum length, so nothing a
- * client sends can reach Postgres as something it rejects (a NUL byte in a
- * text column is a 500 otherwise).
- *
- * Every object schema has an `$id`: @fastify/swagger (refResolver in app.ts)
- * lists it under components/schemas by that name and refers to it with
- * `$ref`, so the generated client (src/client/schema.d.ts) gets named types
- * (`components['schemas']['Order']`) instead of anonymous inline ones.
- * Response schemas document the API only: they are not used to serialise.
+ * Request and response schemas (TypeBox): they validate requests and feed /openapi.json.
+ * Every string has a pattern and a maximum length, so nothing reaches Postgres as something it
+ * rejects (a NUL byte is a 500 otherwise). Every object schema has an `$id`, so the generated client
+ * gets named types.
  */
 import { Type, type Static } from '@fastify/type-provider-typebox';
 import { ORDER_STATUSES } from '../orders/model.ts';
@@ -20,20 +11,10 @@ import { DOCUMENTED_REQUIRED } from '../http/openapi.ts';
 
 const MAX_ITEMS = 100;
 export const BODY_LIMIT_BYTES = 64 * 1024;
-/**
- * Per-item caps keep every total exact: 100 items x 10 000 x 1e9 = 1e15, well
- * inside Number.MAX_SAFE_INTEGER (~9.007e15). Larger caps would let a total
- * round silently, and the wrong amount would be charged.
- */
+/** Per-item caps keep every total inside Number.MAX_SAFE_INTEGER, so no total rounds and mischarges. */
 const MAX_QUANTITY = 10_000;
 const MAX_UNIT_AMOUNT = 1_000_000_000;
-/**
- * The payment provider's largest charge, in minor units (Stripe's and the
- * sandbox's 99,999,999, e.g. $999,999.99). An order above it could never be
- * paid, so the API refuses it with 422 `amount-too-large` instead of
- * accepting an order that can only end `rejected`. test/api/hostile.test.ts
- * checks it equals the sandbox's own schema bound.
- */
+/** The provider's largest charge: an order above it could only end `rejected`, so it is refused with 422. */
 export const MAX_ORDER_TOTAL = 99_999_999;
 
 const Id = (description: string) =>
@@ -202,11 +183,7 @@ export const ListOrdersQuery = Type.Object({
   cursor: Type.Optional(Type.String({ maxLength: 200, pattern: '^[A-Za-z0-9_\\-]+$' })),
 });
 
-/**
- * Optional for validation on purpose: a missing key is the handler's 400
- * `invalid-idempotency-key` (src/api/idempotency.ts), not a generic schema
- * error. The document marks it required (DOCUMENTED_REQUIRED, see app.ts).
- */
+/** Optional for validation so a missing key gets the specific 400; the document marks it required. */
 const IDEMPOTENCY_KEY_HEADER = {
   'idempotency-key': Type.Optional(
     Type.String({

@@ -1,10 +1,6 @@
 /**
- * Browser hardening headers, on every response of the API process. The API
- * itself serves JSON, which a browser should never render, frame or sniff;
- * the one HTML page is Swagger UI at /docs, which gets its own CSP (script
- * and style hashes from @fastify/swagger-ui, everything else from 'self').
- * Set by hand rather than with @fastify/helmet: these few fixed headers don't
- * need another dependency.
+ * Browser hardening headers on every response: JSON should never be rendered, framed or sniffed;
+ * Swagger UI at /docs gets its own CSP. A few fixed headers don't need @fastify/helmet.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 
@@ -37,12 +33,7 @@ export function securityHeaders(
   done(null, payload);
 }
 
-/**
- * Tightens @fastify/swagger-ui's static CSP: no framing, no third-party
- * validator badge or fonts, and no `upgrade-insecure-requests` (it would send the
- * page's own scripts to https:// on a plain-HTTP local run; TLS is the
- * deployment's front proxy's job, with HSTS above).
- */
+/** Tightens swagger-ui's CSP; no `upgrade-insecure-requests`, which would break a plain-HTTP local run. */
 export function docsCsp(header: string | string[] | number): string {
   return (
     String(header)

@@ -1,9 +1,5 @@
 /**
- * The API as it runs: the tenant app (buildApiApp), its response metrics, and
- * the operator's admin routes, wired once. (The metrics are served on their
- * own listener by src/api/main.ts, not here.) src/api/main.ts serves it, the client
- * generator reads its OpenAPI document, and the wiring test drives it, so
- * all three see the same routes.
+ * The API as it runs, wired once, so main.ts, the client generator and the wiring test see the same routes.
  */
 import type { Client } from '@temporalio/client';
 import type { FastifyInstance } from 'fastify';
@@ -11,7 +7,7 @@ import type { Config } from '../config.ts';
 import type { Pool } from '../db/index.ts';
 import type { Ledger } from 'onceflow';
 import { metricsPlugin, type Metrics } from '../metrics/index.ts';
-import { Operator, opsRoutes } from '../ops/index.ts';
+import { Operator, opsRoutes } from '../operator/index.ts';
 import { configuredProviders } from '../process/wiring.ts';
 import { registerConsole } from '../console/routes.ts';
 import { buildApiApp } from './app.ts';

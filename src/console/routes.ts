@@ -1,15 +1,7 @@
 /**
- * The operator console (console/ at the package root): three static files
- * served by the API process under /console. It is a page over the admin API
- * and holds no credential of its own: the operator signs in with a named
- * operator token (or ONCEFLOW_ADMIN_TOKEN), which the page keeps in the tab's
- * sessionStorage and sends as `Authorization: Bearer` on every admin call, so
- * every action is authenticated, throttled and audited exactly as the admin
- * API does it, and no cookie exists for a cross-site request to ride on.
- *
- * Served by the API process rather than one of its own: the admin routes are
- * there, so the page and the API share an origin (connect-src 'self', no
- * CORS) and a deployment exposes one port. CONSOLE=off removes the routes.
+ * The operator console: static files under /console over the admin API. The token lives in the
+ * tab's sessionStorage and goes as a Bearer header, so every action is audited as the API's and no
+ * cookie exists for a cross-site request to ride on. Same origin as the admin API: no CORS.
  */
 import fs from 'node:fs';
 import path from 'node:path';

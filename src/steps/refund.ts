@@ -1,29 +1,28 @@
 /**
- * The provider refund step: what a payment provider's answer to a refund
- * means for the step's ledger record. The same rules as the charge
- * (src/steps/payment.ts), through the same ledger calls: performed only
- * through Ledger.runExternal under a downstream key derived from the step's
- * operation key; an answer that does not prove nothing happened leaves the
- * record `unknown`, reconciled the way the provider declares it can answer
- * (src/steps/settle.ts: lookup by key, replay under the same key inside the
- * window, or a search whose young "not found" proves nothing), and performed
- * again (under the SAME key) only when the provider never saw it and only
- * inside its key window.
+ * The provider refund step (its descriptor, src/steps/descriptor.ts): what a
+ * payment provider's answer to a refund means for the step's ledger record.
+ * The same rules as the charge (src/steps/payment.ts), through the same
+ * generic functions: performed only through Ledger.runExternal under a
+ * downstream key derived from the step's operation key; an answer that does
+ * not prove nothing happened leaves the record `unknown`, reconciled the way
+ * the provider declares it can answer (src/steps/reconcile-plan.ts), and
+ * performed again (under the SAME key) only when the provider never saw it
+ * and only inside its key window.
  */
-import {
-  downstreamKey,
-  isLedgerError,
-  type ExternalRunOptions,
-  type LedgerInput,
-  type Ledger,
-  type OperationRecord,
-  type ReconcileOutcome,
-  type Scope,
-} from 'onceflow';
-import { ProviderError, type PaymentProvider, type Refund, type RefundRequest } from '../providers/types.ts';
+import type { ExternalOutcome, ExternalRunOptions, Ledger, Scope } from 'onceflow';
+import type { PaymentProvider, Refund, RefundRequest } from '../providers/types.ts';
 import { REFUND_OPERATION_TYPES } from '../refunds/contract.ts';
-import { KEY_WINDOW_PASSED, type ReconcileResult } from './payment.ts';
-import { planSettle, stepKeyWindowMs, type SettlePlan } from './settle.ts';
+import {
+  providerMissing,
+  reconcileStep,
+  runStep,
+  settleStep,
+  stepScope,
+  type ReconcileResult,
+  type StepDescriptor,
+  type StepRef,
+} from './descriptor.ts';
+import { planReconcile, stepKeyWindowMs } from './reconcile-plan.ts';
 
 /**
  * What the ledger stores for a provider refund. refundId is null only when no
@@ -57,81 +56,11 @@ export interface RefundResult {
   reconciled: boolean;
 }
 
-/** The step's reference: its key, and the charge it refunds (a search provider lists that charge's refunds). */
-export interface RefundStepRef {
-  tenantId: string;
-  key: string;
-  chargeId?: string | undefined;
-}
-
-export function refundScope(ref: { tenantId: string; key: string }): Scope {
-  return { tenantId: ref.tenantId, operationType: REFUND_OPERATION_TYPES.providerRefund, key: ref.key };
-}
-
-function refundOutcome(refund: Refund) {
-  const result: RefundJson = { refundId: refund.id, status: refund.status };
-  return { state: refund.status, result, providerRef: refund.id } as const;
-}
-
-function missing(what: string): never {
-  throw new ProviderError('rejected', `the payment provider declares ${what} but does not implement it`, {
-    code: 'provider_misconfigured',
-  });
-}
-
-/** One reconciliation's answer, following the plan (as askPayments does for a charge). */
-async function askRefunds(
-  payments: PaymentProvider,
-  plan: SettlePlan,
-  dk: string,
-  ref: RefundStepRef,
-  request: RefundRequest | undefined,
-): Promise<ReconcileOutcome<RefundJson>> {
-  switch (plan.kind) {
-    case 'lookup': {
-      const find = payments.findRefundByIdempotencyKey ?? missing('lookup');
-      const refund = await find.call(payments, dk);
-      return refund ? refundOutcome(refund) : { state: 'not_found' };
-    }
-    case 'replay':
-      // The same request under the same key: the stored outcome, or the refund made now.
-      if (!request) missing('replay without a request');
-      return refundOutcome(await payments.createRefund(request, dk));
-    case 'search': {
-      const search = payments.searchRefund ?? missing('search');
-      const chargeId = ref.chargeId ?? request?.chargeId;
-      if (!chargeId) {
-        // The provider lists refunds per charge: without it, it can't be asked. Stays unknown.
-        return { state: 'pending' };
-      }
-      const refund = await search.call(payments, { chargeId, idempotencyKey: dk, operationKey: ref.key });
-      if (refund) return refundOutcome(refund);
-      // Inside the window, what follows not_found is a perform under the same key: a replay.
-      if (plan.notFoundMayPerform) return { state: 'not_found' };
-      if (!plan.notFoundIsProof) return { state: 'pending' };
-      // Past the window and the lag: no refund exists, and none will be requested under the key again.
-      return { state: 'failed', result: { refundId: null, status: 'failed' } };
-    }
-    case 'none':
-      return { state: 'pending' };
-  }
-}
-
-/** Reconcile: the refund made under the downstream key, asked the way the provider allows. The operator's too. */
-export function refundReconciler(
-  payments: PaymentProvider,
-  ref: RefundStepRef,
-  opts: { request?: RefundRequest; keyWindowMs?: number | undefined } = {},
-): (ctx: {
-  downstreamKey: string;
-  record?: Pick<OperationRecord, 'createdAt'>;
-}) => Promise<ReconcileOutcome<RefundJson>> {
-  return async ({ downstreamKey: dk, record }) => {
-    const plan = planSettle(payments.capabilities, record, {
-      keyWindowMs: opts.keyWindowMs,
-      canReplay: opts.request !== undefined,
-    });
-    return askRefunds(payments, plan, dk, ref, opts.request);
+function refundOutcome(refund: Refund): ExternalOutcome<RefundJson> {
+  return {
+    state: refund.status,
+    result: { refundId: refund.id, status: refund.status },
+    providerRef: refund.id,
   };
 }
 
@@ -153,33 +82,77 @@ function refundRequest(input: RefundInput): RefundRequest {
 /**
  * The provider's refund under a downstream key, for the operator's view of a
  * refund step; null also when the provider has no lookup by key (Stripe: the
- * step's reconcile asks it the way it can, see refundReconciler).
+ * step's reconcile asks it the way it can).
  */
-export async function findRefund(payments: PaymentProvider, dk: string): Promise<Refund | null> {
+async function findRefund(payments: PaymentProvider, dk: string): Promise<Refund | null> {
   return payments.findRefundByIdempotencyKey ? payments.findRefundByIdempotencyKey(dk) : null;
 }
 
-/**
- * What an operator's resolution stores: the shape the step itself stores, so
- * the workflow replays it like any provider answer.
- */
-export function settledRefund(outcome: 'succeeded' | 'failed', refundId: string | null): RefundJson {
-  return { refundId, status: outcome };
+const str = (v: unknown): string | null => (typeof v === 'string' && v !== '' ? v : null);
+
+export const refundStep: StepDescriptor<'payments', RefundJson, RefundInput> = {
+  name: 'refund',
+  operationType: REFUND_OPERATION_TYPES.providerRefund,
+  workflow: 'refund',
+  activity: 'refundPayment',
+  provider: 'payments',
+  fingerprint: { refundId: 'string', chargeId: 'string', amount: 'number', currency: 'string' },
+  keyWindowMs: (payments, override) => stepKeyWindowMs(payments.capabilities, override),
+  perform: async (payments, input, dk) =>
+    refundOutcome(await payments.createRefund(refundRequest(input), dk)),
+  reconciler:
+    (payments, ref, opts) =>
+    async ({ downstreamKey: dk, record }) => {
+      const request = opts.input ? refundRequest(opts.input) : undefined;
+      const plan = planReconcile(payments.capabilities, record, {
+        keyWindowMs: opts.keyWindowMs,
+        canReplay: request !== undefined,
+      });
+      switch (plan.kind) {
+        case 'lookup': {
+          const find = payments.findRefundByIdempotencyKey ?? providerMissing('lookup');
+          const refund = await find.call(payments, dk);
+          return refund ? refundOutcome(refund) : { state: 'not_found' };
+        }
+        case 'replay':
+          // The same request under the same key: the stored outcome, or the refund made now.
+          if (!request) providerMissing('replay without a request');
+          return refundOutcome(await payments.createRefund(request, dk));
+        case 'search': {
+          const search = payments.searchRefund ?? providerMissing('search');
+          const chargeId = ref.chargeId ?? request?.chargeId;
+          // The provider lists refunds per charge: without it, it can't be asked. Stays unknown.
+          if (!chargeId) return { state: 'pending' };
+          const refund = await search.call(payments, { chargeId, idempotencyKey: dk, operationKey: ref.key });
+          if (refund) return refundOutcome(refund);
+          // Inside the window, what follows not_found is a perform under the same key: a replay.
+          if (plan.notFoundMayPerform) return { state: 'not_found' };
+          if (!plan.notFoundIsProof) return { state: 'pending' };
+          // Past the window and the lag: no refund exists, and none will be requested under the key again.
+          return { state: 'failed', result: { refundId: null, status: 'failed' } };
+        }
+        case 'none':
+          return { state: 'pending' };
+      }
+    },
+  providerRefOf: (result) => result.refundId,
+  settled: (outcome, refundId) => ({ refundId, status: outcome }),
+  resolvable: { outcomes: ['succeeded', 'failed'] },
+  find: findRefund,
+  fromActivityResult: (r) => {
+    const state = r.outcome === 'failed' ? 'failed' : 'succeeded';
+    const refundId = str(r.providerRefundId);
+    return { state, result: { refundId, status: state }, providerRef: refundId };
+  },
+  reconcileAfterRestore: true,
+};
+
+export function refundScope(ref: { tenantId: string; key: string }): Scope {
+  return stepScope(refundStep, ref);
 }
 
-/** What a provider refund's record is fingerprinted by (also how a recovery after a restore rebuilds it). */
-export function refundLedgerInput(
-  input: Pick<RefundInput, 'refundId' | 'chargeId' | 'amount' | 'currency'>,
-): LedgerInput {
-  return {
-    schemaVersion: 1,
-    value: {
-      refundId: input.refundId,
-      chargeId: input.chargeId,
-      amount: input.amount,
-      currency: input.currency,
-    },
-  };
+function refundDeps(deps: RefundStepDeps) {
+  return { ledger: deps.ledger, provider: deps.payments, keyWindowMs: deps.keyWindowMs };
 }
 
 /**
@@ -192,17 +165,7 @@ export async function runRefund(
   input: RefundInput,
   opts: Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> = {},
 ): Promise<RefundResult> {
-  const keyWindowMs = stepKeyWindowMs(deps.payments.capabilities, deps.keyWindowMs);
-  const request = refundRequest(input);
-  const run = await deps.ledger.runExternal<RefundJson>(
-    refundScope(input),
-    refundLedgerInput(input),
-    {
-      perform: async ({ downstreamKey: dk }) => refundOutcome(await deps.payments.createRefund(request, dk)),
-      reconcile: refundReconciler(deps.payments, input, { request, keyWindowMs }),
-    },
-    { ...opts, ...(keyWindowMs !== undefined ? { keyWindowMs } : {}) },
-  );
+  const run = await runStep(refundStep, refundDeps(deps), input, opts);
   return {
     outcome: run.state,
     providerRefundId: run.result.refundId ?? run.providerRef,
@@ -211,71 +174,21 @@ export async function runRefund(
   };
 }
 
-/** The ledger record of a provider refund, as a ReconcileResult (chargeId carries the refund's ID). */
-function refundState(record: OperationRecord): ReconcileResult {
-  if (record.state !== 'succeeded' && record.state !== 'failed')
-    return { settled: false, outcome: null, chargeId: null };
-  const result = (record.result ?? {}) as Partial<RefundJson>;
-  return { settled: true, outcome: record.state, chargeId: result.refundId || record.providerRef || null };
+/**
+ * Reconciles a provider refund without ever performing it (reconcileStep;
+ * `chargeId` carries the refund's ID). A search provider needs
+ * `ref.chargeId`; without it the refund stays unsettled.
+ */
+export function reconcileRefund(deps: RefundStepDeps, ref: StepRef): Promise<ReconcileResult> {
+  return reconcileStep(refundStep, refundDeps(deps), ref);
 }
 
-/**
- * Reconciles a provider refund without ever performing it, exactly as
- * reconcileCharge does a charge: no claim means only the provider can say
- * (ask it by the same key); an unresolved record is taken over and asked
- * the way the provider allows; "never saw the key" inside the window means
- * perform again under it. A search provider needs `ref.chargeId`; without
- * it the refund stays unsettled.
- */
-export async function reconcileRefund(deps: RefundStepDeps, ref: RefundStepRef): Promise<ReconcileResult> {
-  const scope = refundScope(ref);
-  const keyWindowMs = stepKeyWindowMs(deps.payments.capabilities, deps.keyWindowMs);
-  if (!(await deps.ledger.get(scope))) {
-    // No claim: never claimed, released after a definite refusal, or reaped long after it settled.
-    const plan = planSettle(deps.payments.capabilities, 'no_claim', { keyWindowMs, canReplay: false });
-    const answer = await askRefunds(deps.payments, plan, downstreamKey(scope), ref, undefined);
-    if (answer.state === 'succeeded' || answer.state === 'failed') {
-      return { settled: true, outcome: answer.state, chargeId: answer.providerRef ?? null };
-    }
-    if (answer.state === 'pending') return { settled: false, outcome: null, chargeId: null };
-    return { settled: false, outcome: null, chargeId: null, notStarted: true };
-  }
-  const r = await deps.ledger.reconcileUnresolved<RefundJson>(
-    scope,
-    refundReconciler(deps.payments, ref, { keyWindowMs }),
-    { keyWindowMs },
-  );
-  const state = refundState(r.record);
-  if (r.answer !== 'not_found') return state;
-  return r.performable ? { ...state, performAgain: true } : { ...state, error: KEY_WINDOW_PASSED };
-}
-
-/**
- * Records a provider event (or an operator's decision) about an uncertain
- * refund. A record already final with the other outcome wins (the provider's
- * own answer, or an earlier settlement, over a later event): its state is
- * returned, so a late event never moves a refund backwards.
- */
-export async function settleRefund(
+/** Settles an uncertain refund: a provider event or an operator's decision (settleStep). */
+export function settleRefund(
   deps: Pick<RefundStepDeps, 'ledger'>,
   ref: { tenantId: string; key: string },
   outcome: 'succeeded' | 'failed',
   providerRefundId: string | null,
 ): Promise<ReconcileResult> {
-  const scope = refundScope(ref);
-  try {
-    const result: RefundJson = { refundId: providerRefundId, status: outcome };
-    const { record } = await deps.ledger.settle(scope, {
-      state: outcome,
-      result,
-      ...(providerRefundId ? { providerRef: providerRefundId } : {}),
-    });
-    return refundState(record);
-  } catch (err) {
-    if (isLedgerError(err, 'invalid_state')) {
-      const record = await deps.ledger.get(scope);
-      if (record) return refundState(record);
-    }
-    throw err;
-  }
+  return settleStep(refundStep, deps.ledger, ref, outcome, providerRefundId);
 }

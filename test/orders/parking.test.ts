@@ -4,7 +4,7 @@
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startOrderStack, TEST_PROVIDER_TIMEOUT_MS, type OrderStack } from '../support/stack.ts';
-import { json, runOps } from '../ops/support.ts';
+import { json, runOps } from '../operator/support.ts';
 import { redriveSignal } from '../../src/orders/contract.ts';
 import { until, untilStatus, untilWorkflow } from '../support/wait.ts';
 import { uniq } from '../support/env.ts';
@@ -12,9 +12,9 @@ import { orderWorkflowId, stepKeys, type OrderStatus } from '../../src/orders/mo
 import { listParkedWorkflows } from '../../src/orders/attention.ts';
 import { createMetrics } from '../../src/metrics/index.ts';
 import { countUnrecordedParked } from '../../src/orders/sql.ts';
-import { Operator, type AttentionItem } from '../../src/ops/operator.ts';
-import { isOpsError } from '../../src/ops/errors.ts';
-import { testOperator } from '../ops/support.ts';
+import { Operator, type AttentionItem } from '../../src/operator/index.ts';
+import { isOpsError } from '../../src/operator/errors.ts';
+import { testOperator } from '../operator/support.ts';
 
 let stack: OrderStack;
 let operator: Operator;
@@ -139,7 +139,7 @@ async function parkedOnStatus(status: OrderStatus) {
 }
 
 it('a payment_pending the charge cannot write parks the order before anything is charged', async () => {
-  // The charge's activity writes payment_pending first (STEPS_CARRY_STATUS); when it cannot, the
+  // The charge's activity writes payment_pending first; when it cannot, the
   // workflow writes it as its own step, which parks the order, and the charge is never made.
   const { input, workflowId, handle } = await parkedOnStatus('payment_pending');
   expect(await stack.charges(input.orderId)).toHaveLength(0);

@@ -1,15 +1,9 @@
 /**
  * POST /v1/orders (idempotent create), GET /v1/orders/{id}, GET /v1/orders.
  *
- * Order of checks on POST, and why: auth (401) and rate limit (429) run as
- * hooks, schema validation (400) before the handler, the Idempotency-Key
- * check (400) and the order's own checks (400, 422 amount-too-large) first
- * thing in the handler. None of these touch the database, so none is stored
- * and a corrected retry runs normally. Only then does the request reach its
- * one transaction (createOrderOnce): the idempotency record, the order and
- * its start intent. `Prefer: wait=N` waits after that, outside any
- * transaction and writing nothing, so it changes the answer, never what the
- * key stores.
+ * Every check on POST (auth, rate limit, schema, Idempotency-Key, amounts) runs before the database,
+ * so a refusal stores nothing and a corrected retry runs normally. `Prefer: wait=N` waits after the
+ * commit, writing nothing: it changes the answer, never what the key stores.
  */
 import { randomBytes } from 'node:crypto';
 import { Type, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
@@ -53,7 +47,7 @@ import {
 import { readOrderStepRecords } from '../../orders/step-records.ts';
 import { getOrder, insertAcceptedOrder, listOrders, type OrderRow } from '../../orders/sql.ts';
 import { insertOutbox, type OutboxRow } from '../../outbox/sql.ts';
-import { createMemo } from '../../recovery/memo.ts';
+import { createMemo } from '../../restore/memo.ts';
 import { ORDER_WORKFLOW_TYPE } from '../outbox.ts';
 import { requestSpan, requestTraceCarrier } from '../../tracing/index.ts';
 
@@ -154,9 +148,8 @@ async function orderDetail(ledger: ApiContext['ledger'], tenantId: string, row: 
 }
 
 /**
- * Aborts when the client hangs up before its answer is written, so a wait for
- * it stops. Not request.raw's `destroyed` or 'close': a request with a body
- * sets and emits those as soon as the body has been read, client or not.
+ * Aborts when the client hangs up. Not request.raw's 'close': a request with a body emits it once the body
+ * is read.
  */
 function clientGone(request: FastifyRequest, reply: FastifyReply): AbortSignal {
   const gone = new AbortController();
@@ -167,10 +160,7 @@ function clientGone(request: FastifyRequest, reply: FastifyReply): AbortSignal {
 }
 
 /**
- * A `Prefer: wait` ends this long before the API's idle timeout
- * (API_IDLE_TIMEOUT_MS, which closes a socket that sent and received nothing
- * that long), so the client gets its 202 rather than a closed connection
- * when an operator set that timeout below the 30 s maximum.
+ * A `Prefer: wait` ends this long before the idle timeout, so the client gets its 202, not a closed socket.
  */
 const IDLE_MARGIN_MS = 1000;
 
@@ -206,19 +196,9 @@ function decodeCursor(cursor: string): { createdUs: string; id: string } {
 }
 
 /**
- * The transaction of POST /v1/orders, whole: the idempotency record (the
- * ledger claims the key before the body runs and stores the response after
- * it), the order row in `accepted`, and the start intent of its workflow
- * (workflow_outbox) commit together or not at all (idempotentTransaction).
- * A replay returns the stored response and writes nothing. A retried
- * transaction (a serialization failure) runs the body again with a new order
- * ID, so `startIntent` is the last run's: the one that committed.
- *
- * The inserts go one round trip each, after BEGIN and the claim (5 round
- * trips, where sending them in the claim's network write with runLocal's
- * `first` took 3): at about 0.17 ms of CPU per round trip
- * (docs/BENCHMARKS.md) that is 0.3 ms of an order's 100, for a body that
- * reads as the transaction it is.
+ * The whole transaction of POST /v1/orders: the idempotency record, the order row and its start
+ * intent commit together or not at all. A retried transaction runs the body again with a new order
+ * ID, so `startIntent` is the one that committed.
  */
 async function createOrderOnce(
   { ledger, relay, config }: ApiContext,
@@ -254,9 +234,7 @@ async function createOrderOnce(
         merchantReference: order.merchantReference ?? null,
       });
       if (inserted.duplicateOf !== undefined) {
-        // The natural key answered (the unique index, inside this transaction): thrown, so the
-        // transaction rolls back and nothing is written, not even the idempotency record; a retry
-        // under this key gets the same 409 while that order exists.
+        // Thrown, so nothing is written, not even the idempotency record: a retry gets the same 409.
         const location = `/v1/orders/${inserted.duplicateOf}`;
         throw new ProblemError(
           'duplicateMerchantReference',
@@ -414,9 +392,7 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
         const idleMs = ctx.config.api.idleTimeoutMs - IDLE_MARGIN_MS;
         const appliedS = Math.min(preferWaitS, Math.max(0, Math.floor(idleMs / 1000)));
         void reply.header('preference-applied', `wait=${appliedS}`);
-        // The stored response stays the 202 (what was true at acceptance); this only reads the
-        // order as it is now. Woken by the order's terminal-status notification (order-waits.ts),
-        // holding no connection while it waits; a client that hangs up ends the wait.
+        // The stored response stays the 202; this only reads the order now, holding no connection.
         const tenantId = request.tenantId!;
         const row = await orderWaits.readUntil(
           result.body.id,

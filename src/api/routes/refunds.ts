@@ -1,21 +1,8 @@
 /**
- * POST /v1/orders/{id}/refunds (idempotent create), GET the order's refunds,
- * GET one refund (with ?wait=).
- *
- * The same order of checks as POST /v1/orders, for the same reason: auth,
- * rate limit, schema and the Idempotency-Key are refused before the database
- * and store nothing. Then one transaction (idempotentTransaction): the
- * idempotency record, the refund's reservation on the order's refunded total
- * (one conditional UPDATE: the limit is decided there, never by a read and a
- * write), the refund row in `pending` and the start intent of its workflow.
- *
- * A refused refund (404, 409 order-not-refundable, 422 refund-exceeds-charge)
- * rolls the transaction back: nothing is stored under the key, so the same
- * request later (after a failed refund released its reservation, say) runs
- * again rather than replaying a refusal that may no longer hold.
- *
- * Refunds have no natural key: two refunds of the same amount under
- * different keys are two refunds (docs/API.md).
+ * POST /v1/orders/{id}/refunds (idempotent create), GET the order's refunds, GET one (with ?wait=).
+ * Checks as for POST /v1/orders, then one transaction: idempotency record, reservation, refund row,
+ * start intent. A refused refund rolls back and stores nothing under the key, so the same request
+ * later runs again rather than replaying a refusal that may no longer hold.
  */
 import { randomBytes } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
@@ -55,7 +42,7 @@ import {
   type RefundRow,
 } from '../../refunds/sql.ts';
 import { getOrder } from '../../orders/sql.ts';
-import { createMemo } from '../../recovery/memo.ts';
+import { createMemo } from '../../restore/memo.ts';
 import { insertOutbox, type OutboxRow } from '../../outbox/sql.ts';
 import { requestSpan, requestTraceCarrier } from '../../tracing/index.ts';
 

@@ -1,21 +1,8 @@
 /**
- * Refund events on POST /v1/webhooks/payments: which events are about a
- * refund, what they say, and whether one names a refund of ours.
- *
- * - The sandbox sends `refund.succeeded` / `refund.failed` (its refund object
- *   echoes the Idempotency-Key as `idempotency_key`). Stripe sends
- *   `refund.created`, `refund.updated`, `refund.failed` and
- *   `charge.refund.updated` (all in stripe v23's event types); its refund does
- *   not echo the key, so the adapter stores the same downstream key in
- *   metadata (`idempotency_key`). The outcome is the refund object's status:
- *   `succeeded`, or `failed` / `canceled`; a `pending` or `requires_action`
- *   refund says nothing final and is ignored. A type that claims one outcome
- *   while its object says another is ignored too.
- * - A signature proves who sent an event, not which refund it is about. The
- *   metadata (tenant, order, refund ID) only FINDS our refund; the event is
- *   applied only if it also NAMES it: the refund step's downstream key, or
- *   the provider refund ID recorded for it (refund row or ledger record),
- *   with the refund's amount and currency. Anything else is `ignored_mismatch`.
+ * Refund events on POST /v1/webhooks/payments. The outcome is the refund object's status; a
+ * non-final one, or a type that contradicts its object, is ignored. Metadata only FINDS our refund;
+ * the event is applied only if it also NAMES it (downstream key or recorded refund ID, with the
+ * amount and currency), else it is `ignored_mismatch`.
  */
 import { downstreamKey, type OperationRecord } from 'onceflow';
 import { KEY_METADATA } from '../../providers/stripe.ts';
@@ -80,9 +67,8 @@ export function refundEventOutcome(type: string, status: string | undefined): 's
 }
 
 /**
- * Whether a verified event names this refund's provider refund: its amount
- * and currency, and its downstream key or the provider refund ID recorded
- * for the step. The ledger is read only when neither the key nor the row settles it.
+ * Whether a verified event names this refund's provider refund; the ledger is read only when key and row
+ * don't settle it.
  */
 export async function eventNamesRefund(
   facts: RefundEventFacts,
@@ -104,9 +90,5 @@ export function refundStepScope(refund: Pick<RefundRow, 'tenant_id' | 'workflow_
   return refundScope({ tenantId: refund.tenant_id, key: refundStepKeys.refund(refund.workflow_id) });
 }
 
-/**
- * Statuses in which an event can't change what the refund workflow does once
- * the step's ledger record is final: it has the answer, or gets it from the
- * ledger. Not refund_unknown or needs_attention: those wait for an event.
- */
+/** Statuses an event can't change once the step's record is final; the others wait for an event. */
 export const SETTLED_REFUND_STATUSES: readonly RefundStatus[] = ['pending', 'succeeded', 'failed'];

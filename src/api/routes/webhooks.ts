@@ -1,71 +1,24 @@
 /**
- * POST /v1/webhooks/payments: signed events from the payment provider: the
- * sandbox's (`Onceflow-Signature`, charge.* events), or with
- * PAYMENT_PROVIDER=stripe Stripe's (`Stripe-Signature`, verified by the
- * `stripe` package; payment_intent.succeeded / payment_intent.payment_failed).
+ * POST /v1/webhooks/payments: signed events from the payment provider (the sandbox's
+ * `Onceflow-Signature`, or Stripe's `Stripe-Signature`).
  *
- * 1. The signature is checked over the RAW body bytes (this route parses its
- *    own JSON), before anything else: a forged or stale event gets 401 and
- *    leaves no trace. During a secret rotation both WEBHOOK_SECRET and
- *    WEBHOOK_SECRET_PREVIOUS verify.
- * 2. A signature proves who sent an event, not which charge it is about. An
- *    event is applied to an order only if it names that order's charge: its
- *    idempotency key is the charge step's downstream key, or its id is the
- *    charge id recorded for the step (ledger record or order row), and its
- *    amount and currency are the order's. Anything else is recorded as
- *    `ignored_mismatch` and acknowledged (200), so the provider stops
- *    retrying, and changes nothing.
- * 3. No transaction is ever held across the call to Temporal (a hanging
- *    Temporal would pin a pooled connection per event and starve order
- *    creation). Each step is one short autocommitted statement:
- *    a. record the intent: (provider, event id, consumer) as
- *       `signal_pending`, taking a signal lease (src/webhooks/sql.ts). A row
- *       in a final outcome is a duplicate: 200 without signalling. A row
- *       still pending is signalled again (its last signal failed), so a
- *       failed signal is never lost; while another delivery's attempt holds
- *       the lease, this one waits for its result, holding no connection.
- *    b. signal the order's workflow, within SIGNAL_DEADLINE_MS (well inside
- *       the provider's delivery timeout);
- *    c. record the result (`signalled`, `workflow_closed`). A signal that
- *       failed or timed out leaves the row pending with its lease released
- *       and answers 503, so the provider's retry signals again. A workflow
- *       not started yet (the outbox relay will start it) is the same: 503
- *       with Retry-After.
- *    Signalling twice is harmless: the workflow keeps the first payment
- *    event until it is applied and ignores every event once the charge is
- *    settled, and settling the ledger record with the same outcome again is
- *    a no-op. An event with nothing to signal (2. above, 5. below, or an
- *    ignored type or unknown order) is recorded by one statement.
- * 4. Ordering is the workflow's job: it settles the charge once and ignores
- *    later events, so a late or reordered event never moves an order back.
- *    This route never touches the order's status.
- * 5. No signal when it could change nothing (outcome `charge_settled`): the
- *    charge's ledger record already holds the provider's definite answer and
- *    the order is not waiting on an event (payment_pending, paid, completed,
- *    rejected). The workflow then has that answer, or gets it from the
- *    ledger: the charge activity's retry replays the stored result, and a
- *    reconciliation reads it. Only payment_unknown and needs_attention, the
- *    states that wait for an event, are still signalled. This is the common
- *    case (the webhook arrives just after the charge's own response), and a
- *    signal costs the Temporal server a history write and the worker a
- *    workflow task per order.
- * 6. The webhook can also overtake the charge's own response: the provider
- *    sends it right after it commits, while the worker is still receiving the
- *    answer and recording it (the record in_progress). Such an event waits,
- *    at most WEBHOOK_CHARGE_WAIT_MS (re-reading the record with backoff), for
- *    the call to record its answer; then it is `charge_settled` as in 5. If
- *    the call does not record it in time (its response was lost, the worker
- *    died), the event is signalled as before, so it still settles an order
- *    that goes to payment_unknown. The wait holds no connection or lock.
- * 7. Refund events (refund.succeeded / refund.failed from the sandbox;
- *    refund.created / refund.updated / refund.failed / charge.refund.updated
- *    from Stripe) take the same path for the refund's own workflow, under
- *    their own consumer (`refund-workflow-signal`): applied only if the event
- *    names the refund step's provider refund (its downstream key or recorded
- *    refund ID, with the refund's amount and currency; webhook-refunds.ts),
- *    signalled (`refundEvent`) only while the refund can still use it, and a
- *    refund that has settled never moves (the workflow and the ledger keep
- *    the first outcome; the refunds table's transitions never leave a final status).
+ * 1. The signature is checked over the raw body first: a forged or stale event gets 401 and leaves
+ *    no trace. During a rotation both secrets verify.
+ * 2. A signature proves who sent an event, not which charge it is about: it is applied only if it
+ *    names the order's charge (downstream key or recorded charge id) with the order's amount and
+ *    currency; anything else is `ignored_mismatch`, acknowledged with 200.
+ * 3. No transaction is held across the call to Temporal (a hanging Temporal would pin a connection
+ *    per event). Each step autocommits: a. record `signal_pending` with a signal lease (a final row
+ *    is a duplicate; a pending one is signalled again); b. signal within SIGNAL_DEADLINE_MS;
+ *    c. record the result. A failed signal, or a workflow not started yet, answers 503 so the
+ *    provider retries. Signalling twice is harmless: the workflow keeps the first event.
+ * 4. Ordering is the workflow's job: this route never touches the order's status.
+ * 5. No signal when it could change nothing (`charge_settled`): the charge's record is final and
+ *    the order waits for no event. This is the common case, and a signal costs a history write.
+ * 6. An event that overtakes the charge's own response (record in_progress) waits up to
+ *    WEBHOOK_CHARGE_WAIT_MS, holding no connection, then is as 5. or signalled.
+ * 7. Refund events take the same path to the refund's workflow (webhook-refunds.ts), under their
+ *    own consumer.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyPluginAsync } from 'fastify';
@@ -109,12 +62,7 @@ import {
 
 /** The consumer that turns payment events into workflow signals. Another consumer gets its own markers. */
 const ORDER_SIGNAL_CONSUMER = 'order-workflow-signal';
-/**
- * How long a signal to the order's workflow may take. Providers time a
- * delivery out after seconds (the sandbox after 5): a delivery answers within
- * this bound (plus the charge wait), so a hanging Temporal costs a retry,
- * never a held connection.
- */
+/** Within the provider's delivery timeout, so a hanging Temporal costs a retry, never a held connection. */
 const SIGNAL_DEADLINE_MS = 3_000;
 /** The signal lease: past the deadline, so an overlapping delivery never overtakes a live attempt. */
 const SIGNAL_LEASE_MS = SIGNAL_DEADLINE_MS + 1_000;
@@ -159,9 +107,8 @@ function parseEvent(raw: Buffer): ChargeEvent {
     throw new ProblemError('invalidRequest', 'The webhook event needs id, type and data.object.id.');
   }
   const metadata = (obj.metadata ?? {}) as Record<string, unknown>;
-  // A PaymentIntent does not echo its Idempotency-Key; the adapter stores the same downstream
-  // key in metadata. It is compared with the step's downstream key (as the sandbox's echoed
-  // key is), never with order_id/tenant_id alone, which only find the order.
+  // A PaymentIntent does not echo its Idempotency-Key, so the adapter stores the downstream key in
+  // metadata; order_id/tenant_id only find the order, never prove the charge.
   const isPaymentIntent = obj.object === 'payment_intent';
   const lastError = (isPaymentIntent ? obj.last_payment_error : undefined) as
     Record<string, unknown> | undefined;
@@ -186,21 +133,10 @@ function parseEvent(raw: Buffer): ChargeEvent {
   };
 }
 
-/**
- * Statuses in which an event can't change what the workflow does once the
- * charge's ledger record is final (see 4. above). Not payment_unknown or
- * needs_attention: those wait for a payment event.
- */
+/** Statuses an event can't change once the charge's record is final (5. above). */
 const SETTLED_CHARGE_STATUSES: readonly OrderStatus[] = ['payment_pending', 'paid', 'completed', 'rejected'];
 
-/**
- * Whether the charge's ledger record holds a definite outcome. While the
- * charge's call is in flight (the record in_progress) it re-reads, with
- * backoff from 10 ms, until the record is final, it is anything else
- * (unknown: the workflow waits for this event), its lease has run out (no
- * live owner will record anything), `waitMs` have passed, or the sender hung
- * up (`gone`).
- */
+/** Whether the charge's record is final, re-reading while a live call is in flight (6. above). */
 export async function chargeRecordSettled(
   read: () => Promise<OperationRecord | null>,
   waitMs: number,
@@ -221,10 +157,8 @@ export async function chargeRecordSettled(
 }
 
 /**
- * Whether a verified event is about this order's charge (2. above): its
- * amount and currency are the order's, and it names the charge by the step's
- * downstream key or by the charge id recorded for the step. The ledger is
- * read only when the key does not settle it.
+ * Whether a verified event is about this order's charge (2. above); the ledger is read only when the key
+ * does not settle it.
  */
 async function eventNamesOrderCharge(
   charge: ChargeEvent['charge'],
@@ -274,13 +208,7 @@ async function recordOnly(
   return { duplicate: true, outcome: why === settledOutcome ? 'duplicate' : why };
 }
 
-/**
- * Steps a-c of 3. above, for one consumer's signal: record the intent and
- * take the signal lease, signal within the deadline, record the result. A
- * signal that fails leaves the event pending with its lease released (503,
- * the provider retries); a workflow that is gone is `workflow_closed` when
- * `closed` says it ran and ended, else it is not started yet (503).
- */
+/** Steps a-c of 3. above for one consumer's signal. */
 async function deliverSignal(
   pool: ApiContext['pool'],
   d: { base: EventBase; gone: () => boolean; send: () => Promise<void>; closed: () => Promise<boolean> },
@@ -353,12 +281,7 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
   const verify = (raw: Buffer | string, header: string | string[] | undefined) =>
     verifyStripe ? verifyStripe(raw, header) : verifyWebhook(secret, raw, header);
 
-  /**
-   * A refund event (src/api/routes/webhook-refunds.ts): found by its metadata, applied only if it
-   * names the refund's provider refund, recorded once per (provider, event id, consumer), and
-   * signalled to the refund's workflow as 3. above; no signal when the step's ledger record
-   * already holds the outcome and the refund waits for no event (as 5. and 6. for a charge).
-   */
+  /** A refund event (webhook-refunds.ts), handled as 2., 3., 5. and 6. above for its refund. */
   async function refundEvent(event: ChargeEvent, gone: () => boolean) {
     const facts = refundFacts(event.object, str);
     const outcome = refundEventOutcome(event.type, facts.status);
@@ -420,9 +343,8 @@ export const webhookRoutes: FastifyPluginAsync<{ ctx: ApiContext }> = async (app
     '/v1/webhooks/payments',
     {
       config: { rateLimit: false },
-      // A missing or malformed signature header is refused before the body is read (and the connection
-      // closed), so an unsigned sender can't hold a socket by trickling a body. A well-formed header is
-      // checked against the body once it has arrived (within API_REQUEST_TIMEOUT_MS).
+      // A malformed signature header is refused before the body is read, so an unsigned sender
+      // can't hold a socket by trickling a body.
       onRequest: async (request) => {
         try {
           verify('', request.headers[signatureHeader]);

@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Connection } from '@temporalio/client';
 import { Ledger } from 'onceflow';
-import { Operator, isOpsError } from '../../src/ops/index.ts';
+import { Operator, isOpsError } from '../../src/operator/index.ts';
 import { insertAcceptedOrder } from '../../src/orders/sql.ts';
 import { orderWorkflowId } from '../../src/orders/model.ts';
 import type { Pool } from '../../src/db/index.ts';

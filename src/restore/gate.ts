@@ -22,7 +22,7 @@
  *   restored every order workflow has its row; a missing one means the
  *   database went back in time (or a row was deleted by hand). Only the
  *   workflows of this database count: each carries the database's identity
- *   in its memo (migration 0026, src/recovery/memo.ts), which a restore
+ *   in its memo (migration 0026, src/restore/memo.ts), which a restore
  *   keeps. Another database's workflows (several databases on one Temporal,
  *   or a database dropped and created again) are reported, not declared.
  */

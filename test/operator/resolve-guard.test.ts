@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { uniq } from '../support/env.ts';
-import { Operator, isOpsError } from '../../src/ops/index.ts';
+import { Operator, isOpsError } from '../../src/operator/index.ts';
 import { createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { downstreamKey, type Scope } from 'onceflow';
 import { testOperator } from './support.ts';

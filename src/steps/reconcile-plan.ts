@@ -1,8 +1,9 @@
 /**
- * How an uncertain external step is settled, decided from what its provider
- * declares (ProviderCapabilities in src/providers/types.ts), not from an
- * interface only the sandbox implements. Both steps (payment, receipt) and
- * the operator's reconcile go through here, so the rule lives in one place.
+ * How an uncertain external step's provider is asked (reconciled), decided
+ * from what the provider declares (ProviderCapabilities in
+ * src/providers/types.ts), not from an interface only the sandbox implements.
+ * Every step's reconciler (src/steps/descriptor.ts) goes through here, so
+ * the rule lives in one place.
  *
  * The rule, for a record whose outcome is uncertain:
  * - `lookup` (the sandbox): ask by the downstream key. "Not found" is proof;
@@ -26,7 +27,7 @@
 import { withinKeyWindow, type OperationRecord } from 'onceflow';
 import type { ProviderCapabilities } from '../providers/types.ts';
 
-export type SettlePlan =
+export type ReconcilePlan =
   | { kind: 'lookup' }
   | { kind: 'replay' }
   | {
@@ -53,11 +54,11 @@ export function stepKeyWindowMs(caps: ProviderCapabilities, override?: number): 
  *   unknown: inside no window, and a search's "not found" proves nothing).
  * - `canReplay`: the caller holds the original request.
  */
-export function planSettle(
+export function planReconcile(
   caps: ProviderCapabilities,
   record: Pick<OperationRecord, 'createdAt'> | 'no_claim' | undefined,
   opts: { keyWindowMs?: number | undefined; canReplay: boolean; nowMs?: number },
-): SettlePlan {
+): ReconcilePlan {
   const nowMs = opts.nowMs ?? Date.now();
   const windowMs = opts.keyWindowMs ?? caps.keyWindowMs;
   const known = typeof record === 'object' ? record : null;

@@ -24,7 +24,7 @@ import { PUBLISHED_CREDENTIALS, estimateEntropyBits } from '../config.ts';
 import type { Queryable } from '../db/index.ts';
 import { FailureThrottle } from '../http/failure-throttle.ts';
 import type { ActorCredential } from '../audit/sql.ts';
-import { OPERATOR_TOKEN_PREFIX, findActiveOperatorByTokenHash, hashOperatorToken } from '../operators/sql.ts';
+import { OPERATOR_TOKEN_PREFIX, findActiveOperatorByTokenHash, hashOperatorToken } from './accounts-sql.ts';
 import { ProblemError, sendProblem, toProblem, type ProblemKind } from '../http/problems.ts';
 import { strictValidatorCompiler } from '../http/validation.ts';
 import {
@@ -73,7 +73,7 @@ export interface OpsRoutesOptions {
   operator: Operator;
   /** The shared bootstrap token (ONCEFLOW_ADMIN_TOKEN). */
   adminToken: string;
-  /** Where named operators' token hashes are looked up (src/operators/sql.ts). */
+  /** Where named operators' token hashes are looked up (src/operator/accounts-sql.ts). */
   operators: Queryable;
   /** Failed admin authentications per client address per window before 429 (default 10 per minute). */
   authFailure?: { max: number; windowMs: number };

@@ -19,7 +19,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { withTransaction } from '../../src/db/index.ts';
 import { downstreamKey } from 'onceflow';
-import { opsRoutes, type AuditEntry } from '../../src/ops/index.ts';
+import { opsRoutes, type AuditEntry } from '../../src/operator/index.ts';
 import {
   REFUND_OPERATION_TYPES,
   REFUND_WORKFLOW_TYPE,

@@ -1,5 +1,5 @@
 /**
- * Restore detection (src/recovery/gate.ts) tells a restored database from a
+ * Restore detection (src/restore/gate.ts) tells a restored database from a
  * different one, by the identity each database carries (migration 0026) and
  * writes into the memo of every workflow it starts (src/api/outbox.ts).
  *
@@ -13,13 +13,13 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@temporalio/client';
-import { waitForHttp } from '../../dev/devserver/temporal.ts';
+import { waitForHttp } from '../../dev/wait.ts';
 import { migrate } from '../../src/db/migrate.ts';
 import type { Pool } from '../../src/db/index.ts';
 import { freePort } from '../../src/process/ports.ts';
-import { detectRestore } from '../../src/recovery/gate.ts';
-import { databaseMemo, readDatabaseIdentity } from '../../src/recovery/memo.ts';
-import { selectDatabaseIdentity, selectPendingRecovery } from '../../src/recovery/sql.ts';
+import { detectRestore } from '../../src/restore/gate.ts';
+import { databaseMemo, readDatabaseIdentity } from '../../src/restore/memo.ts';
+import { selectDatabaseIdentity, selectPendingRecovery } from '../../src/restore/sql.ts';
 import {
   emptyDatabase,
   ownDatabase,

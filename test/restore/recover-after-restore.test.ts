@@ -1,5 +1,5 @@
 /**
- * Recovery after a database restore (src/ops/recover.ts, src/recovery/),
+ * Recovery after a database restore (src/restore/recover.ts, src/restore/),
  * against the real stack: an API, a worker, the sandbox provider, Temporal.
  *
  * "The database was restored to a backup taken at T0" is played by deleting
@@ -11,16 +11,16 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { call, newTenant, startApi, validOrder, type TestApi } from '../api/support.ts';
-import { Recovery, type RecoverySummary } from '../../src/ops/recover.ts';
-import { RecoveryGate, detectRestore } from '../../src/recovery/gate.ts';
-import { selectDatabaseIdentity, selectPendingRecovery } from '../../src/recovery/sql.ts';
-import { readDatabaseIdentity } from '../../src/recovery/memo.ts';
+import { Recovery, type RecoverySummary } from '../../src/restore/recover.ts';
+import { RecoveryGate, detectRestore } from '../../src/restore/gate.ts';
+import { selectDatabaseIdentity, selectPendingRecovery } from '../../src/restore/sql.ts';
+import { readDatabaseIdentity } from '../../src/restore/memo.ts';
 import { migrate } from '../../src/db/migrate.ts';
 import { hashApiKey } from '../../src/api/auth.ts';
 import { insertApiKey, insertTenant } from '../../src/tenants/sql.ts';
 import { emptyDatabase } from '../support/env.ts';
 import { until } from '../support/wait.ts';
-import { runOps } from './support.ts';
+import { runOps } from '../operator/support.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { runCharge } from '../../src/steps/payment.ts';
 import { runReceipt } from '../../src/steps/receipt.ts';

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
-import { opsRoutes, type AuditEntry } from '../../src/ops/index.ts';
+import { opsRoutes, type AuditEntry } from '../../src/operator/index.ts';
 import { generateApiKey, hashApiKey } from '../../src/api/auth.ts';
 import { insertApiKey } from '../../src/tenants/sql.ts';
 import { PROBLEMS } from '../../src/http/problems.ts';

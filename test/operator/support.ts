@@ -5,7 +5,7 @@ import type { Client } from '@temporalio/client';
 import { expect } from 'vitest';
 import type { Pool } from '../../src/db/index.ts';
 import type { Ledger } from 'onceflow';
-import { Operator } from '../../src/ops/index.ts';
+import { Operator } from '../../src/operator/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { testDatabaseUrl, temporalAddress, uniq } from '../support/env.ts';
 

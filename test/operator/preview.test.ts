@@ -1,11 +1,11 @@
 /**
- * The re-drive preview (src/ops/preview.ts): pure decisions from ledger
+ * The re-drive preview (src/operator/preview.ts): pure decisions from ledger
  * records and the providers' declared key windows.
  */
 import { describe, expect, it } from 'vitest';
 import type { OperationRecord } from 'onceflow';
 import type { ProviderCapabilities } from '../../src/providers/types.ts';
-import { keyWindowLeftMs, previewRedrive, type ProviderStep } from '../../src/ops/preview.ts';
+import { keyWindowLeftMs, previewRedrive, type ProviderStep } from '../../src/operator/preview.ts';
 
 const HOUR = 3_600_000;
 const now = new Date('2026-12-02T12:00:00Z');

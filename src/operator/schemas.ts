@@ -1,9 +1,9 @@
 /**
- * Response schemas of the admin routes (src/ops/routes.ts), for the OpenAPI
+ * Response schemas of the admin routes (src/operator/routes.ts), for the OpenAPI
  * document only: responses are sent as built, never serialised through them.
  * Each has a `title`, so the document names it (components/schemas/<title>,
  * see nameSchemas in src/api/app.ts). They describe what the Operator
- * returns (src/ops/operator.ts); the contract test (test/api/contract.test.ts)
+ * returns (src/operator/operator.ts); the contract test (test/api/contract.test.ts)
  * checks real answers against them.
  */
 import { Type } from '@fastify/type-provider-typebox';

@@ -11,7 +11,7 @@
  * T0 (started or closed after T0 minus a margin, or still running):
  *
  * - the row, from the create memo the accepting request left on the
- *   workflow (src/recovery/memo.ts), or from the workflow's input when it
+ *   workflow (src/restore/memo.ts), or from the workflow's input when it
  *   has none; its status from the workflow's OrderStatus search attribute;
  * - the create record, from the memo: same key, same request, same stored
  *   202, so a client's retry replays its original answer;
@@ -27,7 +27,7 @@
  *   with the provider here, at once.
  *
  * Only this database's workflows are rebuilt: one whose memo names another
- * database (src/recovery/memo.ts, migration 0026) is skipped and counted,
+ * database (src/restore/memo.ts, migration 0026) is skipped and counted,
  * and one whose memo names none (started before 0026) is rebuilt as before.
  *
  * Rules: nothing is overwritten (every insert is ON CONFLICT DO NOTHING;
@@ -38,31 +38,21 @@
  * Local status steps are not rebuilt: the row's status comes from the
  * workflow, and a status step that runs again finds the row there.
  *
- * An order's charge and receipt are local activities from 0.3.0 on
- * (workflows/order.ts, LOCAL_EXTERNAL_STEPS, and STEPS_CARRY_STATUS, under
- * which they also write the statuses around them): the history has a marker for
- * each one that finished (its result or its failure, not its arguments,
- * which are rebuilt from the workflow's input), and nothing for one in
- * flight. So for a running order whose steps run locally, the step that
- * may be in flight (the charge, before any charge marker; the receipt,
- * after a succeeded charge and before any receipt marker) is restored
- * `unknown` too: if it never started, reconciling finds nothing and the
- * step performs under its key. The patch marker itself comes only with the
- * first workflow task's completion, so a running order whose history shows
- * no step at all (that task still running the charge when the worker
- * stopped) has its charge restored `unknown` as well.
+ * An order's charge and receipt are local activities (workflows/order.ts):
+ * the history has a marker for each one that finished (its result or its
+ * failure, not its arguments, which are rebuilt from the workflow's input),
+ * and nothing for one in flight. So for a running order, the step that may
+ * be in flight (the charge, before any charge marker; the receipt, after a
+ * succeeded charge and before any receipt marker) is restored `unknown` too:
+ * if it never started, reconciling finds nothing and the step performs under
+ * its key.
  */
 import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
 import { withClient, withTransaction, type Pool, type PoolClient } from '../db/index.ts';
 import type { Json, Ledger, LedgerInput, OperationRecord, Scope } from 'onceflow';
 import { OPERATION_TYPES, ORDER_REASONS, stepKeys, type OrderWorkflowInput } from '../orders/model.ts';
-import {
-  LOCAL_EXTERNAL_STEPS,
-  OrderLastErrorKey,
-  OrderStatusKey,
-  STEPS_CARRY_STATUS,
-} from '../orders/contract.ts';
+import { OrderLastErrorKey, OrderStatusKey } from '../orders/contract.ts';
 import {
   REFUND_OPERATION_TYPES,
   REFUND_WORKFLOW_TYPE,
@@ -70,25 +60,21 @@ import {
 } from '../refunds/contract.ts';
 import { insertAudit } from '../audit/sql.ts';
 import { insertStartedOutbox } from '../outbox/sql.ts';
-import {
-  idempotentLedgerInput,
-  readCreateMemo,
-  readDatabaseIdentity,
-  type CreateMemo,
-} from '../recovery/memo.ts';
-import { completeRecovery, declareRecovery, selectDatabaseIdentity } from '../recovery/sql.ts';
+import { idempotentLedgerInput, readCreateMemo, readDatabaseIdentity, type CreateMemo } from './memo.ts';
+import { completeRecovery, declareRecovery, selectDatabaseIdentity } from './sql.ts';
 import { insertRestoredOrder, syncOrderFromWorkflow } from '../orders/sql.ts';
 import { insertRestoredRefund, recomputeRefundedAmounts, syncRefundFromWorkflow } from '../refunds/sql.ts';
 import type { PaymentProvider } from '../providers/types.ts';
-import { chargeLedgerInput, reconcileCharge, settledCharge } from '../steps/payment.ts';
-import { receiptLedgerInput, refundReceiptLedgerInput } from '../steps/receipt.ts';
-import { reconcileRefund, refundLedgerInput, settledRefund } from '../steps/refund.ts';
+import { reconcileStep, stepLedgerInput, type AnyStep } from '../steps/descriptor.ts';
+import { chargeStep } from '../steps/payment.ts';
+import { receiptStep } from '../steps/receipt.ts';
+import { refundStep } from '../steps/refund.ts';
+import { stepPerformedBy } from '../steps/registry.ts';
 import { FAILURE } from '../orders/contract.ts';
 
 const ORDER_WORKFLOW_TYPE = 'orderWorkflow';
-/** What the SDK names the history marker of a finished local activity, and of a patch (`patched()`). */
+/** What the SDK names the history marker of a finished local activity. */
 const LOCAL_ACTIVITY_MARKER = 'core_local_activity';
-const PATCH_MARKER = 'core_patch';
 /** Default margin before T0: a backup's "taken at" is rarely exact to the second. */
 const DEFAULT_RESTORE_MARGIN_MS = 5 * 60_000;
 
@@ -146,11 +132,12 @@ interface StepTrace {
   final?: { state: 'succeeded' | 'failed'; result: Json; providerRef: string | null; at: Date };
   /** The last perform attempt ended in a definite refusal (nothing happened; the claim was released). */
   refused: boolean;
-  reconcile?: 'charge' | 'refund';
-  /** A refund step's charge: what reconcileRefund asks a search-only provider by. */
+  /** The step, when the recovery reconciles it at once if restored unknown (money steps). */
+  reconcile?: AnyStep;
+  /** A refund step's charge: what a search-only provider is asked by. */
   chargeId?: string;
   /**
-   * A charge whose outcome the history lacks, in a running order whose steps run locally: the
+   * A charge whose outcome the history lacks, in a running order: the
    * receipt the same unfinished workflow task may have sent once the charge succeeded, given the
    * charge ID that reconciling finds (the receipt's arguments carry it).
    */
@@ -463,35 +450,29 @@ export class Recovery {
   #steps(events: Event[], tenantId: string, local?: OrderLocalSteps): StepTrace[] {
     const byKey = new Map<string, StepTrace>();
     const scheduled = new Map<string, { type: string; args: Record<string, unknown>; at: Date }>();
-    const trace = (operationType: string, args: Record<string, unknown>, input: LedgerInput, at: Date) => {
+    const trace = (step: AnyStep, args: Record<string, unknown>, at: Date) => {
       const key = String(args.key);
       let t = byKey.get(key);
       if (!t) {
-        t = { tenantId, operationType, key, input, firstScheduledAt: at, refused: false };
+        const input = stepLedgerInput(step, args);
+        t = { tenantId, operationType: step.operationType, key, input, firstScheduledAt: at, refused: false };
+        if (step.reconcileAfterRestore) t.reconcile = step;
         byKey.set(key, t);
       }
       return t;
     };
-    let stepsRunLocally = false;
     for (const e of events) {
       const m = e.markerRecordedEventAttributes;
-      if (m?.markerName === PATCH_MARKER) {
-        const patch = this.#decode(m.details?.patch_data) as { id?: unknown } | undefined;
-        if (patch?.id === LOCAL_EXTERNAL_STEPS || patch?.id === STEPS_CARRY_STATUS) stepsRunLocally = true;
-        continue;
-      }
       if (m?.markerName === LOCAL_ACTIVITY_MARKER && local) {
         const data = this.#decode(m.details?.data) as { activity_type?: unknown } | undefined;
-        const type = String(data?.activity_type ?? '');
-        const spec = STEP_SPECS[type];
-        const args = spec ? local.args(type, byKey) : null;
-        if (!spec || !args) continue;
+        const step = stepPerformedBy(String(data?.activity_type ?? ''));
+        const args = step ? local.args(step, byKey) : null;
+        if (!step || !args) continue;
         // Scheduled no later than the marker's workflow task began: the record's created_at may be
         // earlier than the real first attempt, which only makes the key window end sooner (safe).
-        const t = trace(spec.operationType, args, spec.input(args), local.since);
-        if (spec.reconcile) t.reconcile = spec.reconcile;
+        const t = trace(step, args, local.since);
         const result = this.#decode(m.details?.result) as Record<string, unknown> | undefined;
-        if (result) t.final = { ...spec.final(result), at: eventTime(e) };
+        if (result) t.final = { ...step.fromActivityResult(result), at: eventTime(e) };
         else if (!t.final)
           t.refused = DEFINITE_REFUSALS.has(
             m.failure?.cause?.applicationFailureInfo?.type ?? m.failure?.applicationFailureInfo?.type ?? '',
@@ -505,13 +486,12 @@ export class Recovery {
         if (!args || typeof args.key !== 'string') continue;
         const at = eventTime(e);
         scheduled.set(String(e.eventId), { type, args, at });
-        const spec = STEP_SPECS[type];
-        if (spec) {
-          const t = trace(spec.operationType, args, spec.input(args), at);
+        const step = stepPerformedBy(type);
+        if (step) {
+          const t = trace(step, args, at);
           // A new attempt: whatever the last one ended in, this one may act.
           t.refused = false;
-          if (spec.reconcile) t.reconcile = spec.reconcile;
-          if (spec.reconcile === 'refund') t.chargeId = String(args.chargeId);
+          if (step === refundStep) t.chargeId = String(args.chargeId);
         }
         continue;
       }
@@ -520,60 +500,47 @@ export class Recovery {
         const sched = scheduled.get(String(c.scheduledEventId));
         if (!sched) continue;
         const result = this.#decode(c.result) as Record<string, unknown> | undefined;
-        const spec = STEP_SPECS[sched.type];
-        const settle = SETTLE_SPECS[sched.type];
+        const step = stepPerformedBy(sched.type);
+        const settled = SETTLED_BY[sched.type];
         const at = eventTime(e);
-        if (spec && result) {
+        if (step && result) {
           const t = byKey.get(String(sched.args.key))!;
-          t.final = { ...spec.final(result), at };
-        } else if (settle && result && result.settled === true) {
+          t.final = { ...step.fromActivityResult(result), at };
+        } else if (settled && result && result.settled === true) {
           const t = byKey.get(String(sched.args.key));
           const outcome = result.outcome === 'failed' ? 'failed' : 'succeeded';
           const ref = typeof result.chargeId === 'string' ? result.chargeId : null;
-          if (t && !t.final) t.final = { ...settle.final(outcome, ref), at };
+          if (t && !t.final)
+            t.final = { state: outcome, result: settled.settled(outcome, ref), providerRef: ref, at };
         }
         continue;
       }
       const f = e.activityTaskFailedEventAttributes;
       if (f) {
         const sched = scheduled.get(String(f.scheduledEventId));
-        const spec = sched && STEP_SPECS[sched.type];
-        if (!sched || !spec) continue;
+        if (!sched || !stepPerformedBy(sched.type)) continue;
         const type = f.failure?.applicationFailureInfo?.type ?? '';
         const t = byKey.get(String(sched.args.key));
         if (t && !t.final) t.refused = DEFINITE_REFUSALS.has(type);
       }
     }
-    // A running order whose history shows no step at all (no patch marker, no step's marker or
-    // scheduled activity) has not completed the workflow task that runs its first steps: the patch
-    // marker, the status write's and the charge's markers all come with that task's completion, so
-    // a charge held at the provider (or a worker killed mid-charge) leaves no trace here. Its charge
-    // may have acted. (An order from before the patch schedules its charge in that same first
-    // task, so it too has charged nothing that the history does not show only while that task is
-    // unfinished.)
-    const firstTaskUnfinished = byKey.size === 0;
-    if (local?.running && (stepsRunLocally || firstTaskUnfinished)) {
-      // The step that may be running now has no marker yet: it may have acted.
+    if (local?.running) {
+      // The step that may be running now has no marker yet (it comes with its workflow task's
+      // completion): it may have acted.
       const inFlight = local.inFlight(byKey);
-      const spec = inFlight && STEP_SPECS[inFlight.type];
-      if (inFlight && spec) {
-        trace(spec.operationType, inFlight.args, spec.input(inFlight.args), local.since);
-        const t = byKey.get(String(inFlight.args.key))!;
-        if (spec.reconcile) t.reconcile = spec.reconcile;
-      }
+      if (inFlight) trace(inFlight.step, inFlight.args, local.since);
       // One workflow task runs the charge and then, if it succeeded, the receipt: both may have
       // acted with neither marker in the history. The receipt's record needs the charge's ID, known
       // only once reconciling has found the charge.
       const charge = byKey.get(local.chargeKey);
       if (charge && !charge.final && !charge.refused && !byKey.has(local.receiptKey)) {
-        const receipt = STEP_SPECS.sendReceipt!;
         charge.receiptAfter = (chargeId) => {
           const args = local.receiptArgs(chargeId);
           return {
             tenantId,
-            operationType: receipt.operationType,
+            operationType: receiptStep.operationType,
             key: local.receiptKey,
-            input: receipt.input(args),
+            input: stepLedgerInput(receiptStep, args),
             firstScheduledAt: local.since,
             refused: false,
           };
@@ -673,17 +640,13 @@ export class Recovery {
     progress: (line: string) => void,
   ): Promise<void> {
     const { ledger, payments, providerKeyWindowMs } = this.#deps;
-    const { tenantId } = step;
+    if (!step.reconcile) return;
     try {
-      const deps = {
-        ledger,
-        payments,
-        ...(providerKeyWindowMs !== undefined ? { keyWindowMs: providerKeyWindowMs } : {}),
-      };
-      const r =
-        step.reconcile === 'refund'
-          ? await reconcileRefund(deps, { tenantId, key: step.key, chargeId: step.chargeId })
-          : await reconcileCharge(deps, { tenantId, key: step.key });
+      const r = await reconcileStep(
+        step.reconcile,
+        { ledger, provider: payments, keyWindowMs: providerKeyWindowMs },
+        { tenantId: step.tenantId, key: step.key, chargeId: step.chargeId },
+      );
       if (r.settled) summary.reconciled.settled++;
       else summary.reconciled.stillUnknown++;
       progress(
@@ -700,10 +663,10 @@ export class Recovery {
 
 /** An order's charge and receipt as local activities: their arguments, rebuilt from the workflow's input. */
 interface OrderLocalSteps {
-  /** The arguments the workflow passed to a step it ran locally, or null for any other activity. */
-  args(type: string, steps: Map<string, StepTrace>): Record<string, unknown> | null;
+  /** The arguments the workflow passed to a step it ran locally, or null for any other step. */
+  args(step: AnyStep, steps: Map<string, StepTrace>): Record<string, unknown> | null;
   /** The step that may be running now, if the workflow is (its marker comes only when it ends). */
-  inFlight(steps: Map<string, StepTrace>): { type: string; args: Record<string, unknown> } | null;
+  inFlight(steps: Map<string, StepTrace>): { step: AnyStep; args: Record<string, unknown> } | null;
   chargeKey: string;
   receiptKey: string;
   /** The receipt's arguments, for a charge with this ID. */
@@ -736,13 +699,12 @@ function orderLocalSteps(wf: WorkflowExecutionInfo, o: OrderWorkflowInput): Orde
   const receipt = (steps: Map<string, StepTrace>) =>
     receiptArgs(steps.get(chargeKey)?.final?.providerRef ?? '');
   return {
-    args: (type, steps) =>
-      type === 'chargePayment' ? charge : type === 'sendReceipt' ? receipt(steps) : null,
+    args: (step, steps) => (step === chargeStep ? charge : step === receiptStep ? receipt(steps) : null),
     inFlight(steps) {
       const charged = steps.get(chargeKey);
-      if (!charged) return { type: 'chargePayment', args: charge };
+      if (!charged) return { step: chargeStep, args: charge };
       if (charged.final?.state === 'succeeded' && !steps.has(receiptKey))
-        return { type: 'sendReceipt', args: receipt(steps) };
+        return { step: receiptStep, args: receipt(steps) };
       return null;
     },
     chargeKey,
@@ -792,101 +754,15 @@ function isFinal(r: OperationRecord): boolean {
   return r.state === 'succeeded' || r.state === 'failed';
 }
 
-interface StepSpec {
-  operationType: string;
-  input: (args: Record<string, unknown>) => LedgerInput;
-  /** The ledger outcome of a completed activity's result (what the step stored). */
-  final: (result: Record<string, unknown>) => {
-    state: 'succeeded' | 'failed';
-    result: Json;
-    providerRef: string | null;
-  };
-  reconcile?: 'charge' | 'refund';
-}
-
-const str = (v: unknown): string | null => (typeof v === 'string' && v !== '' ? v : null);
-
-/** The activities that act at a provider (a charge, a refund, a message), by activity type (activities/*.ts). */
-const STEP_SPECS: Record<string, StepSpec> = {
-  chargePayment: {
-    operationType: OPERATION_TYPES.charge,
-    reconcile: 'charge',
-    input: (a) =>
-      chargeLedgerInput({
-        orderId: String(a.orderId),
-        amount: Number(a.amount),
-        currency: String(a.currency),
-        paymentMethod: String(a.paymentMethod),
-      }),
-    final: (r) => {
-      const state = r.outcome === 'failed' ? 'failed' : 'succeeded';
-      const chargeId = str(r.chargeId);
-      return {
-        state,
-        result: { chargeId, status: state, failureCode: str(r.failureCode) },
-        providerRef: chargeId,
-      };
-    },
-  },
-  sendReceipt: {
-    operationType: OPERATION_TYPES.receipt,
-    input: (a) =>
-      receiptLedgerInput({ orderId: String(a.orderId), to: String(a.to), chargeId: String(a.chargeId) }),
-    final: (r) => ({
-      state: 'succeeded',
-      result: { messageId: String(r.messageId ?? '') },
-      providerRef: str(r.messageId),
-    }),
-  },
-  refundPayment: {
-    operationType: REFUND_OPERATION_TYPES.providerRefund,
-    reconcile: 'refund',
-    input: (a) =>
-      refundLedgerInput({
-        refundId: String(a.refundId),
-        chargeId: String(a.chargeId),
-        amount: Number(a.amount),
-        currency: String(a.currency),
-      }),
-    final: (r) => {
-      const state = r.outcome === 'failed' ? 'failed' : 'succeeded';
-      const refundId = str(r.providerRefundId);
-      return { state, result: { refundId, status: state }, providerRef: refundId };
-    },
-  },
-  sendRefundReceipt: {
-    operationType: REFUND_OPERATION_TYPES.receipt,
-    input: (a) =>
-      refundReceiptLedgerInput({
-        refundId: String(a.refundId),
-        to: String(a.to),
-        providerRefundId: String(a.providerRefundId),
-      }),
-    final: (r) => ({
-      state: 'succeeded',
-      result: { messageId: String(r.messageId ?? '') },
-      providerRef: str(r.messageId),
-    }),
-  },
-};
-
 /**
  * Activities that settle a step without performing it (reconcile, or a
  * provider's or operator's word): a settled result is the step's outcome.
  * They carry the step's key but not its full input, so they only add an
  * outcome to a step the history also performed.
  */
-const SETTLE_SPECS: Record<
-  string,
-  {
-    final: (
-      outcome: 'succeeded' | 'failed',
-      ref: string | null,
-    ) => { state: 'succeeded' | 'failed'; result: Json; providerRef: string | null };
-  }
-> = {
-  reconcileCharge: { final: (o, ref) => ({ state: o, result: settledCharge(o, ref), providerRef: ref }) },
-  settleCharge: { final: (o, ref) => ({ state: o, result: settledCharge(o, ref), providerRef: ref }) },
-  reconcileRefund: { final: (o, ref) => ({ state: o, result: settledRefund(o, ref), providerRef: ref }) },
-  settleRefund: { final: (o, ref) => ({ state: o, result: settledRefund(o, ref), providerRef: ref }) },
+const SETTLED_BY: Record<string, AnyStep> = {
+  reconcileCharge: chargeStep,
+  settleCharge: chargeStep,
+  reconcileRefund: refundStep,
+  settleRefund: refundStep,
 };

@@ -2,7 +2,7 @@
  * SQL for `restore_recoveries` (migration 0021) and `database_identity`
  * (0026), the only module that queries them: a declared recovery after a
  * database restore (while one is pending, creates answer 503 and workers
- * wait, src/recovery/gate.ts), and the identity that tells a restored
+ * wait, src/restore/gate.ts), and the identity that tells a restored
  * database from a different one.
  */
 import type { Queryable } from '../db/index.ts';

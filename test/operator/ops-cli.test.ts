@@ -12,7 +12,12 @@ import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import type { orderWorkflow } from '../../workflows/order.ts';
 import { stepKeys, type OrderWorkflowInput } from '../../src/orders/model.ts';
 import { downstreamKey } from 'onceflow';
-import type { AuditEntry, OperationStory, OperationListItem, AttentionItem } from '../../src/ops/index.ts';
+import type {
+  AuditEntry,
+  OperationStory,
+  OperationListItem,
+  AttentionItem,
+} from '../../src/operator/index.ts';
 import { json, runOps } from './support.ts';
 import { untilStatus } from '../support/wait.ts';
 

@@ -14,7 +14,7 @@ import type { EmailProvider, PaymentProvider } from '../src/providers/types.ts';
 import { ProviderError } from '../src/providers/types.ts';
 import { OPERATION_TYPES, type OrderStatus } from '../src/orders/model.ts';
 import { FAILURE, type FailureType } from '../src/orders/contract.ts';
-import { orderTransitionStatement, type OrderTransition } from '../src/orders/sql.ts';
+import { orderTransitionStatement } from '../src/orders/sql.ts';
 import * as payment from '../src/steps/payment.ts';
 import * as receipt from '../src/steps/receipt.ts';
 import { childLog, errorFields, type Log } from '../src/log.ts';
@@ -39,9 +39,9 @@ export interface StepRef {
 }
 
 /**
- * A status the step's activity writes itself (STEPS_CARRY_STATUS, src/orders/contract.ts): the
- * same ledger step under the same key as setOrderStatus's, so the workflow can write it as its
- * own step instead if this write fails, and whichever runs second finds it written.
+ * A status a step writes itself, before or after it acts: the same ledger step under the same key
+ * as setOrderStatus's, so the workflow can write it as its own step instead if this write fails,
+ * and whichever runs second finds it written.
  */
 export interface CarriedStatus {
   status: OrderStatus;
@@ -174,59 +174,48 @@ export function createOrderActivities(deps: OrderActivityDeps) {
   const receiptDeps: receipt.ReceiptStepDeps = { ledger, email: deps.email, keyWindowMs };
 
   /**
-   * One status write: the order's transition and its ledger record in one statement. `readFirst`
-   * for a write that is likely a replay: one carried by a step's later attempt (the first wrote it).
+   * One status write: the order's transition and its ledger record in one statement (one round
+   * trip, no BEGIN/COMMIT). A repeat finds the record through the statement's conflict and
+   * returns it. `carried`: a status a step writes around itself (CarriedStatus). A later attempt
+   * of that step is likely a repeat, so it reads the record first; and any failure becomes a
+   * non-retryable FAILURE.statusNotRecorded, so the workflow writes the status as its own step,
+   * with that step's retries and its parking (workflows/order.ts, recordStatus).
    */
-  async function writeStatus(args: StatusArgs, readFirst = false): Promise<StatusResult> {
-    const transition: OrderTransition = {
-      tenantId: args.tenantId,
-      orderId: args.orderId,
-      to: args.status,
-      chargeId: args.chargeId ?? null,
-      receiptId: args.receiptId ?? null,
-      lastError: args.lastError ?? null,
-      reason: args.reason ?? null,
-    };
-    // The transition and the step's record in one statement (one round trip, no BEGIN/COMMIT);
-    // a replay (a status's own local activity runs again only when its workflow task failed
-    // before recording the result) finds the record through the statement's conflict and
-    // returns it, or, with readFirst, by reading it before the statement.
-    const ran = await ledger.runLocalStatement<{ applied: boolean; status: OrderStatus }>(
-      scope(args, OPERATION_TYPES.status),
-      { schemaVersion: 1, value: { orderId: args.orderId, status: args.status } },
-      orderTransitionStatement(transition),
-      { readFirst },
-    );
-    if (!ran) {
-      throw ApplicationFailure.create({
-        type: FAILURE.orderNotFound,
-        message: `order ${args.tenantId}/${args.orderId} does not exist`,
-        nonRetryable: true,
-      });
-    }
-    return ran.result;
-  }
-
-  /**
-   * A status carried by a step's activity (CarriedStatus). Its failure, whatever it was, becomes
-   * a non-retryable FAILURE.statusNotRecorded: the workflow then writes the status as its own
-   * step, with that step's retries and its parking (workflows/order.ts, recordStatus).
-   */
-  async function writeCarriedStatus(
-    step: StepRef,
-    carried: CarriedStatus,
-    ids: { chargeId: string | null; receiptId: string | null },
-  ): Promise<void> {
-    const args: StatusArgs = { ...step, ...ids, key: carried.key, status: carried.status };
+  async function writeStatus(args: StatusArgs, carried = false): Promise<StatusResult> {
     const log = stepLog(args);
     try {
-      const result = await writeStatus(args, Context.current().info.attempt > 1);
-      log.info('status written', { status: result.status, applied: result.applied });
+      const ran = await ledger.runLocalStatement<{ applied: boolean; status: OrderStatus }>(
+        scope(args, OPERATION_TYPES.status),
+        { schemaVersion: 1, value: { orderId: args.orderId, status: args.status } },
+        orderTransitionStatement({
+          tenantId: args.tenantId,
+          orderId: args.orderId,
+          to: args.status,
+          chargeId: args.chargeId ?? null,
+          receiptId: args.receiptId ?? null,
+          lastError: args.lastError ?? null,
+          reason: args.reason ?? null,
+        }),
+        { readFirst: carried && Context.current().info.attempt > 1 },
+      );
+      if (!ran) {
+        throw ApplicationFailure.create({
+          type: FAILURE.orderNotFound,
+          message: `order ${args.tenantId}/${args.orderId} does not exist`,
+          nonRetryable: true,
+        });
+      }
+      log.info(carried ? 'status written' : 'step finished', {
+        status: ran.result.status,
+        applied: ran.result.applied,
+      });
+      return ran.result;
     } catch (err) {
       const failure = failed(log, err, FAILURE.statusOutcomeUnknown);
+      if (!carried) throw failure;
       throw ApplicationFailure.create({
         type: FAILURE.statusNotRecorded,
-        message: `status ${carried.status} (key ${carried.key}) was not recorded: ${
+        message: `status ${args.status} (key ${args.key}) was not recorded: ${
           failure instanceof Error ? failure.message : String(failure)
         }`,
         nonRetryable: true,
@@ -235,10 +224,18 @@ export function createOrderActivities(deps: OrderActivityDeps) {
     }
   }
 
+  /** The status a step carries, with the IDs the order has by then. */
+  const carriedArgs = (
+    step: StepRef,
+    carried: CarriedStatus,
+    ids: { chargeId: string | null; receiptId: string | null },
+  ): StatusArgs => ({ ...step, ...ids, key: carried.key, status: carried.status });
+
   return {
     /** Charges once per key; heartbeats and renews its claim while the provider call runs. */
     async chargePayment(args: ChargeArgs): Promise<payment.ChargeResult> {
-      if (args.before) await writeCarriedStatus(args, args.before, { chargeId: null, receiptId: null });
+      if (args.before)
+        await writeStatus(carriedArgs(args, args.before, { chargeId: null, receiptId: null }), true);
       const log = stepLog(args);
       try {
         const r = await payment.runCharge(paymentDeps, args, heartbeatRenewal());
@@ -288,7 +285,7 @@ export function createOrderActivities(deps: OrderActivityDeps) {
     /** Sends the receipt once per key; heartbeats and renews its claim like chargePayment. */
     async sendReceipt(args: ReceiptArgs): Promise<receipt.ReceiptResult> {
       const chargeId = args.chargeId || null;
-      if (args.before) await writeCarriedStatus(args, args.before, { chargeId, receiptId: null });
+      if (args.before) await writeStatus(carriedArgs(args, args.before, { chargeId, receiptId: null }), true);
       const log = stepLog(args);
       let r: receipt.ReceiptResult;
       try {
@@ -297,21 +294,13 @@ export function createOrderActivities(deps: OrderActivityDeps) {
       } catch (err) {
         throw failed(log, err, FAILURE.receiptOutcomeUnknown);
       }
-      if (args.after) await writeCarriedStatus(args, args.after, { chargeId, receiptId: r.messageId });
+      if (args.after)
+        await writeStatus(carriedArgs(args, args.after, { chargeId, receiptId: r.messageId }), true);
       return r;
     },
 
-    /** Local mode: the status row and the ledger record commit in one transaction. */
-    async setOrderStatus(args: StatusArgs): Promise<StatusResult> {
-      const log = stepLog(args);
-      try {
-        const result = await writeStatus(args);
-        log.info('step finished', { status: result.status, applied: result.applied });
-        return result;
-      } catch (err) {
-        throw failed(log, err, FAILURE.statusOutcomeUnknown);
-      }
-    },
+    /** A status as its own step: the status row and the ledger record in one statement. */
+    setOrderStatus: (args: StatusArgs): Promise<StatusResult> => writeStatus(args),
   };
 }
 

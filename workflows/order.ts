@@ -1,18 +1,18 @@
 /**
  * The order workflow: accepted -> charge -> paid -> receipt -> completed, or
- * rejected on a decline. Every step is an activity that claims its own
- * operation key, derived here from the workflow ID, so retries at any level
- * (activity attempt, worker crash, duplicate start) reuse the same key.
+ * rejected on a decline. Every step claims its own operation key, derived
+ * here from the workflow ID, so retries at any level (attempt, worker crash,
+ * duplicate start) reuse the same key.
  *
  * The API writes `accepted` in the order's own transaction, so the workflow
- * starts at payment_pending. Status writes are database only, through the
- * ledger's local mode, under their own keys: the charge's local activity
- * writes payment_pending before it charges, and the receipt's writes paid
- * and completed around the send (STEPS_CARRY_STATUS); any other status, and
- * one those could not write, is a local activity of its own. A replay after
- * a worker crash runs one again and gets the stored result. Each activity
- * carries a summary naming its steps and their keys, so the history in the
- * Temporal UI still tells the story.
+ * starts at payment_pending. Every step is a local activity, run by the
+ * worker that holds the workflow task. The charge's writes payment_pending
+ * before it charges; the receipt's writes paid and completed around the
+ * send; any other status, and one those could not write, is a status step
+ * of its own (recordStatus). Status writes go through the ledger's local
+ * mode under their own keys, so a replay after a worker crash that runs one
+ * again gets the stored result. Each step carries a summary naming what it
+ * does and its keys, so the history in the Temporal UI tells the story.
  *
  * An uncertain charge never leads to a second charge under a new key: the
  * workflow enters payment_unknown and reconciles on durable timers until the
@@ -25,17 +25,16 @@
  * the receipt); then the parking path every step shares (needs_attention and
  * the wait for a re-drive); last the run's state and its Temporal handlers.
  *
- * Orders already running replay this code against their recorded histories
- * (test/fixtures/histories, test/orders/replay.test.ts): which activities run,
- * in what order, with what options, and every timer and search-attribute
- * upsert is a contract with them. A change to that sequence needs a
- * `patched()` branch (docs/EXTENDING.md).
+ * Runs are Pinned to the worker version they started on (docs/UPGRADING.md),
+ * so a release may change the command sequence. Runs that move to a new
+ * version replay this code against their histories: test/fixtures/histories
+ * (test/orders/replay.test.ts) holds this code's, and says when a change
+ * needs a `patched()` branch.
  */
 import {
   ApplicationFailure,
   condition,
   log,
-  patched,
   proxyActivities,
   proxyLocalActivities,
   setHandler,
@@ -49,13 +48,11 @@ import type { CarriedStatus, OrderActivities, ReconcileResult } from '../activit
 import { ORDER_REASONS, stepKeys, type OrderStatus, type OrderWorkflowInput } from '../src/orders/model.ts';
 import {
   FIRST_ORDER_STATUS,
-  LOCAL_EXTERNAL_STEPS,
   OrderLastErrorKey,
   OrderStatusKey,
   FAILURE,
   paymentEventSignal,
   searchableText,
-  STEPS_CARRY_STATUS,
   redriveSignal,
   redriveUpdate,
   statusQuery,
@@ -66,8 +63,6 @@ import {
 } from '../src/orders/contract.ts';
 import {
   activityOptions,
-  externalActivityOptions,
-  externalLocalActivityOptions,
   localActivityOptions,
   parksOrder,
   resolveTiming,
@@ -88,11 +83,10 @@ export interface OrderWorkflowArgs extends OrderWorkflowInput {
  */
 export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderState> {
   const run = openOrderRun(input);
-  // `accepted` was written by the API with the order row itself. payment_pending is written by
-  // the charge's own activity, before it charges, in runs with STEPS_CARRY_STATUS (chargeToOutcome).
-  if (!run.stepsCarryStatus) await recordStatus(run, 'payment_pending');
-  // To a definite outcome: through payment_unknown (reconciliation, a webhook, an operator)
-  // when the charge's own answer is lost, and through needs_attention when it cannot go on.
+  // `accepted` was written by the API with the order row itself; the charge writes payment_pending
+  // before it charges. To a definite outcome: through payment_unknown (reconciliation, a webhook,
+  // an operator) when the charge's own answer is lost, and through needs_attention when it cannot
+  // go on.
   const charged = await chargeToOutcome(run);
   closeCharge(run, charged);
   if (charged.outcome !== 'succeeded') {
@@ -105,13 +99,18 @@ export async function orderWorkflow(input: OrderWorkflowArgs): Promise<OrderStat
 }
 
 // ----------------------------------------------------------------- status writes
+//
+// A status reaches the order's row in one of two ways: carried by the step it belongs to (the
+// charge writes payment_pending, the receipt paid and completed; see `carried`), or as a status
+// step of its own (recordStatus). Either way the workflow then notes it (noteStatus): the run's
+// state and visibility follow the row.
 
 /**
- * Writes a status through the ledger. If even that runs out of retries
- * (the database is down for long), the order is flagged needs_attention in
- * the search attributes (which `ops attention` and the needs_attention
- * gauge read), one attempt is made to record needs_attention on the row,
- * and the workflow waits for a re-drive; it never silently fails.
+ * Writes a status as its own step: one local activity (setOrderStatus) under the status's key.
+ * If even that runs out of retries (the database is down for long), the order is flagged
+ * needs_attention in the search attributes (which `ops attention` and the needs_attention gauge
+ * read), one attempt is made to record needs_attention on the row, and the workflow waits for a
+ * re-drive; it never silently fails.
  */
 async function recordStatus(
   run: OrderRun,
@@ -121,26 +120,43 @@ async function recordStatus(
   const { state } = run;
   // Already recorded in this re-drive epoch (e.g. payment_unknown again after a perform-again).
   if (state.status === status && status !== 'needs_attention') return;
+  // Not `async`: it hands back the activity's own promise (the SDK's promise hook captures a stack
+  // trace for every promise made in workflow code, so each extra async layer costs).
+  const step = (
+    to: OrderStatus,
+    written: { lastError?: string | null; reason?: string | null },
+    maximumAttempts: number,
+  ) => {
+    const key = stepKeys.status(run.workflowId, to, run.operator.redrives);
+    return run.local.setOrderStatus.executeWithOptions(
+      summarized(localActivityOptions(run.timing, maximumAttempts), `status -> ${to} (key ${key})`),
+      [
+        {
+          ...run.ref,
+          key,
+          status: to,
+          chargeId: state.chargeId,
+          receiptId: state.receiptId,
+          lastError: written.lastError ?? null,
+          reason: written.reason ?? null,
+        },
+      ],
+    );
+  };
   for (;;) {
-    const key = stepKeys.status(run.workflowId, status, run.operator.redrives);
     try {
-      await writeStatus(run, status, key, extra, run.timing.stepMaxAttempts);
+      await step(status, extra, run.timing.stepMaxAttempts);
       noteStatus(run, status, extra.lastError);
       return;
     } catch (err) {
       state.lastError = `status ${status} could not be recorded: ${failureMessage(err)}`;
       state.reason = ORDER_REASONS.statusWriteFailed;
-      upsertStatus(run, 'needs_attention', state.lastError);
+      // Visibility only: the row does not say needs_attention unless the write below succeeds.
+      indexStatus(run, 'needs_attention', state.lastError);
       try {
         // One more try, to put the reason on the row; if the database is still
         // unreachable, the search attributes above keep the order visible.
-        await writeStatus(
-          run,
-          'needs_attention',
-          stepKeys.status(run.workflowId, 'needs_attention', run.operator.redrives),
-          { lastError: state.lastError, reason: state.reason },
-          1,
-        );
+        await step('needs_attention', { lastError: state.lastError, reason: state.reason }, 1);
         state.status = 'needs_attention';
       } catch (recordErr) {
         log.warn('parked order could not be recorded as needs_attention', {
@@ -158,44 +174,15 @@ async function recordStatus(
 function noteStatus(run: OrderRun, status: OrderStatus, lastError?: string | null): void {
   run.state.status = status;
   if (status !== 'rejected' && status !== 'needs_attention') run.state.reason = null;
-  upsertStatus(run, status, lastError);
+  indexStatus(run, status, lastError);
 }
 
 /**
- * A status for a step's activity to write itself (STEPS_CARRY_STATUS): under the key its own
- * step would use (recordStatus), so either finds what the other wrote.
+ * A status under its key in the current re-drive epoch: what a step carries to write itself, and
+ * the key its own status step would use (recordStatus), so either finds what the other wrote.
  */
 function carried(run: OrderRun, status: OrderStatus): CarriedStatus {
   return { status, key: stepKeys.status(run.workflowId, status, run.operator.redrives) };
-}
-
-/**
- * The status write itself: one local activity under the status's key.
- * Not `async`: it hands back the activity's own promise. With the SDK's
- * promise hook (a stack trace captured for every promise made in workflow
- * code), each extra async layer costs.
- */
-function writeStatus(
-  run: OrderRun,
-  status: OrderStatus,
-  key: string,
-  extra: { lastError?: string | null; reason?: string | null },
-  maximumAttempts: number,
-): Promise<unknown> {
-  return run.local.setOrderStatus.executeWithOptions(
-    summarized(localActivityOptions(run.timing, maximumAttempts), `status -> ${status} (key ${key})`),
-    [
-      {
-        ...run.ref,
-        key,
-        status,
-        chargeId: run.state.chargeId,
-        receiptId: run.state.receiptId,
-        lastError: extra.lastError ?? null,
-        reason: extra.reason ?? null,
-      },
-    ],
-  );
 }
 
 /**
@@ -203,15 +190,12 @@ function writeStatus(
  * may have indexed the first status already (see OrderRun.visibility); then
  * its first upsert is skipped, and the tenant is tagged only once.
  */
-function upsertStatus(run: OrderRun, status: OrderStatus, lastError?: string | null): void {
+function indexStatus(run: OrderRun, status: OrderStatus, lastError?: string | null): void {
   const { visibility } = run;
-  // With the steps local (LOCAL_EXTERNAL_STEPS), `paid` lasts from the charge's answer to the
-  // receipt's, inside the one workflow task that runs both: its upsert would reach visibility
-  // together with the next status's, which replaces it. So it is not indexed: visibility goes
-  // from payment_pending to completed, or to needs_attention if the receipt parks the order.
-  // (What visibility is read for, src/orders/attention.ts and the UI, never asks for `paid`;
-  // the order's row and GET /v1/orders/{id} still say paid.)
-  if (run.externalStepsLocal && status === 'paid' && !lastError) return;
+  // `paid` is not indexed: the receipt's step notes it in the workflow task that notes the next
+  // status (completed, or needs_attention), whose upsert would replace it; and nothing reads it
+  // there (src/orders/attention.ts and the UI never ask for it; the row still says paid).
+  if (status === 'paid') return;
   const indexed = visibility.firstStatusIndexed && status === FIRST_ORDER_STATUS && !lastError;
   visibility.firstStatusIndexed = false;
   if (indexed) return;
@@ -241,8 +225,8 @@ type ChargeAttempt =
   /** Anything else (a lost response, a timeout, a crash mid-call) may have charged. */
   | { kind: 'uncertain' }
   /**
-   * The status the charge carried (STEPS_CARRY_STATUS) could not be written, so this attempt did
-   * not charge; an earlier attempt whose answer was lost may have, which the charge's key settles.
+   * The status the charge carried could not be written, so this attempt did not charge; an
+   * earlier attempt whose answer was lost may have, which the charge's key settles.
    */
   | { kind: 'status_not_recorded' };
 
@@ -254,8 +238,8 @@ type ChargeAttempt =
  * could charge twice.
  */
 async function chargeToOutcome(run: OrderRun): Promise<ChargeOutcome> {
-  // With STEPS_CARRY_STATUS the first charge writes payment_pending itself, before it charges.
-  let before: CarriedStatus | undefined = run.stepsCarryStatus ? carried(run, 'payment_pending') : undefined;
+  // The first charge writes payment_pending itself, before it charges.
+  let before: CarriedStatus | undefined = carried(run, 'payment_pending');
   for (;;) {
     const attempt = await performCharge(run, before);
     before = undefined;
@@ -281,7 +265,7 @@ async function chargeToOutcome(run: OrderRun): Promise<ChargeOutcome> {
 /**
  * Calls the provider through the chargePayment activity under the charge's
  * key, and says what its answer, or its failure, means. `before`: a status
- * the activity writes first (STEPS_CARRY_STATUS).
+ * the activity writes first.
  */
 async function performCharge(run: OrderRun, before?: CarriedStatus): Promise<ChargeAttempt> {
   const { input } = run;
@@ -296,15 +280,10 @@ async function performCharge(run: OrderRun, before?: CarriedStatus): Promise<Cha
     ...(before ? { before } : {}),
   };
   try {
-    const result = await (run.externalStepsLocal
-      ? run.local.chargePayment.executeWithOptions(
-          summarized(externalLocalActivityOptions(run.timing, run.timing.chargeMaxAttempts), summary),
-          [args],
-        )
-      : run.acts.chargePayment.executeWithOptions(
-          summarized(externalActivityOptions(run.timing, run.timing.chargeMaxAttempts), summary),
-          [args],
-        ));
+    const result = await run.local.chargePayment.executeWithOptions(
+      summarized(localActivityOptions(run.timing, run.timing.chargeMaxAttempts), summary),
+      [args],
+    );
     if (before) noteStatus(run, before.status);
     const outcome = {
       settled: true,
@@ -483,27 +462,23 @@ function rejection(charged: ChargeOutcome): { reason: string; lastError: string 
 // ----------------------------------------------------------------------- receipt
 
 /**
- * paid, the receipt, completed. With STEPS_CARRY_STATUS the receipt's activity writes both
- * statuses itself, around the send: one local activity instead of three. If a write in it fails,
- * the three run one by one, each under its own key (what was written or sent replays); if the
- * receipt itself fails, paid is written and the order parks as below.
+ * paid, the receipt, completed: the receipt's step writes both statuses itself, around the send.
+ * If a write in it fails, the three run one by one, each under its own key (what was written or
+ * sent replays); if the receipt itself fails, paid is on the row and the order parks (sendReceipt).
  */
 async function receiptToCompleted(run: OrderRun): Promise<void> {
-  if (run.stepsCarryStatus) {
-    const carriedRun = await sendReceiptCarryingStatus(run);
-    if (carriedRun.kind === 'completed') return;
-    if (carriedRun.kind === 'receipt_failed') {
-      await sendReceipt(run, carriedRun.error);
-      await recordStatus(run, 'completed');
-      return;
-    }
+  const sent = await sendReceiptCarryingStatus(run);
+  if (sent.kind === 'completed') return;
+  if (sent.kind === 'status_not_recorded') {
+    await recordStatus(run, 'paid');
+    await sendReceipt(run);
+  } else {
+    await sendReceipt(run, sent.error);
   }
-  await recordStatus(run, 'paid');
-  await sendReceipt(run);
   await recordStatus(run, 'completed');
 }
 
-/** The receipt's one activity with paid before it and completed after it (STEPS_CARRY_STATUS). */
+/** The receipt's step with paid before it and completed after it. */
 async function sendReceiptCarryingStatus(
   run: OrderRun,
 ): Promise<
@@ -515,7 +490,7 @@ async function sendReceiptCarryingStatus(
   const summary = `status -> paid (key ${paid.key}), send receipt (key ${key}), status -> completed (key ${completed.key})`;
   try {
     const result = await run.local.sendReceipt.executeWithOptions(
-      summarized(externalLocalActivityOptions(run.timing, run.timing.stepMaxAttempts), summary),
+      summarized(localActivityOptions(run.timing, run.timing.stepMaxAttempts), summary),
       [{ ...receiptArgs(run, key), before: paid, after: completed }],
     );
     noteStatus(run, 'paid');
@@ -529,7 +504,7 @@ async function sendReceiptCarryingStatus(
   }
 }
 
-/** What the receipt's activity is called with (ReceiptArgs). */
+/** What the receipt's step is called with (ReceiptArgs). */
 function receiptArgs(run: OrderRun, key: string) {
   const { input } = run;
   return {
@@ -550,23 +525,16 @@ function receiptArgs(run: OrderRun, key: string) {
  */
 async function sendReceipt(run: OrderRun, failed?: unknown): Promise<void> {
   const key = stepKeys.receipt(run.workflowId);
-  const summary = `send receipt (key ${key})`;
   for (;;) {
     if (failed !== undefined) {
       await needsAttention(run, `receipt failed: ${failureMessage(failed)}`, ORDER_REASONS.receiptFailed);
       failed = undefined;
     }
-    const args = receiptArgs(run, key);
     try {
-      const result = await (run.externalStepsLocal
-        ? run.local.sendReceipt.executeWithOptions(
-            summarized(externalLocalActivityOptions(run.timing, run.timing.stepMaxAttempts), summary),
-            [args],
-          )
-        : run.acts.sendReceipt.executeWithOptions(
-            summarized(externalActivityOptions(run.timing, run.timing.stepMaxAttempts), summary),
-            [args],
-          ));
+      const result = await run.local.sendReceipt.executeWithOptions(
+        summarized(localActivityOptions(run.timing, run.timing.stepMaxAttempts), `send receipt (key ${key})`),
+        [receiptArgs(run, key)],
+      );
       run.state.receiptId = result.messageId;
       return;
     } catch (err) {
@@ -600,10 +568,10 @@ async function waitForOperator(run: OrderRun): Promise<void> {
   const redriven = operator.requested;
   operator.requested = false;
   operator.redrives++;
-  // A workflow task that runs local activities is answered only when they finish, and so is
-  // an update it carries: without a task boundary here the operator's re-drive would wait for
-  // the whole resumed run. A 1 ms timer ends this task, so the re-drive is answered at once.
-  if (redriven && run.externalStepsLocal) await sleep(1);
+  // A workflow task that runs local activities (every step here) is answered only when they
+  // finish, and so is an update it carries: a 1 ms timer ends this task, so the re-drive is
+  // answered at once instead of after the whole resumed run.
+  if (redriven) await sleep(1);
 }
 
 // ------------------------------------------------------------------- the run
@@ -615,22 +583,14 @@ interface OrderRun {
   readonly timing: OrderTiming;
   /** The order's identity, passed to every activity with the step's key. */
   readonly ref: { tenantId: string; orderId: string; workflowId: string };
-  /** Every call passes its own options (attempt budget + a summary naming the step and key). */
+  /**
+   * Every call passes its own options (attempt budget + a summary naming the step and key).
+   * `local`: the steps (charge, receipt, status writes), run by this worker while it holds the
+   * workflow task, so an order that goes straight through is one workflow task and no activity
+   * task. `acts`: reconciling and settling an uncertain charge.
+   */
   readonly acts: ActivityInterfaceFor<OrderActivities>;
-  /** The status writes, and (see externalStepsLocal) the charge and the receipt: local activities, in this worker. */
   readonly local: LocalActivityInterfaceFor<OrderActivities>;
-  /**
-   * The charge and the receipt run as local activities (patch LOCAL_EXTERNAL_STEPS), so an order
-   * that goes straight through takes one workflow task and no activity task. Runs started before
-   * the patch replay their histories, where both are activities, as activities.
-   */
-  readonly externalStepsLocal: boolean;
-  /**
-   * The statuses around the charge and the receipt are written by their activities (patch
-   * STEPS_CARRY_STATUS): a straight-through order runs two local activities instead of five.
-   * Runs started before the patch write each status as its own local activity.
-   */
-  readonly stepsCarryStatus: boolean;
   /** What the status query answers. */
   readonly state: OrderState;
   readonly payment: {
@@ -671,8 +631,6 @@ function openOrderRun(input: OrderWorkflowArgs): OrderRun {
   const { workflowId, typedSearchAttributes: startAttributes } = workflowInfo();
   const timing = resolveTiming(input.timing);
   const tenantTagged = startAttributes.get(TenantIdKey) !== undefined;
-  // A run with STEPS_CARRY_STATUS never asks for LOCAL_EXTERNAL_STEPS, which it implies.
-  const stepsCarryStatus = patched(STEPS_CARRY_STATUS);
   const run: OrderRun = {
     input,
     workflowId,
@@ -680,8 +638,6 @@ function openOrderRun(input: OrderWorkflowArgs): OrderRun {
     ref: { tenantId: input.tenantId, orderId: input.orderId, workflowId },
     acts: proxyActivities<OrderActivities>(activityOptions(timing, timing.stepMaxAttempts)),
     local: proxyLocalActivities<OrderActivities>(localActivityOptions(timing, timing.stepMaxAttempts)),
-    externalStepsLocal: stepsCarryStatus || patched(LOCAL_EXTERNAL_STEPS),
-    stepsCarryStatus,
     state: {
       status: 'accepted',
       chargeId: null,

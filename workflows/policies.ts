@@ -47,9 +47,8 @@ export const DEFAULT_TIMING: OrderTiming = {
   // with every order complete within 2 minutes of the return: at most 60 s
   // to the next lookup, then the charge is performed again under its key).
   // The cost is one lookup per unknown order per minute, cheap for a
-  // provider's read path; 15 min (the old maximum) left orders parked for
-  // many minutes after the provider had recovered. The first pauses are
-  // short because most outages are blips.
+  // provider's read path. The first pauses are short because most outages
+  // are blips.
   reconcileInitialMs: 5_000,
   reconcileMaxMs: 60_000,
   unknownHorizonMs: 6 * 60 * 60_000,
@@ -105,33 +104,19 @@ export function activityOptions(timing: OrderTiming, maximumAttempts: number): A
   };
 }
 
-/** Steps that call a provider (charge, receipt): they heartbeat, and each heartbeat renews their lease. */
+/** Steps that call a provider as activities (the refund's): they heartbeat, and each heartbeat renews their lease. */
 export function externalActivityOptions(timing: OrderTiming, maximumAttempts: number): ActivityOptions {
   return { ...activityOptions(timing, maximumAttempts), heartbeatTimeout: timing.heartbeatTimeoutMs };
 }
 
 /**
- * The charge and the receipt as local activities (workflows/order.ts,
- * LOCAL_EXTERNAL_STEPS): the same timeout and retries as their activity
- * form, and no heartbeat timeout (a local activity has none). Their ledger
- * lease is still renewed while the provider call runs (the ledger renews at
- * a third of the lease without a heartbeat timeout), and a dead worker is
- * noticed through the workflow task's timeout. Their retries wait on a
- * workflow timer (localActivityOptions), not inside the workflow task.
- */
-export function externalLocalActivityOptions(
-  timing: OrderTiming,
-  maximumAttempts: number,
-): LocalActivityOptions {
-  return localActivityOptions(timing, maximumAttempts);
-}
-
-/**
- * Database-only steps (status writes) run as local activities in the
- * workflow's own worker: no round trip through the server per step. They go
- * through the ledger's local mode (claim, business write and completion in
- * one transaction), so when a worker crash makes a replay run one again it
- * replays the stored result instead of writing twice.
+ * The order's steps (the charge, the receipt, status writes) run as local
+ * activities in the workflow's own worker: no round trip through the server
+ * per step. A local activity has no heartbeat timeout: a provider step's
+ * ledger lease is renewed while its call runs (at a third of the lease), and
+ * a dead worker is noticed through the workflow task's timeout. A status
+ * write goes through the ledger's local mode, so when a worker crash makes a
+ * replay run one again it replays the stored result instead of writing twice.
  */
 export function localActivityOptions(timing: OrderTiming, maximumAttempts: number): LocalActivityOptions {
   return {

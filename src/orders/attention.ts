@@ -1,12 +1,6 @@
 /**
- * Parked order workflows, as Temporal visibility sees them.
- *
- * A workflow whose status write ran out of retries parks (waits for an
- * operator) without being able to say so on its order row: the database is
- * what failed. It does set its OrderStatus search attribute to
- * needs_attention, so the attention list and the needs_attention gauge read
- * visibility as well as the orders table, and list such an order within
- * seconds, even when the row still says payment_pending or is gone.
+ * Parked order workflows, from Temporal visibility: a workflow whose status write failed can't say so
+ * on its row, but its OrderStatus search attribute does.
  */
 import type { Client } from '@temporalio/client';
 import { OrderLastErrorKey, TenantIdKey } from './contract.ts';

@@ -25,37 +25,9 @@ export const OrderLastErrorKey = defineSearchAttributeKey('OrderLastError', Sear
  * the order). The outbox relay starts the workflow with it, and the tenant,
  * already indexed, so the workflow does not upsert them itself: a
  * search-attribute update is a visibility write on the server, the most
- * expensive event of a workflow task (docs/BENCHMARKS-JOURNAL.md, round 3).
+ * expensive event of a workflow task.
  */
 export const FIRST_ORDER_STATUS: OrderStatus = 'payment_pending';
-
-/**
- * The patch (docs/UPGRADING.md, "When `patched()` is still needed") under which the charge and
- * the receipt run as local activities instead of activities (issue 29): the worker runs them
- * while it holds the workflow task, so a straight-through order is one workflow task, with no
- * activity task and no round trip through the server between its steps. What stays the same:
- * each claims its key in the ledger first, and the ledger's lease (renewed while the provider
- * call runs) and owner-token fencing make a second run safe, whoever runs it. What changes: a
- * worker that dies mid-step is noticed by the workflow task's timeout instead of the activity's
- * heartbeat timeout; the next worker replays the order and runs the step again, which waits
- * for the dead attempt's lease and then takes over and reconciles (docs/MODEL.md, "Local
- * activities"), and the restore recovery (src/ops/recover.ts) reads their
- * markers.
- */
-export const LOCAL_EXTERNAL_STEPS = '29-local-external-steps';
-
-/**
- * The patch under which the statuses around a step are written by the step's own local activity
- * (issue 29): `payment_pending` by the charge's, before it charges; `paid` and `completed` by the
- * receipt's, before and after it sends. Each write is the same one-statement ledger step under
- * the same key as the status's own local activity (activities/order.ts), so what changes is the
- * number of local activities, and with it of workflow activations: a straight-through order
- * takes two instead of five. If a carried write fails, the activity stops there with
- * FAILURE.statusNotRecorded and the workflow writes that status as its own step, then goes on as
- * under LOCAL_EXTERNAL_STEPS (workflows/order.ts). Implies LOCAL_EXTERNAL_STEPS: a run that has
- * this marker never asks for that one.
- */
-export const STEPS_CARRY_STATUS = '29-steps-carry-status';
 
 /** The search attributes an order workflow is started with (src/api/outbox.ts). */
 export function orderStartSearchAttributes(tenantId: string): SearchAttributePair[] {
@@ -178,11 +150,11 @@ export const FAILURE = {
   /** Status write: the outcome is not known; Temporal retries under the same key. */
   statusOutcomeUnknown: 'StatusOutcomeUnknown',
   /**
-   * A status write carried by a step's activity (STEPS_CARRY_STATUS) failed. Before the step:
-   * the step did not run in that attempt (an earlier attempt of the activity may have). After
-   * it: the step did. Not retried as part of the step: the workflow writes the status as its own
-   * step, and runs the step again under its key, whose ledger record answers for any earlier
-   * attempt.
+   * A status write carried by a step's activity (the charge's payment_pending, the receipt's paid
+   * and completed) failed. Before the step: the step did not run in that attempt (an earlier
+   * attempt of the activity may have). After it: the step did. Not retried as part of the step:
+   * the workflow writes the status as its own step, and runs the step again under its key, whose
+   * ledger record answers for any earlier attempt.
    */
   statusNotRecorded: 'StatusNotRecorded',
   /** A step's provider refused the request itself (nothing happened); retrying can't help. */

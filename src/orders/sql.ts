@@ -1,14 +1,7 @@
 /**
- * SQL for the `orders` table, and the only module that queries it. One
- * function per statement, client first so it can join a caller's
- * transaction; parameterised only; explicit `returning`.
- *
- * Writers: the API inserts an order in `accepted` (in the same transaction as
- * its ledger claim and its outbox row); after that only
- * `orderTransitionStatement` moves it, through the state machine in model.ts.
- * Readers: the API, the operator (src/ops) and the metrics. Cross-table
- * aggregates (src/metrics/sql.ts) and the chaos harness's reads
- * (dev/chaos/sql.ts, which does not ship) are the exceptions.
+ * SQL for the `orders` table, and the only module that queries it (bar cross-table metrics and the
+ * chaos harness). The API inserts an order in `accepted`; after that only orderTransitionStatement
+ * moves it, through the state machine in model.ts.
  */
 import type pg from 'pg';
 import type { Queryable } from '../db/index.ts';
@@ -65,15 +58,9 @@ export interface NewOrder {
 }
 
 /**
- * The API only ever inserts orders in 'accepted'; the workflow's activities move them on.
- *
- * With a merchantReference already taken by another order of the tenant, the
- * unique index (migrations/0019) decides: nothing is inserted and the answer
- * is that order's ID (`duplicateOf`). ON CONFLICT waits for a concurrent
- * insert of the same reference to commit or roll back, so of two racing
- * requests exactly one inserts. The ID is read after the conflict, in the
- * caller's transaction (a new snapshot per statement under READ COMMITTED
- * sees the committed winner).
+ * Inserts an order in 'accepted'. A taken merchantReference answers `duplicateOf`: ON CONFLICT on
+ * the unique index waits for a racing insert, so exactly one wins, and the next statement's
+ * snapshot (READ COMMITTED) sees the winner.
  */
 export async function insertAcceptedOrder(
   db: Queryable,
@@ -129,15 +116,10 @@ export interface OrderTransition {
 }
 
 /**
- * The CTEs of a status step's ledger operation (a LocalStatement body: the
- * contract it follows is in src/ledger/local-statement.ts).
- * - `target` locks the row first (after `ledger_wait` has bounded the wait)
- *   and, under READ COMMITTED, reads its latest committed status even if a
- *   competing transition committed while we waited;
- * - `updated` applies the transition (re-checked against that latest version);
- * - `ledger_result` is what the step stores: `{ applied, status }`, where
- *   `status` is the new status, or the one the order already had (a duplicate
- *   or a late call: nothing changed). No order: no row, nothing stored.
+ * A status step's LocalStatement body (the contract is in onceflow's local-statement.ts):
+ * - `target` locks the row (after `ledger_wait` bounds the wait) and reads its latest status;
+ * - `updated` applies the transition, re-checked against that version;
+ * - `ledger_result` stores `{ applied, status }`. No order: no row, nothing stored.
  */
 const ORDER_TRANSITION_CTES = `target as materialized (
              select status from orders
@@ -162,12 +144,8 @@ const ORDER_TRANSITION_CTES = `target as materialized (
                from target t)`;
 
 /**
- * Moves an order forward, as the body of a status step's ledger operation
- * (Ledger.runLocalStatement): the transition and the step's record are one
- * statement. The WHERE clause is the state machine: the row is updated only
- * if its current status may lead to `to`, so a late or duplicate call can
- * never move an order backwards, even under concurrency (the row lock
- * serialises competing transitions).
+ * Moves an order forward in the same statement as its step's record. The WHERE clause is the state
+ * machine, and the row lock serialises competing transitions: a late call never moves it backwards.
  */
 export function orderTransitionStatement(t: OrderTransition): LocalStatement {
   return new LocalStatement({
@@ -253,10 +231,8 @@ export async function selectOrdersByWorkflowIds(
 }
 
 /**
- * Of these parked workflows (Temporal visibility says they wait for a human),
- * how many have no order row in needs_attention: their status write failed,
- * so the orders table alone would not count them. Served by the unique index
- * on orders.workflow_id.
+ * Parked workflows whose order row is not needs_attention (their status write failed): the table alone
+ * misses them.
  */
 export async function countUnrecordedParked(db: Queryable, workflowIds: readonly string[]): Promise<number> {
   if (workflowIds.length === 0) return 0;
@@ -270,9 +246,7 @@ export async function countUnrecordedParked(db: Queryable, workflowIds: readonly
   return rows[0]?.n ?? 0;
 }
 
-// --- recovery after a database restore (src/ops/recover.ts) ------------------
-// The one other writer: rows a restore lost, rebuilt from their workflows, and
-// surviving rows brought forward to their workflow's status.
+// --- recovery after a database restore: the one other writer -----------------
 
 /** An order row as the recovery rebuilds it: from the create memo's stored response, or the workflow's input. */
 export interface RestoredOrder {
@@ -326,10 +300,8 @@ export async function insertRestoredOrder(db: Queryable, o: RestoredOrder): Prom
 }
 
 /**
- * Brings an order row that survived the restore up to its workflow's status
- * (the restored row is as old as the backup; the workflow is not). Fills the
- * step references the history names and keeps the ones it doesn't. True when
- * the row changed.
+ * Brings a restored order row up to its workflow's status (the row is as old as the backup); true when it
+ * changed.
  */
 export async function syncOrderFromWorkflow(
   db: Queryable,

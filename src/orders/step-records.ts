@@ -1,13 +1,7 @@
 /**
- * Every ledger record of one order's steps, oldest first: the charge, the
- * receipt and the status writes of each re-drive epoch, read by their exact
- * keys (orderStepRefs), one primary-key probe each. A re-drive epoch's keys
- * are only known by number, so the epochs are read in batches until a batch
- * has no re-drive step at all. Epochs without a record are rare (every status
- * write of that re-drive failed, or retention reaped it); a run of more than a
- * whole batch of them would hide the later steps (operators still see them:
- * `npm run ops -- list --key-prefix`). GET /v1/orders/{id} and the operator's
- * order view both read them here.
+ * Every ledger record of one order's steps, read by exact key (one primary-key probe each). Re-drive
+ * epochs are known only by number, so they are read in batches until one has no step; a whole batch
+ * of empty epochs would hide later ones (rare; `ops list --key-prefix` still shows them).
  */
 import type { Ledger, OperationRecord } from 'onceflow';
 import { orderStepRefs } from './model.ts';

@@ -203,7 +203,7 @@ describe('setOrderStatus', () => {
   });
 });
 
-describe('statuses carried by a step (STEPS_CARRY_STATUS)', () => {
+describe('statuses carried by a step (the charge, the receipt)', () => {
   /** An email provider that remembers what it sent, by key. */
   function recordingEmail() {
     const sent = new Map<string, Message>();

@@ -102,13 +102,10 @@ describe('order workflow', () => {
     expect(records.every((r) => r.state === 'succeeded')).toBe(true);
 
     // The history names each step and its key, in order: the charge and the receipt are
-    // local-activity markers (LOCAL_EXTERNAL_STEPS), each naming the statuses it wrote around
-    // itself (STEPS_CARRY_STATUS), behind that patch's own marker, the only one.
+    // local-activity markers, each naming the statuses it wrote around itself; no patch marker.
     const events = (await handle.fetchHistory()).events ?? [];
     expect(events.filter((e) => e.activityTaskScheduledEventAttributes)).toEqual([]);
-    expect(events.filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_patch')).toHaveLength(
-      1,
-    );
+    expect(events.filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_patch')).toEqual([]);
     expect(localActivityMarkers(events).map(summaryOf)).toEqual([
       `status -> payment_pending (key ${stepKeys.status(workflowId, 'payment_pending')}), then ` +
         `charge ${input.amount} ${input.currency} (key ${stepKeys.charge(workflowId)})`,
@@ -120,10 +117,10 @@ describe('order workflow', () => {
     expect(events.filter((e) => e.workflowTaskCompletedEventAttributes)).toHaveLength(1);
     // One search-attribute update: the relay started the run with TenantId and OrderStatus =
     // payment_pending already indexed, and `paid` (a moment inside the one workflow task) is not
-    // indexed. The other update is the patch's TemporalChangeVersion.
+    // indexed.
     const upserts = events.filter((e) => upsertedStatus(e) !== undefined);
     expect(upserts.map(upsertedStatus)).toEqual(['completed']);
-    expect(events.filter((e) => e.upsertWorkflowSearchAttributesEventAttributes)).toHaveLength(2);
+    expect(events.filter((e) => e.upsertWorkflowSearchAttributesEventAttributes)).toHaveLength(1);
     const desc = await handle.describe();
     expect(desc.typedSearchAttributes.get(TenantIdKey)).toBe(input.tenantId);
     expect(desc.typedSearchAttributes.get(OrderStatusKey)).toBe('completed');

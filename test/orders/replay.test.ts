@@ -56,26 +56,13 @@ async function replay(fixtures: Fixture[]): Promise<Map<string, Error | undefine
 describe('replay of the previous release', () => {
   const fixtures = loadFixtures();
 
-  it('has the recorded histories, each of a finished order or refund', () => {
+  it('has the recorded histories, each of a finished refund', () => {
+    // 0.2.0's order runs are Pinned to 0.2.0 workers (docs/UPGRADING.md); its refund runs may move.
     expect(fixtures.map((f) => f.name)).toEqual(
       expect.arrayContaining([
-        '02067fa/completed',
-        '02067fa/rejected-declined',
-        '02067fa/payment-unknown-reconciled',
-        '02067fa/webhook-settled',
-        '02067fa/receipt-retried',
-        '02067fa/receipt-parked-redrive',
-        'v0.2.0/completed',
-        'v0.2.0/unknown-parked-operator-settled',
-        'v0.2.0/receipt-parked-redrive',
         'v0.2.0/refund-succeeded',
         'v0.2.0/refund-retried',
         'v0.2.0/refund-parked-redrive',
-        'd551070/completed',
-        'd551070/charge-retried',
-        'd551070/payment-unknown-reconciled',
-        'd551070/receipt-parked-redrive',
-        'd551070/refund-succeeded',
       ]),
     );
     for (const f of fixtures) {
@@ -130,20 +117,20 @@ describe('replay of the previous release', () => {
   });
 
   it('a history the code would not produce fails its replay (so the test above can fail)', async () => {
-    const completed = fixtures.find((f) => f.name.endsWith('/completed'));
-    expect(completed).toBeDefined();
-    // The recorded charge step renamed: the workflow code schedules chargePayment where the history says otherwise.
-    const tampered = JSON.parse(completed!.json) as {
+    const succeeded = fixtures.find((f) => f.name.endsWith('/refund-succeeded'));
+    expect(succeeded).toBeDefined();
+    // The recorded refund step renamed: the workflow code schedules refundPayment where the history says otherwise.
+    const tampered = JSON.parse(succeeded!.json) as {
       events: { activityTaskScheduledEventAttributes?: { activityType: { name: string } } }[];
     };
     const scheduled = tampered.events.find(
-      (e) => e.activityTaskScheduledEventAttributes?.activityType.name === 'chargePayment',
+      (e) => e.activityTaskScheduledEventAttributes?.activityType.name === 'refundPayment',
     );
     expect(scheduled).toBeDefined();
-    scheduled!.activityTaskScheduledEventAttributes!.activityType.name = 'chargePaymentV0';
+    scheduled!.activityTaskScheduledEventAttributes!.activityType.name = 'refundPaymentV0';
     const results = await replay([
-      { name: 'tampered/completed', history: historyFromJSON(tampered), json: '' },
+      { name: 'tampered/refund-succeeded', history: historyFromJSON(tampered), json: '' },
     ]);
-    expect(results.get('tampered/completed')?.name).toBe('DeterminismViolationError');
+    expect(results.get('tampered/refund-succeeded')?.name).toBe('DeterminismViolationError');
   });
 });

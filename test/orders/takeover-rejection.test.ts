@@ -16,7 +16,7 @@ import { until, untilWorkflow } from '../support/wait.ts';
 import { OPERATION_TYPES, orderWorkflowId, stepKeys } from '../../src/orders/model.ts';
 import type { Scope } from 'onceflow';
 import { uniq } from '../support/env.ts';
-import { testOperator } from '../ops/support.ts';
+import { testOperator } from '../operator/support.ts';
 
 let stack: OrderStack;
 beforeAll(async () => {

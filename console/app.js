@@ -1,4 +1,4 @@
-// onceflow operator console: a page over the admin API (src/ops/routes.ts).
+// onceflow operator console: a page over the admin API (src/operator/routes.ts).
 // Plain DOM, no framework, no inline script (the CSP allows only this file).
 // Every value from the server is written with textContent, never as HTML.
 // The operator's token stays in this tab's sessionStorage and goes out only as

@@ -8,52 +8,32 @@ export interface Config {
   /** Address our HTTP servers bind to; 127.0.0.1 unless BIND_HOST says otherwise (containers). */
   bindHost: string;
   /**
-   * METRICS_BIND_HOST: address the metrics listeners (API_METRICS_PORT, WORKER_METRICS_PORT)
-   * bind to. 127.0.0.1 whatever BIND_HOST says: exposing the API does not expose its metrics.
-   * Containers set 0.0.0.0 for Prometheus and do not publish the port.
+   * METRICS_BIND_HOST: 127.0.0.1 whatever BIND_HOST says, so exposing the API does not expose its metrics.
    */
   metricsBindHost: string;
   /**
-   * METRICS_BACKLOG=on|off: whether this process exports the backlog gauges
-   * (orders and refunds waiting, the unresolved ledger, the outbox; each one
-   * query of the whole database). They are facts about the database, not the
-   * process, so exactly one exporter serves them: the API by default (it also
-   * reads Temporal visibility for them), never a worker, and under
-   * API_PROCESSES=M only `api-1`. Unset: that default. Several API replicas
-   * behind a load balancer set it off on all but one.
+   * METRICS_BACKLOG=on|off: whether this process exports the backlog gauges. They describe the
+   * database, so exactly one exporter serves them: by default the API (only `api-1`), never a worker.
    */
   metricsBacklog: boolean | undefined;
   /**
-   * RESTORE_DETECTION=on|off (default on): whether the API and workers check at start that the
-   * database has every order Temporal's latest order workflows name, and close the restore gate
-   * when it does not (src/recovery/gate.ts). Off only where several databases share one task
-   * queue on purpose, or to watch what a restore without recovery does (the chaos drill's
-   * --skip-recovery); the operator's `ops recover-after-restore` closes the gate either way.
+   * RESTORE_DETECTION=on|off (default on): check at start that the database has every order
+   * Temporal's latest workflows name, and close the restore gate if not (src/recovery/gate.ts).
    */
   restoreDetection: boolean;
-  /**
-   * Whether the API may be reachable from other hosts, and every sign that
-   * says so. Exposed, the published local credentials and demo keys are
-   * refused. See `exposureOf`.
-   */
+  /** Whether the API may be reachable from other hosts; exposed, published credentials are refused. */
   exposure: Exposure;
   temporal: {
     /** host:port of the Temporal frontend: TEMPORAL_ADDRESS, else 127.0.0.1:TEMPORAL_PORT. */
     address: string;
-    /**
-     * True when TEMPORAL_ADDRESS names a server someone else runs; false means
-     * `npm start` (and the test setup) start a dev server on TEMPORAL_PORT.
-     */
+    /** TEMPORAL_ADDRESS names a server someone else runs; otherwise `npm start` starts one. */
     external: boolean;
     namespace: string;
     taskQueue: string;
     /** Where the Temporal UI answers, for links printed to users. */
     uiUrl: string;
     /**
-     * TEMPORAL_BACKEND: which server `npm start`, the tests and the benchmark
-     * start when TEMPORAL_ADDRESS is not set. `dev` (default): the Temporal
-     * dev server on SQLite. `postgres`: the Temporal server on Postgres
-     * (dev/devserver/temporal-server.ts).
+     * TEMPORAL_BACKEND: the server started without TEMPORAL_ADDRESS: `dev` (SQLite, default) or `postgres`.
      */
     backend: 'dev' | 'postgres';
     /** For the `postgres` backend: where its databases live. */
@@ -74,41 +54,25 @@ export interface Config {
     workerMetrics: number;
     /** The Temporal SDK's own Prometheus exporter (loopback only); merged into the worker's /metrics. */
     workerSdkMetrics: number;
-    /**
-     * API_METRICS_PORT (default 9462): the API's /metrics, on a listener of its own (never
-     * the API port: the figures span every tenant). Under API_PROCESSES > 1 the cluster
-     * primary serves it, with every process's series (src/api/cluster.ts).
-     */
+    /** API_METRICS_PORT: never the API port, since the figures span every tenant. */
     apiMetrics: number;
   };
   sandboxUrl: string;
   /** Secret the sandbox signs webhooks with and the API verifies them with. */
   webhookSecret: string;
-  /**
-   * WEBHOOK_SECRET_PREVIOUS: during a secret rotation, the secret being
-   * retired. The API verifies with either; everything signs with
-   * webhookSecret. Null when not rotating. A published example value is
-   * refused like WEBHOOK_SECRET's (reading it throws ConfigError).
-   */
+  /** WEBHOOK_SECRET_PREVIOUS: the secret being retired during a rotation; verified, never signed with. */
   webhookSecretPrevious: string | null;
   /** Where the sandbox delivers its webhooks. */
   webhookUrl: string;
   /** Admin bearer token for operator routes. */
   adminToken: string;
   /**
-   * API_KEY_SECRET: tags new API keys (an HMAC) so the API refuses a forged
-   * key before any lookup (src/api/auth.ts). The API and `npm run api-key`
-   * must share it; changing it invalidates every tagged key.
+   * API_KEY_SECRET: tags API keys so a forged one is refused before any lookup; changing it invalidates
+   * them.
    */
   apiKeySecret: string;
   api: {
-    /**
-     * Slow-client bounds of the API's HTTP server (see docs/API.md "Limits"):
-     * headers must arrive within headersTimeoutMs and the whole request
-     * (headers and body) within requestTimeoutMs; an idle socket is closed
-     * after idleTimeoutMs (longer than the 30 s long-poll), an idle keep-alive
-     * connection after keepAliveTimeoutMs.
-     */
+    /** Slow-client bounds of the API's HTTP server (docs/API.md "Limits"). */
     headersTimeoutMs: number;
     requestTimeoutMs: number;
     idleTimeoutMs: number;
@@ -119,106 +83,71 @@ export interface Config {
     /** Failed API-key attempts per client address per window before 429 (API_AUTH_FAILURE_MAX). */
     authFailureMax: number;
     authFailureWindowMs: number;
-    /**
-     * Failed admin-credential attempts (/admin routes) per client address per
-     * window before 429 (API_ADMIN_AUTH_FAILURE_MAX, API_ADMIN_AUTH_FAILURE_WINDOW_MS).
-     */
+    /** Failed admin-credential attempts per client address per window before 429. */
     adminAuthFailureMax: number;
     adminAuthFailureWindowMs: number;
     /** How long a verified API key is trusted without a database lookup; also the revocation delay. */
     apiKeyCacheTtlMs: number;
-    /**
-     * API_KEY_ALLOW_UNTAGGED (default on): accept keys minted before tags,
-     * through a lookup and the per-address throttle. Off once they are rotated.
-     */
+    /** API_KEY_ALLOW_UNTAGGED (default on): accept keys minted before tags; off once they are rotated. */
     apiKeyAllowUntagged: boolean;
     /**
-     * API_TRUST_PROXY: comma-separated addresses/CIDRs of reverse proxies whose
-     * X-Forwarded-For is believed; empty (the default) means the socket address is the client.
+     * API_TRUST_PROXY: proxies whose X-Forwarded-For is believed; empty: the socket address is the client.
      */
     trustProxy: string[];
-    /**
-     * OUTBOX_RELAY=off: the API commits orders and their start intents but
-     * never starts workflows (neither right after commit nor from the relay).
-     * Only for crash-recovery tests and demos; the default is on.
-     */
+    /** OUTBOX_RELAY=off: orders are committed but workflows never started (crash-recovery tests, demos). */
     outboxRelay: boolean;
-    /**
-     * CONSOLE=on|off: the operator console at /console (src/console/routes.ts).
-     * On by default: it is static files, and every action it takes needs an
-     * operator credential on the admin API, exposed or not.
-     */
+    /** CONSOLE=on|off: on by default, since its every action needs an operator credential anyway. */
     console: boolean;
     /** How often the relay polls for unstarted workflows (ms). */
     outboxPollMs: number;
     /**
-     * WEBHOOK_CHARGE_WAIT_MS: how long a payment webhook that arrives while
-     * the charge's own provider call is in flight (its ledger claim
-     * in_progress) waits for that call to record the answer before it
-     * signals the workflow. 0 signals at once. See src/api/routes/webhooks.ts.
+     * WEBHOOK_CHARGE_WAIT_MS: how long a webhook that overtakes its charge's answer waits for it
+     * (webhooks.ts).
      */
     webhookChargeWaitMs: number;
     /** Requests per tenant per window (API_RATE_LIMIT_MAX). */
     rateLimitMax: number;
     rateLimitWindowMs: number;
   };
-  /**
-   * `npm start` process counts (WORKERS, API_PROCESSES; the --workers and
-   * --api-processes flags override them). API_PROCESSES is also read by the
-   * API cluster primary (src/api/cluster.ts). Both default to 1.
-   */
+  /** Process counts (WORKERS, API_PROCESSES); default 1. */
   workers: number;
   apiProcesses: number;
-  /**
-   * ONCEFLOW_PROCESS: which of several processes of a service this is
-   * (`api-2`, `worker-1`); set by `npm start` when it runs more than one, and
-   * carried by that process's metrics as the `process` label.
-   */
+  /** ONCEFLOW_PROCESS: `api-2`, `worker-1`…, the metrics' `process` label when a service runs several. */
   processName: string | undefined;
   /** Folder for runtime state (Temporal's SQLite file, logs). */
   dataDir: string;
   /** Folder for tools the project builds itself (the Temporal CLI). */
   toolsDir: string;
   logLevel: 'debug' | 'info' | 'warn' | 'error';
-  /**
-   * LOG_PRETTY=on: human-readable log lines (pino-pretty); off: JSON lines.
-   * Unset: pretty when stdout is a terminal (`npm start` passes its own
-   * choice on to the processes it starts, whose stdout is a pipe).
-   */
+  /** LOG_PRETTY=on|off; unset: pretty when stdout is a terminal. */
   logPretty: boolean | undefined;
   /** Client-side timeout of one provider call; must be shorter than an activity attempt. */
   providerTimeoutMs: number;
   /** Which provider adapters the worker (and the operator) use; docs/PROVIDERS.md. */
   providers: ProvidersConfig;
   /**
-   * Ledger claim lease (15 s by default). Renewed while the step runs (every
-   * third of it, or twice per activity heartbeat timeout), so it only has to
-   * outlast a renewal interval; a crashed worker's step is taken over once it
-   * runs out.
+   * Ledger claim lease: renewed while a step runs, so a crashed worker's step is taken over once it runs
+   * out.
    */
   ledgerLeaseMs: number;
   /** A pre-built workflow bundle (production builds, tests); otherwise workflows are bundled at start-up. */
   workflowBundlePath: string | undefined;
   /** WORKER_SMOKE_WORKFLOW=on: the worker also registers the smoke probe (`npm start` sets it). Default off. */
   workerSmokeWorkflow: boolean;
-  /**
-   * Worker Versioning (src/worker/deployment.ts; docs/UPGRADING.md says when to use which setting).
-   */
+  /** Worker Versioning (src/worker/deployment.ts; docs/UPGRADING.md). */
   workerVersioning: {
     /** ONCEFLOW_WORKER_VERSIONING=off: an unversioned worker, which runs every run on its task queue. Default on. */
     enabled: boolean;
     /**
-     * ONCEFLOW_WORKER_DEPLOYMENT: the Worker Deployment's name (no `.` or `:`). Default: the task
-     * queue's name (`onceflow-orders`): the worker serves one task queue, and stacks on separate
-     * task queues (tests, benchmarks) never share a Current Version.
+     * ONCEFLOW_WORKER_DEPLOYMENT: default the task queue's name, so separate stacks never share a Current
+     * Version.
      */
     deploymentName: string;
     /** ONCEFLOW_WORKER_BUILD_ID; unset: the package version and the workflow code's hash (defaultBuildId). */
     buildId: string | undefined;
     /**
-     * ONCEFLOW_WORKER_PROMOTE: `auto` (default) makes a new build current once its worker polls
-     * (promoteVersion); `never` leaves that to the deploy pipeline (`temporal worker deployment
-     * set-current-version`).
+     * ONCEFLOW_WORKER_PROMOTE: `auto` makes a new build current once it polls; `never` leaves it to the
+     * pipeline.
      */
     promote: 'auto' | 'never';
   };
@@ -241,10 +170,7 @@ export interface Config {
     outboxWindowMs: number;
   };
   tracing: {
-    /**
-     * OTEL_EXPORTER_OTLP_ENDPOINT: OTLP/HTTP base URL (spans go to <url>/v1/traces).
-     * Unset: no tracer provider is registered and nothing is traced (src/tracing).
-     */
+    /** OTEL_EXPORTER_OTLP_ENDPOINT: OTLP/HTTP base URL; unset, nothing is traced. */
     otlpEndpoint: string | undefined;
   };
 }
@@ -269,10 +195,8 @@ export interface Exposure {
 }
 
 /**
- * A loopback bind is not proof that only this machine reaches the API: a
- * proxy, a tunnel or a sidecar on this host forwards the world to it. So any
- * sign of one counts: a non-loopback bind, a configured proxy (the operator
- * says requests arrive through something else), or NODE_ENV=production.
+ * A loopback bind does not prove only this machine reaches the API (a proxy or tunnel may forward
+ * to it), so any sign counts: a non-loopback bind, a configured proxy, or NODE_ENV=production.
  */
 export function exposureOf(s: {
   bindHost: string;
@@ -287,11 +211,8 @@ export function exposureOf(s: {
 }
 
 /**
- * A conservative estimate of a secret's entropy in bits: the least of
- * - length x log2(size of the character classes it uses) (a-z, A-Z, 0-9, other printable),
- * - its shortest repeating unit's length x the same ("abcabc..." is three characters),
- * - length x its per-character Shannon entropy ("xxxx...x1234" uses four classes but says little).
- * A human-chosen phrase can still score high; it only refuses what is obviously weak.
+ * A conservative entropy estimate in bits: the least of the character-class, repeating-unit and
+ * Shannon estimates. It only refuses what is obviously weak.
  */
 export function estimateEntropyBits(secret: string): number {
   const chars = [...secret];
@@ -324,9 +245,8 @@ const MIN_ENTROPY_BITS: Partial<Record<Credential, number>> = {
 };
 
 /**
- * Local-only credentials. They are published (README, docker-compose.yml),
- * so they are accepted only while every server binds to loopback: anyone who
- * can reach an exposed port has read them too.
+ * Published local-only credentials: accepted only on loopback, since anyone reaching an exposed port has
+ * read them.
  */
 export const PUBLISHED_CREDENTIALS = {
   adminToken: {
@@ -368,12 +288,8 @@ function weakRefusal(name: Credential, bits: number, minBits: number): string {
 }
 
 /**
- * A credential: the configured value, the local default when not exposed, or
- * a property that throws `ConfigError` when read: exposed without an
- * explicit value (or with a published one), or an explicit value too weak
- * for its MIN_ENTROPY_BITS. So exactly the processes that would use it
- * refuse to start (they read it while wiring), and the others (the worker,
- * the ops CLI) are unaffected.
+ * A credential, or a property that throws `ConfigError` when read (exposed without a safe value, or
+ * too weak): only the processes that use it refuse to start.
  */
 function defineCredential(target: object, name: Credential, env: NodeJS.ProcessEnv, exposure: Exposure) {
   const spec = PUBLISHED_CREDENTIALS[name];
@@ -401,10 +317,7 @@ function defineCredential(target: object, name: Credential, env: NodeJS.ProcessE
   }
 }
 
-/**
- * Reads the credentials a process uses, so a refused default stops it at
- * start-up with every offending variable named, not at its first request.
- */
+/** Reads a process's credentials at start-up, so a refusal names every variable before the first request. */
 export function requireCredentials(config: Config, names: Credential[]): void {
   const problems: string[] = [];
   for (const name of names) {
@@ -471,11 +384,7 @@ function webhookChargeWait(env: NodeJS.ProcessEnv): number {
   return ms;
 }
 
-/**
- * WEBHOOK_SECRET_PREVIOUS, defined like a credential but optional: it has no
- * local default, and a published example value is refused whenever the
- * current secret's would be (a rotation must never reopen the published one).
- */
+/** WEBHOOK_SECRET_PREVIOUS: optional; a published value is refused as the current one's would be. */
 function definePreviousWebhookSecret(target: object, env: NodeJS.ProcessEnv, exposure: Exposure) {
   const raw = env.WEBHOOK_SECRET_PREVIOUS;
   const value = raw === undefined || raw === '' ? null : raw;
@@ -502,18 +411,11 @@ interface ProvidersConfig {
   /** EMAIL_PROVIDER: `sandbox` (default) or `smtp`. */
   email: 'sandbox' | 'smtp';
   stripe: {
-    /**
-     * STRIPE_SECRET_KEY. Unset: a test key for the sandbox's Stripe surface
-     * (with apiBase the sandbox). A live key (`sk_live_`/`rk_live_`) is refused
-     * unless ONCEFLOW_ALLOW_LIVE=1.
-     */
+    /** STRIPE_SECRET_KEY; unset: the sandbox's test key. A live key needs ONCEFLOW_ALLOW_LIVE=1. */
     secretKey: string;
     /** STRIPE_API_BASE: where the Stripe API is (a local test server); unset with a real key: api.stripe.com. */
     apiBase: string | undefined;
-    /**
-     * STRIPE_WEBHOOK_SECRET (the endpoint's `whsec_...`). Null: the sandbox
-     * signs (no STRIPE_SECRET_KEY), so WEBHOOK_SECRET verifies.
-     */
+    /** STRIPE_WEBHOOK_SECRET; null: the sandbox signs, so WEBHOOK_SECRET verifies. */
     webhookSecret: string | null;
     /** STRIPE_KEY_WINDOW_MS: how long Stripe keeps idempotency keys (24 h; shortened against a test server). */
     keyWindowMs: number;
@@ -768,8 +670,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
     },
     retention: {
       windowMs: duration(env, 'RETENTION_WINDOW_MS', 7 * 24 * 60 * 60 * 1000),
-      // 15 min: often enough, with the Schedule's batch caps, to keep up with 30 orders/s
-      // (the arithmetic is in src/retention/schedule.ts).
+      // With the Schedule's batch caps, keeps up with the benchmarked rate (src/retention/schedule.ts).
       intervalMs: duration(env, 'RETENTION_INTERVAL_MS', 15 * 60 * 1000),
       // Both checked against the 3-day redelivery horizon when the worker creates the Schedule.
       webhookWindowMs: duration(env, 'RETENTION_WEBHOOK_WINDOW_MS', 7 * 24 * 60 * 60 * 1000),

@@ -1,22 +1,8 @@
 /**
- * Structured logs through pino (the logger Fastify is built on): one JSON
- * object per line, a message plus fields. Never log SQL parameters, payloads
- * or secrets; the redact paths below are the safety net, not the policy.
- *
- * Each composition root calls `configureLogging` once with its config
- * (LOG_LEVEL, LOG_PRETTY) and its service name. Code logs through the
- * `log` facade (`log.info(msg, fields)`), which always writes to the
- * configured logger; the API hands the same pino instance to Fastify
- * (`rootLogger()`), and the worker hands it to the Temporal SDK
- * (`temporalSdkLogger()`), so every line of a process has one format.
- *
- * Lines at warn and above go to stderr, the rest to stdout (as before pino).
- *
- * A line written while a trace span is active (inside a traced HTTP request,
- * an activity, a provider call) carries its `trace_id` and `span_id`, so one
- * order's log lines and its trace join. Without tracing (no
- * OTEL_EXPORTER_OTLP_ENDPOINT) there is never an active span and lines carry
- * neither.
+ * Structured logs through pino: a message plus fields, one JSON object per line. Never log SQL
+ * parameters, payloads or secrets; the redact paths are the safety net, not the policy.
+ * One logger per process (`configureLogging`), shared with Fastify and the Temporal SDK so every
+ * line has one format; a line inside a trace span carries its `trace_id` and `span_id`.
  */
 import { createRequire } from 'node:module';
 import { pino, stdTimeFunctions, type DestinationStream, type Logger } from 'pino';
@@ -28,11 +14,7 @@ export type { Logger };
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 export type Fields = Record<string, unknown>;
 
-/**
- * Paths pino censors wherever they appear in a line's fields: credentials
- * (Authorization, API keys, the admin token), webhook secrets and signature
- * headers. `*` matches one level, so `headers` nested one deep is covered too.
- */
+/** Credentials, secrets and signature headers; `*` matches one level, so nested `headers` are covered. */
 const REDACT_PATHS = [
   'authorization',
   'apiKey',
@@ -194,12 +176,7 @@ function sdkFields(meta: LogMetadata | undefined): Fields {
   return fields;
 }
 
-/**
- * The Temporal SDK's Logger interface on pino, for `Runtime.install({ logger })`:
- * the SDK's own lines (worker state, activity and workflow logs, the Rust
- * core's forwarded lines) come out in our format with its metadata as fields.
- * Reads the process's logger at each call, so it follows `configureLogging`.
- */
+/** The Temporal SDK's Logger on pino, read at each call so it follows `configureLogging`. */
 export function temporalSdkLogger(target: () => Logger = rootLogger): SdkLogger {
   const write = (level: SdkLogLevel, message: string, meta?: LogMetadata) =>
     target()[SDK_LEVELS[level] ?? 'info'](sdkFields(meta), message);

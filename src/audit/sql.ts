@@ -1,18 +1,11 @@
 /**
- * SQL for the `audit_log` table, and the only module that queries it: who
- * did what to which operation or order, and why. The table is append-only
- * (a trigger refuses UPDATE/DELETE/TRUNCATE): there is an insert and there
- * are selects. One function per statement, client first so an audit row can
- * commit in the same transaction as the change it records.
+ * SQL for the append-only `audit_log` (a trigger refuses UPDATE/DELETE): who did what, and why.
+ * Client first, so an audit row commits with the change it records.
  */
 import type { Queryable } from '../db/index.ts';
 import type { Json } from 'onceflow';
 
-/**
- * A re-drive is recorded in two rows (migrations/0017): `redrive_requested`
- * before Temporal is called, then its result: `redrive` (taken),
- * `redrive_refused` (nothing ran) or `redrive_unknown` (it may still run).
- */
+/** A re-drive is two rows: `redrive_requested` before Temporal is called, then its result. */
 export type AuditAction =
   | 'reconcile'
   | 'resolve'
@@ -24,11 +17,8 @@ export type AuditAction =
   | 'restore';
 export type AuditSource = 'cli' | 'api';
 /**
- * How the actor was established (migrations/0016): `operator_token`, the
- * API with a named operator's token (actor = its name); `admin_token`, the
- * API with the shared bootstrap token (actor = 'admin-token'); or
- * `self_declared`, the CLI's --actor or OS user, as claimed (and every row
- * written before 0016).
+ * How the actor was established: a named operator's token, the bootstrap admin token, or self-declared
+ * (CLI).
  */
 export type ActorCredential = 'operator_token' | 'admin_token' | 'self_declared';
 
@@ -131,10 +121,7 @@ export interface AuditFilter {
   /** Exactly this actor (an operator's name, 'admin-token', or a CLI user). */
   actor?: string;
   action?: AuditAction;
-  /**
-   * Text anywhere in the reason, the operation key or the workflow ID, case
-   * ignored: what an operator remembers of an action (an order or refund ID, a word of the why).
-   */
+  /** Text anywhere in the reason, operation key or workflow ID, case ignored. */
   text?: string;
   limit: number;
 }

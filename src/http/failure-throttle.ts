@@ -1,13 +1,7 @@
 /**
- * A per-address throttle on failed credential checks: past `max` failures in
- * a fixed window, the address is refused (the caller answers 429 with
- * Retry-After) until its window ends, and the caller skips the credential
- * check entirely, so a guesser learns nothing and costs us nothing.
- *
- * Memory is bounded: at most `maxTrackedAddresses` entries; when full, the
- * oldest window is forgotten (Map keeps insertion order, and every window has
- * the same length, so the first entry is the oldest). It lives per process:
- * with N API processes an address gets up to N x max attempts per window.
+ * A per-address throttle on failed credential checks: past `max` failures in a fixed window the
+ * check is skipped and refused, so a guesser learns nothing and costs nothing. Bounded memory: when
+ * full, the oldest window (the Map's first entry) is forgotten. Per process.
  */
 export interface FailureThrottleOptions {
   /** Failures one address may make per window; the next attempt is refused. */
@@ -59,10 +53,8 @@ export class FailureThrottle {
   }
 
   /**
-   * Takes back one failure counted by `fail`. Lets a caller count an attempt
-   * before an asynchronous check (so concurrent attempts cannot all pass
-   * `retryAfterSeconds` while the first ones are still being checked) and
-   * take it back once the credential proved good.
+   * Takes back a failure counted before an async check, so concurrent attempts can't all slip past the
+   * limit.
    */
   forgive(address: string): void {
     const entry = this.#failures.get(address);

@@ -1,16 +1,7 @@
-/**
- * OpenAPI documentation helpers shared by every route module of the API
- * process (tenant routes in src/api/, admin routes in src/ops/): the problem
- * body, response and header builders, and the keyword that marks a header as
- * documented-required. Route-specific schemas stay with their routes.
- */
+/** OpenAPI helpers shared by the tenant and admin routes; route-specific schemas stay with their routes. */
 import { Type, type TSchema } from '@fastify/type-provider-typebox';
 
-/**
- * A header (request parameter or response header) with this keyword is
- * documented as required; app.ts turns it into `required: true` on the
- * parameter or header object. Route validation never reads it.
- */
+/** Marks a header documented as required (app.ts makes it `required: true`); validation never reads it. */
 export const DOCUMENTED_REQUIRED = 'x-documented-required';
 
 const Problem = Type.Object(

@@ -1,7 +1,6 @@
 /**
- * The `Prefer` request header (RFC 7240), read the way §2 asks: a client's
- * preference is a hint, so a preference the server cannot parse is ignored,
- * never an error. Only what the API honours is exposed (`wait`).
+ * The `Prefer` request header (RFC 7240): a preference is a hint, so one we cannot parse is ignored,
+ * never an error.
  *
  *   Prefer     = 1#preference
  *   preference = token [ BWS "=" BWS word ] *( OWS ";" [ OWS parameter ] )
@@ -21,12 +20,7 @@ export const MAX_PREFER_WAIT_SECONDS = 30;
 const TCHAR = /[!#$%&'*+\-.^_`|~0-9A-Za-z]/;
 const WS = /[ \t]/;
 
-/**
- * Each preference's name (lowercased) and value (`''` when it has none;
- * quoted strings unquoted), first occurrence only. Parameters are parsed (so
- * a `;` inside one doesn't end the element) and dropped: no preference the
- * API honours has any.
- */
+/** Each preference's lowercased name and value, first occurrence only; parameters are parsed and dropped. */
 export function parsePrefer(header: string | string[] | undefined): Map<string, string> {
   const out = new Map<string, string>();
   if (header === undefined) return out;
@@ -115,11 +109,7 @@ export function parsePrefer(header: string | string[] | undefined): Map<string, 
   return out;
 }
 
-/**
- * The wait the client prefers, in whole seconds, clamped to
- * MAX_PREFER_WAIT_SECONDS; undefined when there is no usable `wait`
- * (absent, or not `1*DIGIT` as RFC 7240 §4.3's delta-seconds requires).
- */
+/** The preferred wait in whole seconds, clamped; undefined when there is no usable `wait`. */
 export function preferredWaitSeconds(header: string | string[] | undefined): number | undefined {
   const raw = parsePrefer(header).get('wait');
   if (raw === undefined || !/^[0-9]+$/.test(raw)) return undefined;

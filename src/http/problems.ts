@@ -1,10 +1,6 @@
 /**
- * RFC 9457 problem details: the ONE implementation for every HTTP error of
- * the API process (tenant routes, admin routes, framework and router errors).
- * Every error response is `application/problem+json` with one of the
- * documented `type` URIs below (docs/API.md and docs/OPERATIONS.md list
- * them). `detail` is always written by us for the client; internal messages,
- * SQL, stack traces and the request's own URL never reach it.
+ * RFC 9457 problem details: the ONE implementation for every HTTP error of the API process, each
+ * with a documented `type`. `detail` is ours; internal messages, SQL and the URL never reach it.
  */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { log, errorFields } from '../log.ts';
@@ -132,17 +128,12 @@ export class ProblemError extends Error {
 
 export function sendProblem(reply: FastifyReply, problem: ProblemError): FastifyReply {
   for (const [name, value] of Object.entries(problem.headers)) void reply.header(name, value);
-  // Refused before its body arrived (a 401 in onRequest, a bad webhook signature header, a 429): close
-  // the connection, so a client trickling the rest of the body can't keep the socket for its own sake.
+  // Refused before its body arrived: close, so a client trickling the body can't keep the socket.
   if (!reply.request.raw.complete) void reply.header('connection', 'close');
   return reply.code(problem.statusCode).type('application/problem+json').send(problem.body());
 }
 
-/**
- * Fastify's `frameworkErrors` option: router errors raised before any route
- * or hook runs (a bad %-escape, an over-long path parameter). Without it
- * Fastify answers with its own JSON and echoes the URL.
- */
+/** Router errors before any route runs; without this Fastify answers its own JSON and echoes the URL. */
 export function frameworkErrorHandler(err: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
   void sendProblem(reply, toProblem(err, request));
 }

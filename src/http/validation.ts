@@ -1,13 +1,7 @@
 /**
- * The one validator compiler of the API process (tenant and admin routes).
- *
- * Bodies are JSON and validated as sent: no coercion at all ("2" is not a
- * quantity). Query strings, path parameters and headers arrive as text, so
- * a number or boolean has to be parsed, but only from its exact spelling:
- * `limit=100` is 100, while `limit=100.5`, `limit=true`, `limit=1e2`,
- * `limit=` or `limit=0x10` stay strings and fail the schema with a 400.
- * (TypeBox's `Value.Convert`, which @fastify/type-provider-typebox applies to
- * these parts, truncates 100.5 to 100 and turns true into 1.)
+ * The one validator compiler of the API process. Bodies are never coerced; query, params and
+ * headers are parsed only from a number's exact spelling (`limit=100.5` stays a string and fails),
+ * unlike TypeBox's `Value.Convert`, which truncates.
  */
 import type { FastifySchemaCompiler } from 'fastify';
 import { TypeBoxValidatorCompiler, type TSchema } from '@fastify/type-provider-typebox';

@@ -1,14 +1,7 @@
 /**
- * Metrics of the API under node:cluster (src/api/cluster.ts): the processes
- * share the API port, but a scrape must see all of them, not whichever took
- * the connection. So the primary owns the metrics listener and, per scrape,
- * asks every process for its registry over the cluster's IPC channel, then
- * merges the answers into one exposition (each process's series carry its
- * `process` label, so nothing is summed across processes).
- *
- * A process that does not answer in time (starting, stuck, exiting) is left
- * out of that scrape and `onceflow_metrics_source_up{source="api-<i>"}` says
- * so; the scrape itself still answers.
+ * Metrics under node:cluster: a scrape must see every process, not whichever took the connection,
+ * so the primary asks each over IPC and merges. A process that does not answer in time is left out,
+ * and `onceflow_metrics_source_up` says so.
  */
 import type { Worker } from 'node:cluster';
 import { AggregatorRegistry, Gauge, type Registry } from 'prom-client';

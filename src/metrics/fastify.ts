@@ -1,9 +1,4 @@
-/**
- * Fastify integration: one onResponse hook that records every response under
- * its route pattern. It serves nothing: the registry is scraped on a listener
- * of its own (./server.ts), never on the API's port, where any client could
- * read every tenant's figures.
- */
+/** One onResponse hook recording every response by route pattern; it serves nothing (server.ts does). */
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import type { Metrics } from './metrics.ts';
 
@@ -11,11 +6,7 @@ export interface MetricsPluginOptions {
   metrics: Metrics;
 }
 
-/**
- * `await app.register(metricsPlugin({ metrics }))`, before the routes.
- * The plugin is not encapsulated (skip-override, what fastify-plugin sets),
- * so its hook sees every route of the app, including 404s ('unmatched').
- */
+/** Register before the routes; not encapsulated, so its hook sees every route, 404s included. */
 export function metricsPlugin(opts: MetricsPluginOptions): FastifyPluginAsync {
   const { metrics } = opts;
   const plugin: FastifyPluginAsync = async (app: FastifyInstance) => {

@@ -1,17 +1,7 @@
 /**
- * Prometheus metrics for the API and the worker, through prom-client.
- *
- * Terminology
- * - counter: moves on an event in THIS process (a ledger event, an HTTP
- *   response). Each process exports its own; Prometheus sums across them.
- * - backlog gauge: read from Postgres when scraped (not per process): the
- *   age of the oldest unresolved record, unresolved counts, orders waiting
- *   on a human. Every process that is given a pool exports the same values,
- *   so aggregate them with max(), never sum().
- *
- * Label values are bounded: operation types are constants of the code,
- * outcomes come from the ledger's fixed vocabulary, HTTP routes are route
- * patterns (never raw URLs).
+ * Prometheus metrics for the API and the worker. Counters are per process (sum them); backlog
+ * gauges are read from Postgres at scrape time (aggregate with max(), never sum()). Label values
+ * are bounded: constants, the ledger's vocabulary, route patterns (never raw URLs).
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { withTransaction, type Pool } from '../db/index.ts';
@@ -27,11 +17,7 @@ export interface MetricsOptions {
   registry?: Registry;
   /** Postgres for the backlog gauges; without it they are not registered. */
   pool?: Pool;
-  /**
-   * Running order workflows that Temporal visibility shows parked (see
-   * src/orders/attention.ts). With it, the needs_attention gauge also counts
-   * orders whose workflow parked without being able to record it on the row.
-   */
+  /** Parked workflows from visibility, so needs_attention also counts those whose row write failed. */
   parkedWorkflowIds?: () => Promise<string[]>;
   /** Upper bound on one scrape's database work. Default 2 000 ms. */
   queryTimeoutMs?: number;

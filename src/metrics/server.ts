@@ -1,10 +1,6 @@
 /**
- * The metrics listener of every process, on a port of its own and never the
- * API's (the figures span every tenant): GET /metrics serves our registry,
- * followed by the text of any merged sources (the Temporal SDK's own
- * Prometheus endpoint), so one scrape target covers the whole process. The
- * API cluster primary passes `collect` instead, gathering its processes'
- * registries (./cluster.ts).
+ * Every process's metrics listener, never on the API port (the figures span every tenant). GET
+ * /metrics appends merged sources (the SDK's endpoint), so one scrape target covers the process.
  */
 import http from 'node:http';
 import { Gauge, type Registry } from 'prom-client';
@@ -15,11 +11,7 @@ export interface MetricsServerOptions {
   registry: Registry;
   port: number;
   host?: string;
-  /**
-   * Prometheus endpoints whose text is appended to ours (e.g. the SDK's
-   * `http://127.0.0.1:9465/metrics`). Their metric names must not collide
-   * with ours; the SDK's are all prefixed `temporal_`.
-   */
+  /** Prometheus endpoints appended to ours; names must not collide (the SDK's are `temporal_*`). */
   merge?: string[];
   /** Per merged source, per scrape. Default 2 000 ms. */
   mergeTimeoutMs?: number;
@@ -27,10 +19,7 @@ export interface MetricsServerOptions {
   collect?: () => Promise<string>;
   /** Names the port in the error when it is taken, e.g. 'API metrics (API_METRICS_PORT)'. */
   what?: string;
-  /**
-   * Serves GET /healthz (the process is up) and GET /readyz (this check: 200
-   * when ready, else 503), e.g. the worker's (src/worker/health.ts).
-   */
+  /** Serves GET /healthz and GET /readyz (200 when this check passes, else 503). */
   readiness?: () => Promise<{ ready: boolean; checks: Record<string, string> }>;
 }
 

@@ -1,10 +1,6 @@
 /**
- * The one statement behind the scrape-time gauges. It reads two tables
- * (operations and orders) in one snapshot, so it lives here rather than in
- * either table's module; single-table reads of the scrape live with their
- * table (src/outbox/sql.ts, src/orders/sql.ts). Each subquery is served by
- * an index (operations_unresolved_idx, orders_status), so a scrape stays
- * cheap however many completed records and orders exist.
+ * The scrape-time gauges' statement: two tables in one snapshot, so it lives here. Each subquery is
+ * served by an index, so a scrape stays cheap however much history exists.
  */
 import type { Queryable } from '../db/index.ts';
 
@@ -50,11 +46,7 @@ export async function selectBacklog(db: Queryable): Promise<BacklogSnapshot> {
   };
 }
 
-/**
- * Bounds the scrape's statement on the server (SET LOCAL, so it ends with the
- * transaction): a slow database makes a scrape report "unavailable" instead
- * of hanging Prometheus and piling up connections.
- */
+/** A slow database makes a scrape report "unavailable" instead of piling up connections. */
 export async function setLocalStatementTimeout(db: Queryable, ms: number): Promise<void> {
   await db.query(`select set_config('statement_timeout', $1, true)`, [String(Math.max(1, Math.floor(ms)))]);
 }

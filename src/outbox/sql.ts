@@ -1,9 +1,6 @@
 /**
- * SQL for the `workflow_outbox` table, and the only module that queries it:
- * the intent to start an order's workflow, committed with the order row.
- * The API inserts a row in the order's transaction; the relay
- * (src/api/outbox.ts) claims due rows, starts their workflows and records
- * the outcome. One function per statement, client first.
+ * SQL for `workflow_outbox`, and the only module that queries it: the intent to start an order's
+ * workflow, committed with the order row; the relay (src/api/outbox.ts) starts it.
  */
 import type { Queryable } from '../db/index.ts';
 import type { OrderWorkflowInput } from '../orders/model.ts';
@@ -40,12 +37,8 @@ export interface NewOutboxRow {
 }
 
 /**
- * Inserts the start intent, due at once, or with `claimedForMs` already
- * claimed by the inserting process for that long (the same lease a claim
- * takes, see claimOutboxRow): the accepting API starts the workflow right
- * after commit without a claim statement of its own, and if it dies first,
- * any relay starts it once the lease runs out. Returns the row as the relay
- * reads it. The API calls it in the order's transaction.
+ * Inserts the start intent, optionally already claimed for `claimedForMs`: the accepting API starts
+ * the workflow after commit with no claim statement, and if it dies first any relay takes over.
  */
 export async function insertOutbox(db: Queryable, r: NewOutboxRow): Promise<OutboxRow> {
   await db.query({
@@ -87,20 +80,11 @@ const OUTBOX_COLUMNS = `workflow_id, tenant_id, order_id, workflow_type, task_qu
   trace_context, memo`;
 
 /**
- * Claims up to `limit` due, unstarted rows of every task queue, in one
- * autocommitted statement: their next_attempt_at moves `leaseMs` ahead, so no
- * other relay takes them while this one starts their workflows, and no
- * transaction (or row lock) stays open across the Temporal calls. If this
- * relay dies before recording the outcome, the rows are due again once the
- * lease ends, and a repeated start is harmless (deterministic workflow ID).
- * SKIP LOCKED: concurrent claimers never wait on each other's rows; the
- * locked rows are re-checked against the WHERE clause, so a row is handed
- * to one claimer only.
- *
- * No task_queue filter: a row is started on the queue recorded with it, by
- * whichever API relays. Filtering by the relay's own queue left the rows of
- * any other queue (an API whose TEMPORAL_TASK_QUEUE changed, or that died
- * for good) unstarted forever.
+ * Claims due rows by moving next_attempt_at `leaseMs` ahead, autocommitted, so no transaction stays
+ * open across the Temporal calls; a dead relay's rows come due again, and a repeated start is
+ * harmless (deterministic workflow ID). SKIP LOCKED: claimers never wait on each other, and the WHERE
+ * is re-checked, so one claimer gets each row. No task_queue filter: a queue with no relay of its
+ * own would never start.
  */
 export async function claimDueOutbox(db: Queryable, limit: number, leaseMs: number): Promise<OutboxRow[]> {
   const { rows } = await db.query<OutboxRow>(
@@ -122,9 +106,7 @@ export async function claimDueOutbox(db: Queryable, limit: number, leaseMs: numb
 }
 
 /**
- * The same claim for one row, used to start a workflow right after its order
- * commits. A concurrent claimer of the same row waits for this autocommitted
- * update, then re-checks `next_attempt_at <= now()` and finds it claimed.
+ * The same claim for one row; a concurrent claimer waits, re-checks `next_attempt_at` and finds it claimed.
  */
 export async function claimOutboxRow(
   db: Queryable,
@@ -141,11 +123,7 @@ export async function claimOutboxRow(
   return rows[0] ?? null;
 }
 
-/**
- * `startedAt`: when the workflow was started, if known from Temporal (a row
- * found already started); null means "just now", the database clock right
- * after this workflow's start call returned.
- */
+/** `startedAt`: from Temporal when known; null means now (database clock). */
 export async function markOutboxStarted(
   db: Queryable,
   workflowId: string,
@@ -200,9 +178,8 @@ export async function selectOutboxBacklog(db: Queryable): Promise<OutboxBacklog>
 }
 
 /**
- * The start intent of a workflow Temporal already runs, rebuilt after a
- * database restore (src/ops/recover.ts): recorded as started, so no relay
- * starts it again (which would be harmless, but noisy). Never overwrites.
+ * A start intent rebuilt after a restore, recorded as started so no relay starts it again. Never
+ * overwrites.
  */
 export async function insertStartedOutbox(
   db: Queryable,
@@ -228,17 +205,9 @@ export async function insertStartedOutbox(
 }
 
 /**
- * Retention (src/retention/prune.ts): deletes at most `limit` rows whose
- * workflow was started longer ago than `olderThanMs`, oldest first, in one
- * short autocommitted statement; returns how many it deleted. A started row
- * is history: the relay only reads unstarted rows, the workflow carries its
- * input and memo in Temporal, and a recovery after a restore re-inserts the
- * started rows it needs (insertStartedOutbox). The webhook route reads
- * started_at to tell a workflow that ran and is gone from one not started yet;
- * the window (never shorter than the providers' redelivery horizon) outlasts
- * every delivery about the order. An unstarted row is never deleted, however
- * old: it is an order whose workflow must still start. Served by the partial
- * index workflow_outbox_started_idx (0022).
+ * Retention: deletes up to `limit` rows started over `olderThanMs` ago, oldest first. A started row
+ * is history (the window outlasts the webhook route's need for started_at); an unstarted one is an
+ * order still to start, so never deleted. Served by workflow_outbox_started_idx.
  */
 export async function deleteStartedOutbox(
   db: Queryable,

@@ -38,13 +38,9 @@ export interface SandboxClientOptions {
 }
 
 /**
- * The connection pool every provider client of this process shares: undici's
- * `request` on keep-alive connections, not `fetch`. Same HTTP engine (fetch
- * is undici too) with the same Agent defaults as fetch's global dispatcher,
- * without the WHATWG layer (Request/Response objects, web streams) that costs
- * about 4x the client CPU per call (`npm run bench:http`; docs/BENCHMARKS-JOURNAL.md,
- * round 7). No automatic retries, as with fetch, and no redirects (fetch
- * followed them): a POST is sent at most once per call, to this URL only.
+ * The connection pool every provider client shares: undici's `request`, not `fetch`, whose WHATWG
+ * layer costs several times the CPU per call (`npm run bench:http`). No retries and no redirects: a
+ * POST is sent at most once per call, to this URL only.
  */
 const dispatcher = new Agent();
 
@@ -58,13 +54,8 @@ interface ApiErrorBody {
 }
 
 /**
- * Errors that can only happen before a connection exists, so before any
- * byte of the request was written: refused by the peer, or no address for
- * the host. Undici's `request` rejects with the socket's own error, whose
- * code and syscall say which (`connect` / `getaddrinfo`). With happy
- * eyeballs the error is an AggregateError of one such error per address.
- * Anything else (reset, socket closed, timeout, abort) may come after the
- * request left, so it stays uncertain.
+ * Errors that can only happen before any byte was written (refused, no address; with happy eyeballs
+ * an AggregateError of them). Anything else may come after the request left, so it stays uncertain.
  */
 const NOT_SENT: Record<string, { syscall: string; code: string }> = {
   ECONNREFUSED: { syscall: 'connect', code: 'connection_refused' },

@@ -1,21 +1,8 @@
 /**
- * Receipts over SMTP, with `nodemailer`.
- *
- * SMTP has no idempotency and nothing to ask afterwards: a send whose
- * answer was lost (timeout, connection dropped after DATA) may or may not
- * have been delivered, and the server can't tell us. What it offers is a
- * stable identity: every send of one receipt carries the same `Message-ID`,
- * derived from the step's downstream key (so from its operation key), and
- * mail clients and many servers collapse or thread duplicates by it.
- *
- * The capabilities say `none`, and the declared policy decides
- * (src/steps/receipt.ts):
- * - `at_least_once` (default): send again under the same Message-ID. A
- *   receipt is a courtesy copy of something the customer can see anyway; a
- *   duplicate costs little and is recognisable, a missing one costs a support
- *   call.
- * - `at_most_once`: never send again after an uncertain attempt; the order
- *   goes to an operator.
+ * Receipts over SMTP, with `nodemailer`. SMTP has no idempotency and nothing to ask afterwards, so a
+ * lost answer stays uncertain; every send of one receipt carries the same `Message-ID`, by which
+ * clients collapse duplicates. The declared policy decides (src/steps/receipt.ts); the default,
+ * `at_least_once`, because a duplicate receipt costs less than a missing one.
  *
  * Errors:
  *   connection refused, DNS      -> not_sent (definite: nothing left)
@@ -50,11 +37,7 @@ function fromDomain(from: string): string {
   return m?.[1] ?? 'onceflow.invalid';
 }
 
-/**
- * The Message-ID of the receipt sent under this key: the same for every
- * send. A hash, so it carries no part of the key (no tenant or order id) and
- * only characters a Message-ID allows.
- */
+/** The same Message-ID for every send under this key; a hash, so it leaks no tenant or order id. */
 export function messageIdFor(downstreamKey: string, from: string): string {
   const digest = createHash('sha256').update(downstreamKey).digest('hex').slice(0, 40);
   return `<receipt.${digest}@${fromDomain(from)}>`;

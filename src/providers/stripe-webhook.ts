@@ -1,8 +1,6 @@
 /**
- * Stripe's webhook signature (`Stripe-Signature: t=…,v1=…`), checked with the
- * official `stripe.webhooks.constructEvent` over the RAW body bytes and the
- * endpoint's signing secret (300 s tolerance). Failures are reported as the
- * sandbox verifier's WebhookSignatureError, so the route treats both alike.
+ * Stripe's webhook signature via `stripe.webhooks.constructEvent`; failures as WebhookSignatureError, so
+ * the route treats both alike.
  */
 import Stripe from 'stripe';
 import { WebhookSignatureError } from './webhook-signature.ts';

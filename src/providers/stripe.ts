@@ -1,34 +1,14 @@
 /**
  * The Stripe payment provider, on the official `stripe` package.
  *
- * - A charge is one PaymentIntent, created and confirmed in one call
- *   (`confirm: true`), with the step's downstream key as the Idempotency-Key
- *   and again in metadata (`idempotency_key`), next to the order's metadata
- *   (operation key, order and tenant ids). Stripe has no lookup by key, so
- *   the metadata copy is what a search finds after the key window.
- * - How an uncertain outcome is settled (capabilities): inside the key window
- *   by replaying the same request under the same key (Stripe returns the
- *   stored outcome, or performs it if it never happened); after it, and when
- *   the request isn't at hand, by searching the metadata, whose index lags
- *   (src/steps/settle.ts).
- * - A refund is `refunds.create` on the PaymentIntent, under the refund
- *   step's downstream key, with that key and the step's operation key in
- *   metadata. Inside the window a lost answer is replayed under the same key;
- *   after it (or without the request) the PaymentIntent's refunds are listed
- *   and matched on both metadata references. That listing is treated like
- *   search: its "not found" proves nothing until the declared lag has passed.
- * - Who retries: nobody in here. `maxNetworkRetries: 0`, so Temporal and the
- *   ledger are the only retry loops (bounded, visible in the history, and
- *   each one reconciles first). The client's own retries would be safe only
- *   inside the key window (same key) and are invisible, and they would
- *   stretch one call past the activity's timeout. stripe-node retries a
- *   connection closed before any response once even with retries off
- *   (ECONNRESET/EPIPE); `noHiddenRetry` turns that into an ordinary
- *   connection error, so a lost answer always reaches the ledger as
- *   `uncertain`.
+ * - A charge is one confirmed PaymentIntent under the step's downstream key, which also goes into
+ *   metadata: Stripe has no lookup by key, so a search after the key window finds it there.
+ * - A lost outcome is settled by replaying the same request inside the key window, else by search
+ *   (its index lags; src/steps/settle.ts). Refunds alike, by listing the PaymentIntent's refunds.
+ * - Nobody retries in here (`maxNetworkRetries: 0`, and `noHiddenRetry` for stripe-node's one
+ *   hidden retry): Temporal and the ledger are the only retry loops, and each reconciles first.
  *
- * Errors map onto ProviderError kinds with the same meanings as the sandbox
- * client's (src/providers/sandbox.ts):
+ * Errors map onto ProviderError kinds as in src/providers/sandbox.ts:
  *   402 card_error (a decline)   -> Charge with status 'failed' (definite)
  *   409 (same key in flight)     -> in_progress
  *   400 idempotency_error        -> key_conflict (the key's first request may have acted)
@@ -67,9 +47,8 @@ export const KEY_METADATA = 'idempotency_key';
 const CLOSED_CONNECTION_CODES = new Set(['ECONNRESET', 'EPIPE']);
 
 /**
- * stripe-node's Node HTTP client, except that a connection closed before the
- * response reports code `ECONNCLOSED` (the original as its cause), which
- * stripe-node does not retry. See "Who retries" above.
+ * stripe-node's HTTP client, except a connection closed before the response is `ECONNCLOSED`, which it does
+ * not retry.
  */
 function noHiddenRetry(): Stripe.HttpClient {
   const inner = Stripe.createNodeHttpClient();
@@ -191,10 +170,8 @@ function providerErrorFromStripe(what: string, err: unknown): ProviderError {
 const MAX_REFUND_PAGES = 10;
 
 /**
- * The create request for a refund: exported so the stripe-mock test sends exactly this.
- * Our free-text reason goes into metadata: Stripe's own `reason` is an enum
- * (duplicate, fraudulent, requested_by_customer) with side effects (fraudulent
- * feeds Radar's block lists), which a customer's words must not choose.
+ * The create request for a refund. Our free-text reason goes into metadata: Stripe's `reason` enum
+ * has side effects (fraudulent feeds Radar), which a customer's words must not choose.
  */
 export function refundParams(req: RefundRequest, idempotencyKey: string): Stripe.RefundCreateParams {
   return {
@@ -213,12 +190,7 @@ function refundMatches(r: Stripe.Refund, ref: RefundSearch): boolean {
   return r.metadata?.[KEY_METADATA] === ref.idempotencyKey && r.metadata?.operation_key === ref.operationKey;
 }
 
-/**
- * A Stripe refund as a Refund, when its outcome is final: `succeeded`, or
- * `failed` / `canceled` (definite: the money did not move). `pending` and
- * `requires_action` are not outcomes yet: uncertain, so the step stays
- * unknown and is settled later (a search, or a refund.updated event).
- */
+/** A Stripe refund as a Refund when final; `pending` and `requires_action` are uncertain, settled later. */
 function refundFromStripe(what: string, r: Stripe.Refund, chargeId: string, key: string): Refund {
   const metadata = stringMap(r.metadata);
   const base = {
@@ -273,8 +245,7 @@ export function createStripePaymentProvider(opts: StripeProviderOptions): Paymen
       try {
         refund = await stripe.refunds.create(refundParams(req, idempotencyKey), { idempotencyKey });
       } catch (err) {
-        // A refusal before acting (no such PaymentIntent, more than is left to refund) is a 400:
-        // `rejected`, nothing was refunded. Everything else as for a charge.
+        // A 400 refusal before acting is `rejected`: nothing was refunded.
         throw providerErrorFromStripe(what, err);
       }
       return refundFromStripe(what, refund, req.chargeId, idempotencyKey);

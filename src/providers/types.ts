@@ -1,18 +1,11 @@
 /**
- * Provider interfaces: what the product needs from a payment provider and an
- * email provider. The sandbox (dev/sandbox) implements them over HTTP; a real
- * provider (Stripe, an email API) would get its own adapter with the same
- * shape. See docs/PROVIDERS.md.
+ * What the product needs from a payment and an email provider; each adapter (sandbox, Stripe,
+ * SMTP) implements these. See docs/PROVIDERS.md.
  *
  * Terminology
- * - idempotency key: the downstream key sent with every create request. It is
- *   derived from the operation key and stable across retries. How an effect
- *   is found again after a lost response depends on the provider: each
- *   adapter declares it in `capabilities` (see ProviderCapabilities).
- * - definite: the caller knows for sure whether the effect happened. A decline
- *   is definite (a `Charge` with status 'failed'); a timeout is not.
- * - uncertain: the effect MAY have happened. Never presume it failed: look it
- *   up by its key (reconcile) and only then retry with the SAME key.
+ * - idempotency key: the downstream key sent with every create request, stable across retries.
+ * - definite: we know whether the effect happened (a decline is definite; a timeout is not).
+ * - uncertain: the effect MAY have happened: reconcile by key, then retry with the SAME key.
  */
 
 export interface ChargeRequest {
@@ -42,73 +35,39 @@ export interface Charge {
 }
 
 /**
- * How a provider can settle an uncertain outcome (a lost response), declared
- * by each adapter and read by src/steps/settle.ts. Real providers differ:
- * - `lookup`: the provider answers "what did you do under key K" exactly
- *   (the sandbox's GET ?idempotency_key=). "Not found" is proof.
- * - `replay`: no lookup, but inside the key window the SAME request under the
- *   SAME key returns the stored outcome, or performs it if it never happened
- *   (Stripe). Safe because the provider dedupes by the key; needs the request.
- * - `search`: a query by a reference we stored with the effect (Stripe's
- *   metadata search). The index lags behind writes by up to `lagMs`, so "not
- *   found" is proof only once `lagMs` has passed since the last request that
- *   could have made the effect.
- * - `none`: the provider can't be asked at all (SMTP). A declared delivery
- *   policy decides (EmailProvider.uncertainPolicy).
+ * How a provider can settle a lost response (read by src/steps/settle.ts):
+ * - `lookup`: "what did you do under key K", exactly; not found is proof (the sandbox).
+ * - `replay`: the same request under the same key returns the stored outcome (Stripe).
+ * - `search`: by a stored reference; not found is proof only `lagMs` after the last request.
+ * - `none`: can't be asked (SMTP); EmailProvider.uncertainPolicy decides.
  */
 type SettleMethod = 'lookup' | 'replay' | 'none';
 type AfterWindowMethod = { kind: 'lookup' } | { kind: 'search'; lagMs: number } | { kind: 'none' };
 
 export interface ProviderCapabilities {
-  /**
-   * How long the provider remembers an idempotency key, or null when it has
-   * no keys at all (SMTP). The ledger never performs again under a key past
-   * this window (minus a margin), so it bounds the automatic retry horizon.
-   */
+  /** How long the provider remembers a key (null: no keys); bounds the automatic retry horizon. */
   keyWindowMs: number | null;
   /** How an uncertain outcome is settled while the record is inside the key window. */
   withinWindow: SettleMethod;
-  /**
-   * How it is settled after the window, and whenever `withinWindow` can't be
-   * used (a replay needs the original request, which an operator's reconcile
-   * doesn't have).
-   */
+  /** After the window, or without the original request (an operator's reconcile). */
   afterWindow: AfterWindowMethod;
 }
 
 export interface PaymentProvider {
   readonly capabilities: ProviderCapabilities;
-  /**
-   * Creates (or replays) the charge for this key. A decline resolves to a
-   * `Charge` with status 'failed' (a definite business outcome), not an error.
-   * Throws `ProviderError` otherwise.
-   */
+  /** Creates (or replays) the charge for this key; a decline resolves to status 'failed', not an error. */
   createCharge(req: ChargeRequest, idempotencyKey: string): Promise<Charge>;
   /** `lookup` providers: the charge made under this key, or null if there is none (proof). */
   findChargeByIdempotencyKey?(idempotencyKey: string): Promise<Charge | null>;
-  /**
-   * `search` providers: the charge whose stored reference is this key, or
-   * null, which may only mean the index has not caught up yet
-   * (capabilities.afterWindow.lagMs). Throws `ProviderError` `uncertain`
-   * when the provider holds an effect under the key that is not final yet.
-   */
+  /** `search` providers: null may mean the index lags; `uncertain` when the effect is not final yet. */
   searchChargeByIdempotencyKey?(idempotencyKey: string): Promise<Charge | null>;
   /**
-   * Refunds (part of) a charge, or replays the refund made under this key.
-   * A refund the provider made but reports as failed resolves to a `Refund`
-   * with status 'failed' (definite). A request the provider refuses before
-   * acting (no such charge, more than is left to refund) throws a 'rejected'
-   * ProviderError: nothing was refunded. Anything else throws as createCharge.
+   * Refunds (part of) a charge, or replays it; refused before acting throws 'rejected' (nothing refunded).
    */
   createRefund(req: RefundRequest, idempotencyKey: string): Promise<Refund>;
   /** `lookup` providers: the refund made under this key, or null if there is none (proof). */
   findRefundByIdempotencyKey?(idempotencyKey: string): Promise<Refund | null>;
-  /**
-   * `search` providers: the refund of `chargeId` that carries this key (and
-   * operation key) as its reference, or null, which may only mean the
-   * provider's listing has not caught up (capabilities.afterWindow.lagMs).
-   * Throws `ProviderError` `uncertain` when the refund it finds is not final yet.
-   */
+  /** `search` providers: as findChargeByReference, among `chargeId`'s refunds. */
   searchRefund?(ref: RefundSearch): Promise<Refund | null>;
 }
 
@@ -163,12 +122,8 @@ export interface Message {
 }
 
 /**
- * What to do with a receipt whose send outcome is uncertain, for a provider
- * that can't be asked (capabilities `none`):
- * - `at_least_once`: send again under the same identity (the same Message-ID,
- *   derived from the operation key), accepting that the customer may get a
- *   duplicate that mail clients can thread or collapse by Message-ID;
- * - `at_most_once`: never send again; the order goes to an operator.
+ * An uncertain receipt at a provider that can't be asked: `at_least_once` sends again with the same
+ * Message-ID (clients collapse duplicates); `at_most_once` never does, and an operator decides.
  */
 export type UncertainSendPolicy = 'at_least_once' | 'at_most_once';
 
@@ -182,21 +137,11 @@ export interface EmailProvider {
 }
 
 /**
- * - 'uncertain': timeout, connection reset or dropped after the request may
- *   have left, 5xx, 429, unreadable response. The effect MAY have happened
- *   (definite = false): reconcile.
- * - 'not_sent': the request never left this process: the connection was
- *   refused or the host name did not resolve, before any byte was written.
- *   Nothing happened (definite = true); retrying later may work.
- * - 'rejected': 4xx validation (not a 402 decline, not an idempotency
- *   mismatch). The provider refused this request before acting: nothing
- *   happened (definite = true); retrying the same request won't help.
- * - 'key_conflict': the provider already holds a request under this
- *   idempotency key with other parameters (400 idempotency_error). This
- *   request did nothing, but the earlier one under the same key may have
- *   acted, so it proves nothing (definite = false): reconcile.
- * - 'in_progress': 409, another request with the same key is being processed.
- *   definite = false; retry later with the same key.
+ * - 'uncertain': timeout, reset, 5xx, 429, unreadable response: MAY have happened; reconcile.
+ * - 'not_sent': refused or unresolved before a byte was written: nothing happened.
+ * - 'rejected': 4xx validation before acting: nothing happened; the same request won't help.
+ * - 'key_conflict': the key holds another request, which may have acted: reconcile.
+ * - 'in_progress': 409, the same key is being processed: retry later with it.
  */
 export type ProviderErrorKind = 'uncertain' | 'not_sent' | 'rejected' | 'key_conflict' | 'in_progress';
 
@@ -206,11 +151,7 @@ export class ProviderError extends Error {
   readonly definite: boolean;
   /** HTTP status, when a response arrived. */
   readonly status?: number;
-  /**
-   * Stable machine-readable code: the provider's error code or type
-   * ('idempotency_key_reused', 'invalid_request_error', 'api_error', ...) or
-   * one of 'timeout', 'network', 'connection_refused', 'dns', 'bad_response'.
-   */
+  /** The provider's error code, or 'timeout', 'network', 'connection_refused', 'dns', 'bad_response'. */
   readonly code: string;
 
   constructor(

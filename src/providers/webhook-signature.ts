@@ -39,12 +39,8 @@ export function signWebhook(secret: string, rawBody: string | Buffer, timestampS
 }
 
 /**
- * Returns the verified timestamp or throws `WebhookSignatureError`.
- * Secret rotation works from both ends: the sender may put several `v1=`
- * entries in the header, and the receiver may pass several secrets (the
- * current one and, during a rotation window, the previous one); any entry
- * matching any secret is enough.
- * The timestamp must be within `toleranceSec` of `nowSec`, in either direction.
+ * Returns the verified timestamp or throws `WebhookSignatureError`. Any `v1=` entry matching any of
+ * `secrets` is enough, so rotation works from both ends.
  */
 export function verifyWebhook(
   secret: string | readonly string[],

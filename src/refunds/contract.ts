@@ -1,13 +1,7 @@
 /**
- * The refund contract shared by the refund workflow, its activities and the API.
- * Pure TypeScript: imported by workflow code, so no Node built-ins and no I/O.
- *
- * A refund is its own workflow (`refund/<tenant>/<refundId>`), with per-step
- * keys derived from that workflow ID, exactly as an order's are. A refund has
- * no natural key on purpose: two real refunds of the same amount for the same
- * order are two refunds (docs/API.md). What limits refunds is the order's
- * charge: every refund that is not `failed` holds its amount in the order's
- * `refunded_amount`, reserved by a conditional update (src/refunds/sql.ts).
+ * The refund contract shared by the refund workflow, its activities and the API (workflow-safe).
+ * A refund is its own workflow (`refund/<tenant>/<refundId>`) with no natural key: two equal refunds
+ * are two refunds. The order's charge limits them (src/refunds/sql.ts).
  */
 import { defineSignal, defineUpdate } from '@temporalio/workflow';
 import { stepKey } from 'onceflow/workflow';
@@ -26,11 +20,8 @@ export type RefundStatus = (typeof REFUND_STATUSES)[number];
 export const REFUND_TERMINAL_STATUSES: readonly RefundStatus[] = ['succeeded', 'failed', 'needs_attention'];
 
 /**
- * Allowed transitions. Nothing leaves `succeeded` or `failed`, so a late or
- * duplicate outcome never moves a refund backwards; entering `failed` happens
- * once, and that one transition releases the refund's reservation on the
- * order (src/refunds/sql.ts). `needs_attention` is left by an operator's
- * resolution or a re-drive.
+ * Nothing leaves `succeeded` or `failed`, so a late outcome never moves a refund back and `failed` releases
+ * the reservation once.
  */
 export const REFUND_TRANSITIONS: Readonly<Record<RefundStatus, readonly RefundStatus[]>> = {
   pending: ['succeeded', 'failed', 'refund_unknown', 'needs_attention'],
@@ -81,11 +72,7 @@ export interface RefundWorkflowInput {
   reason: string | null;
 }
 
-/**
- * A provider's word on the refund, from the payments webhook (a refund event
- * that names this refund's provider refund: its downstream key or its
- * recorded refund ID, with its amount and currency).
- */
+/** A provider's word on the refund, from a webhook event that names this refund's provider refund. */
 export interface RefundEvent {
   source: 'webhook' | 'operator';
   outcome: 'succeeded' | 'failed';
@@ -96,11 +83,7 @@ export interface RefundEvent {
   reason?: string;
 }
 
-/**
- * The refund workflow keeps the first settling event while its provider
- * refund is unsettled and applies it to the step's ledger record; duplicates
- * and events after the refund has settled change nothing.
- */
+/** The workflow keeps the first settling event; duplicates and later events change nothing. */
 export const refundEventSignal = defineSignal<[RefundEvent]>('refundEvent');
 
 /** What a refund's re-drive update answers: the refund as it was parked. */
@@ -112,9 +95,8 @@ export interface RefundRedriveAccepted {
 }
 
 /**
- * Operator re-drive of a parked refund, as an Update under the order's name
- * (`redrive`): its validator refuses (FAILURE.redriveRefused) unless the
- * workflow waits for an operator, so a re-drive is never silently dropped.
+ * Operator re-drive of a parked refund; the validator refuses unless it waits for an operator, so none is
+ * silently dropped.
  */
 export const refundRedriveUpdate = defineUpdate<RefundRedriveAccepted, [RedriveRequest]>('redrive');
 

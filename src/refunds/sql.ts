@@ -1,14 +1,8 @@
 /**
- * SQL for the `refunds` table and the refund side of `orders.refunded_amount`;
- * the only module that writes either. One function per statement, client
- * first so it can join a caller's transaction; parameterised only.
- *
- * The limit "never refund more than was charged" is decided here, at the
- * persistence boundary, by one conditional UPDATE of the order row
- * (reserveRefund): the row lock serialises competing refunds of one order,
- * and under READ COMMITTED the WHERE clause is re-checked against the latest
- * committed total, so of many concurrent refunds exactly the ones that fit
- * succeed. There is no read followed by a write.
+ * SQL for `refunds` and the refund side of `orders.refunded_amount`; the only module that writes
+ * either. "Never refund more than was charged" is one conditional UPDATE of the order row: the row
+ * lock serialises competing refunds and the WHERE is re-checked against the latest total, so exactly
+ * the refunds that fit succeed. No read-then-write.
  */
 import type { Queryable } from '../db/index.ts';
 import { LocalStatement } from 'onceflow';
@@ -51,10 +45,8 @@ export interface ReservedOrder {
 }
 
 /**
- * Adds `amount` to the order's refunded total if the order is completed and
- * the new total stays within its charge: the decision and the write are one
- * statement. Refused: nothing changed; the order is read afterwards only to
- * say why (the decision was already made by the UPDATE).
+ * Reserves `amount` on a completed order if it fits, in one statement; when refused, the order is read only
+ * to say why.
  */
 export async function reserveRefund(
   db: Queryable,
@@ -161,11 +153,7 @@ export async function selectRefundsNeedingAttention(
   return rows;
 }
 
-/**
- * Refunds waiting on an outcome or a human, by status (the metrics). Only
- * these three: they stay few (each leaves them), while counting every
- * succeeded refund ever made on each scrape would scan a growing table.
- */
+/** Refunds waiting, by status (metrics): only these stay few, so a scrape never scans a growing table. */
 export async function countOpenRefunds(
   db: Queryable,
 ): Promise<{ pending: number; refund_unknown: number; needs_attention: number }> {
@@ -195,15 +183,9 @@ export interface RefundTransition {
 }
 
 /**
- * The CTEs of a refund status step's ledger operation (the LocalStatement
- * contract is in src/ledger/local-statement.ts), as the order's are:
- * - `target` locks the refund row (after `ledger_wait` bounded the wait);
- * - `updated` applies the transition if the state machine allows it, so a
- *   late or duplicate outcome never moves a refund backwards;
- * - `released` gives the refund's amount back to the order's refunded total
- *   when, and only when, this statement moved it into `failed` (entered once:
- *   nothing leaves `failed`), so the reservation is released exactly once;
- * - `ledger_result` is what the step stores: `{ applied, status }`.
+ * A refund status step's LocalStatement body, as the order's: `target` locks the row, `updated`
+ * applies an allowed transition, and `released` returns the amount only when this statement entered
+ * `failed` (nothing leaves it), so the reservation is released exactly once.
  */
 const REFUND_TRANSITION_CTES = `target as materialized (
              select status from refunds
@@ -310,9 +292,8 @@ export async function syncRefundFromWorkflow(
 }
 
 /**
- * Sets each order's refunded total to what its refund rows hold (every refund
- * that is not failed), the rule the API's reservation and the failed
- * transition keep: after refunds were rebuilt, the restored total is stale.
+ * Recomputes each order's refunded total from its non-failed refunds: after a restore the stored total is
+ * stale.
  */
 export async function recomputeRefundedAmounts(
   db: Queryable,

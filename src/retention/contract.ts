@@ -1,21 +1,13 @@
 /**
- * The retention workflow's contract: its input, shared by the Schedule that
- * starts it (src/retention/schedule.ts) and the workflow
- * (workflows/retention.ts). Deterministic and I/O-free: workflow code
- * imports it.
- *
- * The fields added after the first release are optional: a Schedule created
- * by an earlier worker keeps its stored input, and its runs get the defaults
- * below.
+ * The retention workflow's input (workflow-safe). Later fields are optional: a Schedule created by
+ * an earlier worker keeps its stored input, and its runs get the defaults.
  */
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
 /**
- * How long a payment provider may redeliver an event: Stripe retries a
- * webhook for up to 3 days (the sandbox for less). No webhook_events marker,
- * and no started outbox row (the webhook route reads it to tell "started
- * and gone" from "not started yet"), is deleted younger than this.
+ * How long a provider may redeliver an event (Stripe: 3 days): no marker or started outbox row is deleted
+ * younger.
  */
 export const PROVIDER_REDELIVERY_MS = 3 * DAY_MS;
 
@@ -33,16 +25,11 @@ export interface RetentionInput {
   /** DELETE statements per run and per table at most; the rest waits for the next run. */
   maxBatches: number;
   /**
-   * webhook_events rows received longer ago than this are deleted (never a
-   * `signal_pending` one); default DEFAULT_WEBHOOK_WINDOW_MS, never below
+   * webhook_events rows older than this are deleted (never `signal_pending`); never below
    * PROVIDER_REDELIVERY_MS.
    */
   webhookWindowMs?: number;
-  /**
-   * workflow_outbox rows started longer ago than this are deleted (never an
-   * unstarted one); default DEFAULT_OUTBOX_WINDOW_MS, never below
-   * PROVIDER_REDELIVERY_MS.
-   */
+  /** Started workflow_outbox rows older than this are deleted; never below PROVIDER_REDELIVERY_MS. */
   outboxWindowMs?: number;
 }
 

@@ -1,10 +1,6 @@
 /**
- * Retention of the tables besides the ledger (whose reaper is Ledger.reap):
- * the same shape, one short autocommitted DELETE of at most `batchSize` rows
- * at a time, at most `maxBatches` per run, stopping at the first short batch.
- * Short statements hold their row locks for milliseconds and leave the
- * autovacuum small steps; the cap bounds a run after a long outage, and the
- * rest waits for the next run. The SQL lives in each table's own module.
+ * Retention of the tables besides the ledger, as Ledger.reap does it: short batches hold locks for
+ * milliseconds, and the cap bounds a run after a long outage.
  */
 import { withClient, type Pool, type Queryable } from '../db/index.ts';
 import { deleteStartedOutbox } from '../outbox/sql.ts';

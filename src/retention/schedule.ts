@@ -14,20 +14,9 @@ import {
 const RETENTION_SCHEDULE_ID = 'onceflow-retention';
 
 /**
- * Keeping up with the load. At the benchmark's rate, 30 orders/s, a day
- * brings 2.6 M orders: 2.6 M started outbox rows, about as many webhook
- * markers (one payment event per charge), and 15.6 M ledger records (6 per
- * order: the create's key, charge, receipt and three statuses). One run every
- * 15 min (RETENTION_INTERVAL_MS's default, src/config.ts) is 96 runs a day, so a run must clear 162 k
- * ledger records and 27 k rows of each other table. A run deletes up to
- * DEFAULT_BATCH_SIZE x DEFAULT_MAX_BATCHES = 500 k rows per table: 48 M a
- * day, 3x the ledger's rate and 18x the others', so a backlog (a stopped
- * worker, a first run on an old database) drains too. The earlier default,
- * 100 k rows an hour (2.4 M a day), fell behind even the outbox. A batch of
- * 1,000 rows took 8 ms on the 2-core dev machine under load (ledger and
- * webhook_events alike), so a steady-state run (about 220 batches) takes
- * seconds, and a run at the cap (1,500 batches) well under a minute, far
- * within the activity's 10-minute timeout (workflows/retention.ts).
+ * Sized to keep up: an order leaves 6 ledger records and one row in each other table, and a run's
+ * cap (batch size x batches, every 15 min) is several times the benchmarked rate, so a backlog
+ * drains too, while a run at the cap stays well inside the activity's timeout (docs/BENCHMARKS.md).
  */
 export const DEFAULT_BATCH_SIZE = 1000;
 export const DEFAULT_MAX_BATCHES = 500;

@@ -1,8 +1,6 @@
 /**
- * Connection settings for Temporal clients and workers. The address comes
- * from our config (TEMPORAL_ADDRESS, or the dev server we started); TLS and
- * API-key settings come through @temporalio/envconfig, the ecosystem's
- * standard (TEMPORAL_TLS_*, TEMPORAL_API_KEY, TEMPORAL_PROFILE, a TOML file).
+ * Temporal connection settings: the address from our config, TLS and API keys through
+ * @temporalio/envconfig.
  */
 import { loadClientConnectConfig } from '@temporalio/envconfig';
 import type { TLSConfig } from '@temporalio/client';

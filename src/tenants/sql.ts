@@ -59,11 +59,7 @@ export async function insertApiKey(
   ]);
 }
 
-/**
- * A key's public ID: the first 12 hex digits of its hash. The table keeps no
- * other handle (only the hash is stored), and 48 bits tell a tenant's keys
- * apart while revealing nothing usable about the key.
- */
+/** A key's public ID: the first 12 hex digits of its hash, enough to tell keys apart, useless to a thief. */
 export const API_KEY_ID_LENGTH = 12;
 
 export interface ApiKeyRow {
@@ -99,11 +95,7 @@ export async function listApiKeys(
   }));
 }
 
-/**
- * Revokes the one key whose hash starts with `idPrefix` (at least 8 hex digits).
- * 'ambiguous' when several match, so a short prefix never revokes more than meant.
- * Revoking twice keeps the first revocation time.
- */
+/** Revokes the one key whose hash starts with `idPrefix`; 'ambiguous' when several match. */
 export async function revokeApiKey(
   db: Queryable,
   idPrefix: string,

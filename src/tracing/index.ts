@@ -1,24 +1,13 @@
 /**
- * OpenTelemetry tracing: one connected trace per order, from the POST that
- * accepts it to the webhook that settles it (docs/OPERATIONS.md "Following one
- * order").
+ * OpenTelemetry tracing: one connected trace per order, from the POST to the webhook that settles
+ * it (docs/OPERATIONS.md "Following one order").
  *
- * Terminology
- * - A process calls `startTracing` once, first thing in its composition root.
- *   With OTEL_EXPORTER_OTLP_ENDPOINT set it registers a tracer provider
- *   (AsyncLocalStorage context, W3C `traceparent` propagation) that exports
- *   by OTLP http/protobuf; without it nothing is registered, so every span
- *   below is the OTel API's no-op and every inject/extract does nothing.
- * - A *trace carrier* is the W3C trace context as a plain object
- *   (`{ traceparent, tracestate? }`). It is how a context outlives the
- *   request that made it: the order's carrier is stored with its workflow
- *   start intent (workflow_outbox.trace_context), so a relay pass in another
- *   process, or the webhook handler, continues the order's trace.
- * - Temporal's part is `@temporalio/interceptors-opentelemetry`: the client
- *   interceptor (StartWorkflow, SignalWorkflow spans, context sent in
- *   headers), the workflow interceptors (RunWorkflow, StartActivity; built
- *   into the workflow bundle, see src/worker/bundle.ts, and exported through
- *   a sink) and the activity interceptor (RunActivity).
+ * - `startTracing`, first thing in a composition root, registers a provider only with
+ *   OTEL_EXPORTER_OTLP_ENDPOINT set; otherwise every span is the OTel API's no-op.
+ * - A *trace carrier* (`{ traceparent, tracestate? }`) outlives its request: the order's is stored
+ *   with its start intent, so the relay or the webhook handler continues the order's trace.
+ * - Temporal's spans come from `@temporalio/interceptors-opentelemetry` (client, workflow via the
+ *   bundle and a sink, activity).
  */
 import {
   ROOT_CONTEXT,
@@ -66,11 +55,7 @@ export function tracingActive(): boolean {
   return active;
 }
 
-/**
- * The workflow interceptors in the bundle always record spans and hand them to
- * the `exporter` sink; without tracing the sink drops them (a worker without
- * the sink would log an "unregistered sink" error for every workflow task).
- */
+/** Without tracing the sink drops spans; a worker without it would log "unregistered sink" every task. */
 const DROP_WORKFLOW_SPANS: InjectedSinks<OpenTelemetrySinks> = {
   exporter: { export: { fn: () => undefined, callDuringReplay: false } },
 };
@@ -79,10 +64,8 @@ const DROP_WORKFLOW_SPANS: InjectedSinks<OpenTelemetrySinks> = {
 export const UNTRACED_WORKER: Pick<WorkerOptions, 'interceptors' | 'sinks'> = { sinks: DROP_WORKFLOW_SPANS };
 
 /**
- * Sets up tracing for one process. `otlpEndpoint` is the OTLP/HTTP base URL
- * (OTEL_EXPORTER_OTLP_ENDPOINT, e.g. http://127.0.0.1:4318); spans go to
- * `<endpoint>/v1/traces` as protobuf. `spanProcessor` replaces the exporter
- * (tests pass an in-memory one). With neither, nothing is registered.
+ * Sets up tracing for one process; `spanProcessor` replaces the OTLP exporter (tests). With neither,
+ * nothing is registered.
  */
 export async function startTracing(
   settings: { otlpEndpoint: string | undefined },
@@ -99,8 +82,7 @@ export async function startTracing(
     };
   }
   if (active) throw new Error('startTracing was called twice in one process');
-  // Loaded only when tracing is on: the SDK, the exporter and the interceptors take a second or
-  // more to import on a small machine, which a process without tracing shouldn't pay at start-up.
+  // Loaded only when tracing is on: importing them is slow, and untraced processes shouldn't pay it.
   const [{ Resource }, { BatchSpanProcessor }, { NodeTracerProvider }, { OTLPTraceExporter }, temporalOtel] =
     await Promise.all([
       import('@opentelemetry/resources'),
@@ -114,8 +96,7 @@ export async function startTracing(
     new BatchSpanProcessor(
       new OTLPTraceExporter({ url: `${settings.otlpEndpoint!.replace(/\/+$/, '')}/v1/traces` }),
     );
-  // `onceflow-api`, `onceflow-worker`, `onceflow-sandbox`, all in the `onceflow` namespace: a
-  // tracing backend shared with other systems lists them apart from any other "api".
+  // In the `onceflow` namespace, so a shared tracing backend lists them apart from any other "api".
   const resource = new Resource({
     'service.name': `onceflow-${serviceName}`,
     'service.namespace': 'onceflow',
@@ -258,11 +239,8 @@ export function requestTraceCarrier(request: FastifyRequest): TraceCarrier | nul
 }
 
 /**
- * One SERVER span per HTTP request, named by method and route pattern, a
- * child of an incoming `traceparent` when there is one. The span is the
- * active context in the route handler (so spans the handler starts, and
- * calls it makes, are its children). Installed only while tracing is active:
- * without it the app has no extra hooks at all.
+ * One SERVER span per request, active in the handler; installed only while tracing is on, so otherwise no
+ * hooks at all.
  */
 export function traceHttpServer(app: FastifyInstance): void {
   if (!active) return;

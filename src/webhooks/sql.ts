@@ -6,9 +6,7 @@
 import type { Queryable } from '../db/index.ts';
 
 /**
- * Records an event whose processing ends here (nothing to signal), in one
- * autocommitted statement. Returns false if the event was recorded already:
- * the primary key is the dedupe lock.
+ * Records an event with nothing to signal; false if already recorded (the primary key is the dedupe lock).
  */
 export async function recordWebhookEvent(
   db: Queryable,
@@ -46,15 +44,9 @@ export type SignalClaim =
 type EventRef = { provider: string; eventId: string; consumer: string };
 
 /**
- * Records the intent to signal an event (outcome `signal_pending`) and takes
- * its signal lease for `leaseMs`, in one autocommitted statement: the row
- * lock lasts only this statement, never across the signal (a transaction
- * held across a Temporal call would pin a pooled connection for as long as
- * Temporal hangs). A row still pending whose lease is free (its last signal
- * failed, or its process died) is claimed again, so a redelivery re-signals
- * and a failed signal is never lost. The lease keeps two overlapping
- * deliveries from signalling at once; it is only an optimisation, since the
- * workflow ignores a duplicate payment event.
+ * Records `signal_pending` and takes the signal lease, autocommitted: no row lock across the Temporal
+ * call. A pending row with a free lease is claimed again, so a failed signal is never lost. The
+ * lease only saves duplicate signals; the workflow ignores them anyway.
  */
 export async function claimWebhookSignal(
   db: Queryable,
@@ -96,11 +88,7 @@ export async function finishWebhookSignal(db: Queryable, e: EventRef & { outcome
   );
 }
 
-/**
- * Ends the lease of a pending event whose signal did not get through: it
- * stays `signal_pending`, and the next delivery signals at once rather than
- * after the lease.
- */
+/** Releases a failed signal's lease, so the next delivery signals at once. */
 export async function releaseWebhookSignal(db: Queryable, e: EventRef): Promise<void> {
   await db.query(
     `update webhook_events set signal_lease_until = null
@@ -110,16 +98,9 @@ export async function releaseWebhookSignal(db: Queryable, e: EventRef): Promise<
 }
 
 /**
- * Retention (src/retention/prune.ts): deletes at most `limit` events received
- * longer ago than `olderThanMs`, oldest first, in one short autocommitted
- * statement; returns how many it deleted. A marker past the providers'
- * redelivery horizon (3 days at Stripe; the window is never shorter) only
- * dedupes a delivery that can no longer come, and a very late one that does
- * come is processed again harmlessly (the workflow ignores a payment event
- * once its charge is settled). A `signal_pending` row is never deleted: its
- * processing never finished, and it is the only trace of that. Served by
- * webhook_events_received_idx (0022). SKIP LOCKED: a row a delivery holds is
- * left for the next run.
+ * Retention: deletes up to `limit` markers older than `olderThanMs` (never shorter than the providers'
+ * redelivery horizon). `signal_pending` rows are kept: they are the only trace of unfinished work.
+ * SKIP LOCKED: a row a delivery holds waits for the next run.
  */
 export async function deleteOldWebhookEvents(
   db: Queryable,

@@ -1,14 +1,7 @@
 /**
- * The pre-built workflow bundle. Bundling workflow code (webpack) takes
- * about 12 s on a 2-core machine; a worker that bundles at every start is
- * slow to come back after a crash. Instead the bundle is built once into a
- * file named after a hash of everything that goes into it, and reused while
- * that hash still matches the sources:
- *
- * - `npm run build` (and the Dockerfile) build it ahead of time;
- * - a worker without WORKFLOW_BUNDLE_PATH calls `ensureWorkflowBundle`, which
- *   reuses the file when the hash matches and rebuilds it when a workflow
- *   file (or a module it imports) changed, so a stale bundle never runs.
+ * The pre-built workflow bundle: bundling at every start makes a crashed worker slow to come back,
+ * so the bundle is a file named after a hash of its inputs, reused while the hash matches (a stale
+ * bundle never runs). `npm run build` and the Dockerfile build it ahead of time.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
@@ -22,17 +15,11 @@ const WORKFLOWS_PATH = path.join(CODE_ROOT, `workflows/index${CODE_EXT}`);
 /** The same workflows plus the smoke probe, for workers started with `smoke` (never production). */
 const SMOKE_WORKFLOWS_PATH = path.join(CODE_ROOT, `workflows/with-smoke${CODE_EXT}`);
 /**
- * Workflow interceptor modules built into the bundle (tracing, see
- * src/tracing). A worker given a pre-built bundle ignores
- * WorkerOptions.interceptors.workflowModules, so they must be bundled here.
- * Their sources (and the imports they reach) are part of the hash.
+ * Tracing interceptors: a pre-built bundle ignores WorkerOptions.interceptors.workflowModules, so they are
+ * bundled.
  */
 const WORKFLOW_INTERCEPTOR_MODULES = [path.join(CODE_ROOT, `workflows/interceptors${CODE_EXT}`)];
-/**
- * The core's workflow-safe entry (`onceflow/workflow`), which the contracts import by package name:
- * its sources beside ours, its build in the image. The bundler is pointed at it (webpack does not
- * read tsconfig's paths) and the hash covers it.
- */
+/** `onceflow/workflow`, aliased for webpack (which ignores tsconfig's paths) and covered by the hash. */
 const CORE_WORKFLOW_MODULE = 'onceflow/workflow';
 const CORE_WORKFLOW_PATH = path.join(
   PACKAGE_ROOT,
@@ -45,10 +32,8 @@ const DEFAULT_BUNDLE_DIR = path.join(PACKAGE_ROOT, 'dist/workflow-bundle');
 const BUNDLE_FORMAT = 2;
 
 /**
- * Files the bundle is built from: the entry and every module it reaches by
- * relative imports, plus every file in the entry's folder. Type-only imports
- * are skipped (the bundler erases them), so editing an activity
- * implementation does not force a rebuild; anything else imported counts.
+ * The entry, every module it reaches by relative import, and its folder. Type-only imports are
+ * erased by the bundler, so editing an activity does not force a rebuild.
  */
 function workflowSourceFiles(entry: string): string[] {
   const seen = new Set<string>();
@@ -87,13 +72,8 @@ function packageVersion(name: string): string {
 }
 
 /**
- * The interceptor modules bundled with `entry`: for our workflows, the
- * tracing interceptors when `traced`; none otherwise (another entry: tests,
- * bench). An untraced bundle has no interceptor at all: with them, every
- * workflow task pays for span bookkeeping and extra promises (each one a
- * captured stack trace in the SDK's sandbox) even when tracing is off, about
- * a quarter of the worker's CPU per order (docs/BENCHMARKS-JOURNAL.md, round 3). Both variants
- * emit the same commands, so histories replay on either.
+ * Tracing interceptors only when `traced`: even with tracing off they cost every workflow task span
+ * bookkeeping and extra promises. Both variants emit the same commands, so histories replay on either.
  */
 function defaultInterceptorModules(entry: string, traced: boolean): string[] {
   const ours = [WORKFLOWS_PATH, SMOKE_WORKFLOWS_PATH].includes(path.resolve(entry));
@@ -128,12 +108,8 @@ function workflowBundleHash(
 }
 
 /**
- * The build ID a worker polls as unless ONCEFLOW_WORKER_BUILD_ID names one
- * (src/worker/deployment.ts): the package version and the hash of the
- * production workflow code (the untraced entry; the traced and smoke
- * variants emit the same commands). A change to the workflow code is a new
- * Deployment Version by itself, so it can never run Pinned orders of the
- * code before it; a change to activities alone keeps the version.
+ * The default build ID: package version + hash of the production workflow code, so a workflow change
+ * is a new Deployment Version by itself and never runs Pinned orders of the code before it.
  */
 export function defaultBuildId(): string {
   const { version } = JSON.parse(fs.readFileSync(path.join(PACKAGE_ROOT, 'package.json'), 'utf8')) as {
@@ -159,19 +135,15 @@ const quietLogger = {
 };
 
 /**
- * Returns a bundle matching the current sources, building it if there is
- * none. Safe for several workers at once: each writes a temporary file and
- * renames it into place, so a reader never sees half a bundle.
+ * Returns a bundle matching the sources, building it if needed; a temp file renamed into place, so no
+ * reader sees half a bundle.
  */
 export async function ensureWorkflowBundle(
   opts: {
     workflowsPath?: string;
     /** The entry with the smoke probe (workflows/with-smoke.ts); ignored with workflowsPath. */
     smoke?: boolean;
-    /**
-     * The variant with the tracing interceptors (WORKFLOW_INTERCEPTOR_MODULES), for a worker
-     * that exports spans. Default false. Only for the default entry; ignored with interceptorModules.
-     */
+    /** The variant with the tracing interceptors; default false. */
     traced?: boolean;
     /** Explicit interceptor modules; default from `traced`. */
     interceptorModules?: string[];
@@ -184,9 +156,7 @@ export async function ensureWorkflowBundle(
   const interceptorModules =
     opts.interceptorModules ?? defaultInterceptorModules(entry, opts.traced ?? false);
   const hash = workflowBundleHash(entry, interceptorModules);
-  // The two variants live side by side (a traced and an untraced worker may share the directory).
-  // Bundles of the compiled workflows (dist/app) are named apart from those of the sources: a
-  // build of one never removes the other's as an older bundle of its variant.
+  // Variants and source/compiled builds are named apart, so pruning one never removes another's.
   const compiled = !opts.workflowsPath && CODE_EXT === '.js' ? 'compiled-' : '';
   const variant = `workflows-${compiled}${opts.smoke && !opts.workflowsPath ? 'smoke-' : ''}${interceptorModules.length ? 'traced-' : ''}`;
   const file = path.join(dir, `${variant}${hash}.js`);

@@ -1,17 +1,7 @@
 /**
- * Worker Versioning (docs/UPGRADING.md, "Deploying workflow changes").
- *
- * Terminology (Temporal's):
- * - a **Worker Deployment** is the service (`ONCEFLOW_WORKER_DEPLOYMENT`, default the task queue's name, `onceflow-orders`);
- * - a **Deployment Version** is one build of it: deployment name + **build ID**
- *   (`ONCEFLOW_WORKER_BUILD_ID`, default `<package version>-<hash of the workflow code>`);
- * - the deployment's **Current Version** receives every new workflow run on its task queues;
- * - a **Pinned** run stays on the version it started on until it ends, whatever becomes current.
- *
- * Every workflow this worker registers (orders, refunds, retention, the smoke probe) is Pinned
- * through the worker's default behaviour, so a release that changes a workflow's command
- * sequence can be deployed while orders are in flight: old runs finish on the old version's
- * workers (kept running until the version drains), new runs start on the new one.
+ * Worker Versioning (docs/UPGRADING.md). Every workflow is Pinned by the worker's default, so a
+ * release that changes a command sequence deploys while orders are in flight: old runs finish on
+ * the old version's workers, new runs start on the new one.
  */
 import type { WorkflowService } from '@temporalio/client';
 import type { WorkerDeploymentOptions } from '@temporalio/worker';
@@ -22,11 +12,7 @@ export interface DeploymentVersion {
   buildId: string;
 }
 
-/**
- * The worker's versioning options: this version, Pinned by default. One default on the worker
- * instead of an annotation per workflow: every workflow type it registers is a money-moving or
- * short run, and none may replay on code it did not start on.
- */
+/** Pinned as the worker's default: no workflow it registers may replay on code it did not start on. */
 export function workerDeploymentOptions(version: DeploymentVersion): WorkerDeploymentOptions {
   return { version, useWorkerVersioning: true, defaultVersioningBehavior: 'PINNED' };
 }
@@ -54,18 +40,9 @@ function grpcCode(err: unknown): number | undefined {
 }
 
 /**
- * Makes `version` the deployment's Current Version if it is a new build, once one of its workers
- * polls (a version exists on the server only from its first poll):
- *
- * - a version that was current (or ramping) before is never promoted again by a worker: after a
- *   rollback to an older version, a restart of the newer one's workers must not undo it;
- * - a version older than the current one (an old build's worker restarting to finish its pinned
- *   runs) is not promoted either.
- *
- * So a fresh deploy of build B becomes current as soon as a B worker polls, and only an operator
- * moves the Current Version backwards (`temporal worker deployment set-current-version`). The
- * conflict token makes the change conditional on the state read: two workers of the same new
- * build racing both end with it current, one of them through `already current`.
+ * Makes a new build current once one of its workers polls. A version that was current before, or is
+ * older than the current one, is never promoted by a worker, so a restart can't undo a rollback.
+ * The conflict token makes the change conditional on the state read.
  */
 export async function promoteVersion(
   service: WorkflowService,

@@ -1,21 +1,11 @@
 /**
- * The worker's health endpoints, served on its metrics port
- * (src/metrics/server.ts), for compose and orchestrators:
- *
- * - GET /healthz: the process is up (the listener answers). Never touches a
- *   dependency, so a Postgres outage does not get a healthy worker restarted.
- * - GET /readyz: the worker is polling (the SDK Worker's state is RUNNING) and
- *   Postgres answers `select 1` within a bound. 200 or 503, with each check's
- *   result as JSON. A worker held by the restore gate says so, with the
- *   command that clears it: that 503 body is what `npm start` shows when it
- *   gives up waiting.
- *
- * Unlike /metrics, neither renders the registry, whose collectors query
- * Postgres for gauges.
+ * The worker's health endpoints on its metrics port. /healthz touches no dependency, so a Postgres
+ * outage does not get a healthy worker restarted. /readyz: polling and Postgres answers; a worker
+ * held by the restore gate says so, with the command that clears it.
  */
 import type { Worker } from '@temporalio/worker';
 import type { Pool } from '../db/index.ts';
-import { selectPendingRecovery } from '../recovery/sql.ts';
+import { selectPendingRecovery } from '../restore/sql.ts';
 
 export interface Readiness {
   ready: boolean;

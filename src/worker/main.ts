@@ -16,7 +16,7 @@ import { configureLogging, log, temporalSdkLogger } from '../log.ts';
 import { createMetrics, startMetricsServer } from '../metrics/index.ts';
 import { installWorkerRuntime } from '../metrics/worker-runtime.ts';
 import { runProcess } from '../process/run.ts';
-import { detectRestore, waitWhileRecoveryPending } from '../recovery/gate.ts';
+import { detectRestore, waitWhileRecoveryPending } from '../restore/gate.ts';
 import { startTracing } from '../tracing/index.ts';
 import { createLedger, openPool, openTemporalClient, configuredProviders } from '../process/wiring.ts';
 
@@ -28,8 +28,7 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
     log.warn('timeouts are ordered unusually; expect extra retries', { problem: timeoutProblem });
   // Tracing (OTEL_EXPORTER_OTLP_ENDPOINT; a no-op when unset): activity interceptors and the workflow span sink.
   const tracing = resources.add('tracing', await startTracing(config.tracing, 'worker'), (t) => t.shutdown());
-  // First, before any connection: the SDK runtime (its logger and Prometheus exporter) is process-wide.
-  // Its own log lines (worker state, activity failures, the core's warnings) go through our logger.
+  // First, before any connection: the SDK runtime (logger, Prometheus exporter) is process-wide.
   const { sdkMetricsUrl } = await installWorkerRuntime({
     sdkMetricsPort: config.ports.workerSdkMetrics,
     logger: temporalSdkLogger(),
@@ -73,9 +72,7 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
   log.info(created ? 'retention schedule created' : 'retention schedule already exists', {
     ...config.retention,
   });
-  // The restore gate (src/recovery/gate.ts): no step runs while the database may lack the records
-  // a restore lost. Detection first (Temporal has order workflows the database doesn't), then wait
-  // out any pending recovery before the first poll.
+  // The restore gate: no step runs while the database may lack records a restore lost.
   if (config.restoreDetection)
     await detectRestore(pool, client, config.temporal.taskQueue, `worker pid ${process.pid}`);
   await waitWhileRecoveryPending(pool, { signal: stopping });
@@ -86,8 +83,7 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
   const deployment: DeploymentVersion | undefined = versioning.enabled
     ? { deploymentName: versioning.deploymentName, buildId: versioning.buildId ?? defaultBuildId() }
     : undefined;
-  // Created after the gate: a Worker that never ran keeps its hold on the connection, whose close then
-  // fails ("Workers hold a reference"). A signal from here on reaches it through the SDK's runtime.
+  // Created after the gate: a Worker that never ran keeps the connection from closing.
   const worker = await createWorker({
     connection,
     namespace: config.temporal.namespace,

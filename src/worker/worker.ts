@@ -13,13 +13,8 @@ import { UNTRACED_WORKER, type Tracing } from '../tracing/index.ts';
 const MIN_RENEWED_LEASE_MS = 3_000;
 
 /**
- * The timings that keep attempts from overlapping needlessly: a provider
- * call gives up before its activity attempt does. The claim's lease no
- * longer has to outlive the attempt (the attempt renews it on every
- * heartbeat), only a few renewal intervals. Breaking either is still safe (a
- * takeover reconciles first and completions are fenced) but costs retries,
- * so it is a warning: workflows may also override the start-to-close
- * timeout per order.
+ * Warns when a provider call may outlast its activity attempt: still safe (takeovers reconcile,
+ * completions are fenced) but it costs retries.
  */
 export function timeoutOrderingProblem(
   t: { providerTimeoutMs: number; ledgerLeaseMs: number },
@@ -45,17 +40,9 @@ export interface CreateWorkerOptions {
   namespace: string;
   taskQueue: string;
   deps: ActivityDeps;
-  /**
-   * A bundle to use as is (tests build one per run; WORKFLOW_BUNDLE_PATH).
-   * Otherwise the cached bundle matching the current workflow code (and
-   * whether tracing is on) is used, built first if the code changed (see bundle.ts).
-   */
+  /** A bundle to use as is; otherwise the cached one matching the code (bundle.ts). */
   workflowBundlePath?: string;
-  /**
-   * Also register the smoke probe (workflow and activity): `npm start`'s
-   * self-check, tests, bench. Production workers don't. With
-   * workflowBundlePath, the bundle must be built with `smoke` too.
-   */
+  /** Also register the smoke probe (`npm start`'s self-check, tests); never in production. */
   smoke?: boolean;
   /**
    * The Deployment Version this worker polls as, its runs Pinned to it (src/worker/deployment.ts).
@@ -64,34 +51,17 @@ export interface CreateWorkerOptions {
   deployment?: DeploymentVersion;
   overrides?: Partial<WorkerOptions>;
   log?: (line: string) => void;
-  /**
-   * The process's tracing (src/tracing): activity interceptors and the sink the
-   * bundled workflow interceptors export spans through. Without it, workflow spans are dropped.
-   */
+  /** The process's tracing; without it, workflow spans are dropped. */
   tracing?: Pick<Tracing, 'worker' | 'enabled'>;
 }
 
 /**
- * Slots and cache, fitted to the machine class we run on (2 cores, one
- * worker process, a pool of 10 connections) following the SDK's
- * performance guidance (docs/BENCHMARKS-JOURNAL.md, "Tuning changes", has the measured effect):
- * - a workflow task holds its slot while its local activities run, and
- *   an order's charge and receipt are local activities (LOCAL_EXTERNAL_STEPS,
- *   and STEPS_CARRY_STATUS, under which they write the statuses around them):
- *   a straight-through order holds one slot from its first step to its
- *   last, most of it waiting on a provider. With 8 slots (the setting when
- *   workflow tasks were CPU work only) 32 clients' orders queued 3-4 s for a
- *   slot (bench:e2e, workflowTaskScheduled -> workflowTaskStarted); 64 slots
- *   cover 32 orders in flight twice over. Polls stay at 4: each held poll
- *   keeps a long poll open on the server;
- * - activities wait on Postgres or a provider, so they may outnumber the
- *   cores, but far beyond the pool size they only queue for a connection;
- * - the sticky cache holds every workflow in flight, so a workflow task
- *   never replays history because its workflow was evicted;
- * - eager activity dispatch (server flag `system.enableActivityEagerExecution`,
- *   set by our dev server) hands an activity scheduled by a workflow task
- *   straight back to this worker in the task's completion, saving a
- *   matching round trip per activity. Up to 3 per task (the SDK default).
+ * Slots and cache for one worker process on 2 cores with a pool of 10 connections:
+ * - a workflow task holds its slot while its local activities wait on a provider, so there are many
+ *   slots; polls stay few, since each holds a long poll open on the server;
+ * - activities may outnumber the cores, but far past the pool size they only queue for a connection;
+ * - the sticky cache holds every workflow in flight, so no task replays because of an eviction;
+ * - eager activity dispatch saves a matching round trip per activity (SDK default, up to 3 per task).
  */
 export const WORKER_TUNING = {
   maxConcurrentWorkflowTaskExecutions: 64,

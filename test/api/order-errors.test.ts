@@ -7,12 +7,12 @@
  * view (the admin routes and `npm run ops` read it) keeps the raw text.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { Operator } from '../../src/ops/index.ts';
+import { Operator } from '../../src/operator/index.ts';
 import { OPERATION_TYPES, ORDER_REASONS, stepKeys, type OrderStatus } from '../../src/orders/model.ts';
 import { orderTransitionStatement } from '../../src/orders/sql.ts';
 import { uniq } from '../support/env.ts';
 import { call, newTenant, startApi, validOrder, type TestApi } from './support.ts';
-import { testOperator } from '../ops/support.ts';
+import { testOperator } from '../operator/support.ts';
 
 let api: TestApi;
 let tenant: { tenantId: string; key: string };

@@ -286,7 +286,7 @@ describe('workflow outbox relay', () => {
   });
 
   it('retries a failed pass within seconds, never after a long backoff', () => {
-    expect(passDelayMs(0, 1000)).toBe(1000);
+    expect(passDelayMs(0, 1000, () => 0)).toBe(1000);
     for (let failures = 1; failures < 50; failures++)
       expect(passDelayMs(failures, 1000)).toBeLessThanOrEqual(MAX_PASS_BACKOFF_MS);
     expect(passDelayMs(1, 100)).toBeGreaterThan(100);

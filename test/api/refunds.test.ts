@@ -8,7 +8,7 @@
 import { Agent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REFUND_OPERATION_TYPES, type RefundStatus } from '../../src/refunds/contract.ts';
-import { testOperator } from '../ops/support.ts';
+import { testOperator } from '../operator/support.ts';
 import { refundTransitionStatement } from '../../src/refunds/sql.ts';
 import { uniq } from '../support/env.ts';
 import {

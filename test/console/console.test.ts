@@ -28,7 +28,7 @@ import {
   hashOperatorToken,
   insertOperator,
   revokeOperator,
-} from '../../src/operators/sql.ts';
+} from '../../src/operator/accounts-sql.ts';
 import { downstreamKey } from 'onceflow';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { startRefund } from '../support/refunds.ts';

@@ -1,7 +1,7 @@
 /**
  * The dev server we start (npm start, the test setup) keeps its SQLite state
  * in WAL mode: the rollback journal with synchronous=full made every
- * Temporal write wait for fsyncs (see docs/BENCHMARKS-JOURNAL.md, "Tuning changes").
+ * Temporal write wait for fsyncs (docs/BENCHMARKS.md).
  */
 import fs from 'node:fs';
 import path from 'node:path';

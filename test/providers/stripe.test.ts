@@ -3,7 +3,7 @@
  * against the sandbox's Stripe surface (dev/sandbox/stripe.ts): every answer
  * mapped onto the ProviderError kinds with the sandbox client's meanings,
  * search with a lagging index, the key window, signed payment_intent events,
- * and the charge step's reconcile policy (src/steps/settle.ts) end to end on
+ * and the charge step's reconcile policy (src/steps/reconcile-plan.ts) end to end on
  * the real ledger: exactly one charge per key, counted at /_sandbox/charges.
  */
 import http from 'node:http';

@@ -14,11 +14,11 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { testDatabaseUrl, testPool, uniq } from '../support/env.ts';
-import { opsRoutes } from '../../src/ops/index.ts';
-import { generateOperatorToken, hashOperatorToken, insertOperator } from '../../src/operators/sql.ts';
+import { opsRoutes } from '../../src/operator/index.ts';
+import { generateOperatorToken, hashOperatorToken, insertOperator } from '../../src/operator/accounts-sql.ts';
 import { hashApiKey } from '../../src/api/auth.ts';
 import { findTenantByKeyHash } from '../../src/tenants/sql.ts';
-import { testOperator, unknownCharge } from '../ops/support.ts';
+import { testOperator, unknownCharge } from '../operator/support.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
 const version = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { version: string })

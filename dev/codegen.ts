@@ -1,7 +1,7 @@
 /**
  * Build-time only (never imported by the client at run time): produces the
  * OpenAPI document exactly as the API serves it, and the TypeScript types
- * generated from it. `npm run client:generate` writes both next to this file;
+ * generated from it. `npm run client:generate` writes both into packages/client/;
  * test/client/generated.test.ts fails when the committed copies are stale.
  *
  * The app is built in-process from lazy dependencies (a pool that never
@@ -17,10 +17,10 @@ import { loadConfig } from '../src/config.ts';
 import { createPool } from '../src/db/index.ts';
 import { Ledger } from 'onceflow';
 
-/** The generated client ships with the product (src/client/); this generator does not. */
-const CLIENT_DIR = path.join(import.meta.dirname, '..', 'src', 'client');
+/** The generated files ship in the client package (packages/client/, `@onceflow/client`); this generator does not. */
+const CLIENT_DIR = path.join(import.meta.dirname, '..', 'packages', 'client');
 export const OPENAPI_PATH = path.join(CLIENT_DIR, 'openapi.json');
-export const SCHEMA_PATH = path.join(CLIENT_DIR, 'schema.d.ts');
+export const SCHEMA_PATH = path.join(CLIENT_DIR, 'src', 'schema.d.ts');
 
 /** The document GET /openapi.json serves: the same server src/api/main.ts runs (buildApiServer). */
 export async function liveOpenApiDocument(): Promise<Record<string, unknown>> {

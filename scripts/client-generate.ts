@@ -1,8 +1,8 @@
-// `npm run client:generate`: writes src/client/openapi.json (the document the API serves) and
-// src/client/schema.d.ts (types generated from it by openapi-typescript). `--check` only compares.
+// `npm run client:generate`: writes packages/client/openapi.json (the document the API serves) and
+// packages/client/src/schema.d.ts (types generated from it by openapi-typescript). `--check` only compares.
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { createCommand, runCli } from './lib/cli.ts';
+import { createCommand, runCli } from '../src/cli/command.ts';
 import { OPENAPI_PATH, SCHEMA_PATH, liveOpenApiDocument, renderClientFiles } from '../dev/codegen.ts';
 
 const program = createCommand(

@@ -16,7 +16,7 @@ import {
   isRetryableStatus,
   parseRetryAfter,
   type CreateOrderBody,
-} from '../../src/client/index.ts';
+} from '@onceflow/client';
 
 type Action =
   'drop' | { status: number; headers?: Record<string, string>; body?: unknown; contentType?: string };

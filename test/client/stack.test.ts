@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createOnceflowClient, type AttemptInfo, type CreateOrderBody } from '../../src/client/index.ts';
+import { createOnceflowClient, type AttemptInfo, type CreateOrderBody } from '@onceflow/client';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { newTenant, startApi, tenantCounts, type TestApi } from '../api/support.ts';
 import { deferred } from '../support/wait.ts';

@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REFUND_OPERATION_TYPES, refundStepKeys } from '../../src/refunds/contract.ts';
-import { createOnceflowClient } from '../../src/client/index.ts';
+import { createOnceflowClient } from '@onceflow/client';
 import { uniq } from '../support/env.ts';
 import { startOrderStack, TEST_TIMING, type OrderStack } from '../support/stack.ts';
 import { call, newTenant, startApi, type TestApi } from '../api/support.ts';

@@ -15,7 +15,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { freePort, freePortRange } from '../../src/process/ports.ts';
-import { createOnceflowClient, type CreateOrderBody, type OrderDetail } from '../../src/client/index.ts';
+import { createOnceflowClient, type CreateOrderBody, type OrderDetail } from '@onceflow/client';
 import { DEMO_TENANTS } from '../../src/api/demo-keys.ts';
 import { createPool } from '../../src/db/index.ts';
 import { TERMINAL_STATUSES } from '../../src/orders/model.ts';

@@ -11,9 +11,7 @@
  *   key, so a retry after a lost response replays the first answer instead
  *   of creating a second order. A key is never made inside the retry loop.
  */
-import { randomUUID } from 'node:crypto';
 import createFetchClient from 'openapi-fetch';
-import { TERMINAL_STATUSES } from '../orders/model.ts';
 import type { components, operations, paths } from './schema.d.ts';
 import { NetworkError, ProblemError, WaitTimeoutError } from './errors.ts';
 import {
@@ -45,6 +43,12 @@ export type CreateRefundBody = Schemas['CreateRefundRequest'];
 export type Refund = Schemas['Refund'];
 export type RefundList = Schemas['RefundList'];
 export type ListOrdersQuery = NonNullable<operations['listOrders']['parameters']['query']>;
+
+/**
+ * The statuses in which an order has no more automatic work to do: what waitForOrder waits for.
+ * The API's own list (src/orders/model.ts in the app); test/client/generated.test.ts keeps the two equal.
+ */
+export const TERMINAL_ORDER_STATUSES: readonly OrderStatus[] = ['completed', 'rejected', 'needs_attention'];
 
 export interface AttemptInfo {
   method: 'GET' | 'POST';
@@ -179,7 +183,7 @@ export function createOnceflowClient(options: OnceflowClientOptions): OnceflowCl
   return {
     async createOrder(body, opts = {}) {
       // The point of intent: one key for this call, reused by every attempt below.
-      const idempotencyKey = opts.idempotencyKey ?? randomUUID();
+      const idempotencyKey = opts.idempotencyKey ?? globalThis.crypto.randomUUID();
       const { data, response, attempts } = await withRetry<CreatedOrder>(
         { method: 'POST', path: '/v1/orders', idempotencyKey },
         (signal) =>
@@ -205,7 +209,7 @@ export function createOnceflowClient(options: OnceflowClientOptions): OnceflowCl
       for (;;) {
         const remainingS = Math.ceil((deadline - Date.now()) / 1000);
         const order = await getOrderOnce(id, Math.max(0, Math.min(pollSeconds, remainingS)));
-        if ((TERMINAL_STATUSES as readonly string[]).includes(order.status)) return order;
+        if (TERMINAL_ORDER_STATUSES.includes(order.status)) return order;
         if (Date.now() >= deadline) {
           throw new WaitTimeoutError(`order ${id} is still ${order.status}`, order);
         }
@@ -213,7 +217,7 @@ export function createOnceflowClient(options: OnceflowClientOptions): OnceflowCl
     },
 
     async createRefund(orderId, body, opts = {}) {
-      const idempotencyKey = opts.idempotencyKey ?? randomUUID();
+      const idempotencyKey = opts.idempotencyKey ?? globalThis.crypto.randomUUID();
       const { data, response, attempts } = await withRetry<Refund>(
         { method: 'POST', path: `/v1/orders/${orderId}/refunds`, idempotencyKey },
         (signal) =>

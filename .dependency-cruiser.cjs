@@ -2,16 +2,26 @@
 /**
  * The import rules of the codebase, checked by `npm run lint` (docs/ARCHITECTURE.md).
  *
- * Arrows point down: dev/, test/, bench/ and scripts/ may import the product;
- * the product (src/, workflows/, activities/) never imports them. workflows/
- * runs in Temporal's deterministic sandbox, so it sees only what src/ publishes
- * for it: src/<concept>/contract.ts and src/orders/model.ts. Only the worker's
- * composition root (src/worker/) registers workflows and activities.
+ * The layout in layers, arrows pointing down: the harness may import the
+ * product; the product never imports the harness. In the product, the
+ * composition roots (each process's entry) wire everything below them, and
+ * nothing below imports them; only they reach workflows/ and activities/.
+ * workflows/ runs in Temporal's deterministic sandbox, so it sees only what
+ * src/ publishes for it: src/<concept>/contract.ts and src/orders/model.ts.
  * ESLint (eslint.config.js) checks the same direction per file, with Node
  * built-ins; this checks it on the resolved graph, and cycles, which a
  * per-file linter cannot see.
  */
+/** What ships: the image and the app are built from these (with migrations/ and console/). */
+const PRODUCT = '^(src|workflows|activities)/';
+/** What never ships: the dev stack, tests, benchmarks and dev-time scripts. */
 const HARNESS = '^(dev|test|bench|scripts)/';
+/** The composition roots: the API, the worker and the command lines, each wiring a process. */
+const COMPOSITION_ROOTS = '^src/(api|worker|cli)/';
+/** The code Temporal runs: workflows and activities, which a composition root registers. */
+const TEMPORAL_CODE = '^(workflows|activities)/';
+/** The operator's service and admin routes: mounted by the API and run by the ops CLI. */
+const OPERATOR = '^src/operator/';
 /** The modules of src/ that workflow code may import (and that may import only each other). */
 const WORKFLOW_SAFE = [
   '^src/[^/]+/contract\\.ts$',
@@ -38,17 +48,17 @@ module.exports = {
       comment:
         'src/, workflows/ and activities/ ship; dev/, test/, bench/ and scripts/ do not. ' +
         'Move what the product needs into src/.',
-      from: { path: '^(src|workflows|activities)/' },
+      from: { path: PRODUCT },
       to: { path: HARNESS },
     },
     {
-      name: 'src-not-to-workflows-or-activities',
+      name: 'only-roots-import-temporal-code',
       severity: 'error',
       comment:
-        'src/ must not import workflows/ or activities/ (only the worker composition root, src/worker/, ' +
-        'wires them). Move shared definitions to a src/<concept>/contract.ts module.',
-      from: { path: '^src/', pathNot: '^src/worker/' },
-      to: { path: '^(workflows|activities)/' },
+        'Only a composition root (src/api/, src/worker/, src/cli/) imports workflows/ or activities/: the ' +
+        'worker registers them. Move shared definitions to a src/<concept>/contract.ts module.',
+      from: { path: '^src/', pathNot: COMPOSITION_ROOTS },
+      to: { path: TEMPORAL_CODE },
     },
     {
       name: 'workflows-only-contracts',
@@ -101,26 +111,44 @@ module.exports = {
       },
     },
     {
-      name: 'no-upward-arrows-in-src',
+      name: 'client-stands-alone',
       severity: 'error',
       comment:
-        'src/api/ and src/worker/ are composition roots and src/ops/ is mounted by the API: nothing below them ' +
-        'imports them. Shared HTTP helpers live in src/http/, port checks in src/process/.',
-      from: { path: '^src/', pathNot: '^src/(api|worker|ops)/' },
-      to: { path: '^src/(api|worker|ops)/' },
+        'The client package (@onceflow/client) is installed without the app or the core: it imports only ' +
+        'its own modules and openapi-fetch (its one dependency), type imports included; no Node built-ins either.',
+      from: { path: '^packages/client/src/' },
+      to: { pathNot: ['^packages/client/src/', '^node_modules/openapi-fetch/'] },
     },
     {
-      name: 'ops-not-to-api',
+      name: 'client-only-by-its-entry',
       severity: 'error',
       comment:
-        'The API mounts the admin routes (src/ops/); the admin routes must not reach back into src/api/.',
-      from: { path: '^src/ops/' },
-      to: { path: '^src/api/' },
+        "Outside the client package, import it by name ('@onceflow/client'): its other modules are internal.",
+      from: { path: '^(?!packages/client/)' },
+      to: { path: '^packages/client/src/', pathNot: '^packages/client/src/index\\.ts$' },
+    },
+    {
+      name: 'nothing-imports-a-root',
+      severity: 'error',
+      comment:
+        'The composition roots (src/api/, src/worker/, src/cli/) are the top: nothing else in the product ' +
+        'imports them. Shared HTTP helpers live in src/http/, port checks in src/process/.',
+      from: { path: PRODUCT, pathNot: COMPOSITION_ROOTS },
+      to: { path: COMPOSITION_ROOTS },
+    },
+    {
+      name: 'operator-only-from-roots',
+      severity: 'error',
+      comment:
+        'The operator (src/operator/) is used by the composition roots that serve it (the API mounts its ' +
+        'routes, the ops CLI runs its commands), not by the modules below them.',
+      from: { path: PRODUCT, pathNot: [COMPOSITION_ROOTS, OPERATOR] },
+      to: { path: OPERATOR },
     },
   ],
   options: {
     doNotFollow: { path: 'node_modules' },
-    exclude: { path: ['^(dist|\\.tools|\\.data)/', '^packages/onceflow/dist/'] },
+    exclude: { path: ['^(dist|\\.tools|\\.data)/', '^packages/onceflow/dist/', '^packages/client/dist/'] },
     tsPreCompilationDeps: true,
     tsConfig: { fileName: 'tsconfig.json' },
     enhancedResolveOptions: {

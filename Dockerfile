@@ -3,12 +3,13 @@
 # dependencies, the compiled JavaScript (npm run build:app -> dist/app), the
 # prebuilt workflow bundle and the SQL migrations. No TypeScript runs in it and
 # no harness (dev/), tests or benchmarks are in it. Its entry points are the
-# files test/ops-assets/compiled-entrypoints.test.ts builds and starts (and
-# test/ops-assets/production-install.test.ts starts from a folder holding what the
+# files test/deploy/compiled-entrypoints.test.ts builds and starts (and
+# test/deploy/production-install.test.ts starts from a folder holding what the
 # `product` stage holds, read from its COPY lines, after `npm ci --omit=dev`):
 #   node dist/app/src/worker/main.js     the worker (default command)
 #   node dist/app/src/api/main.js        the API (dist/app/src/api/cluster.js: several on one port)
-#   node dist/app/scripts/migrate.js     the migrations (also ops.js and api-key.js, for operators)
+#   node dist/app/src/cli/migrate.js     the migrations
+#   node bin/onceflow.js ops|api-key …   the operator's commands (dist/app/src/cli/ops.js, api-key.js)
 # The `sandbox` stage is the sandbox provider, a dev tool compose runs as a
 # stand-in for real providers. Never deploy it.
 #
@@ -26,14 +27,12 @@ COPY packages/onceflow ./packages/onceflow
 COPY src ./src
 COPY workflows ./workflows
 COPY activities ./activities
-COPY scripts/migrate.ts scripts/build-workflow-bundle.ts scripts/ops.ts scripts/api-key.ts ./scripts/
-COPY scripts/lib ./scripts/lib
 RUN npm run build -w onceflow
 RUN npm run build:app
 # The workflow bundle, built once here from the compiled workflows (the files a worker in
 # this image hashes at start): workers find it by that hash and poll in seconds instead of
 # bundling (~12 s).
-RUN node dist/app/scripts/build-workflow-bundle.js
+RUN node dist/app/src/cli/build-workflow-bundle.js
 
 # --- deps: the production dependencies alone.
 FROM node:22-bookworm-slim AS deps
@@ -58,6 +57,8 @@ COPY migrations ./migrations
 COPY console ./console
 COPY --from=build /app/dist/app ./dist/app
 COPY --from=build /app/dist/workflow-bundle ./dist/workflow-bundle
+# `onceflow ops|api-key …`: the command-line entry, which runs the compiled CLI in dist/app/src/cli/.
+COPY bin ./bin
 USER node
 CMD ["node", "dist/app/src/worker/main.js"]
 

@@ -90,10 +90,10 @@ export default tseslint.config(
   },
   {
     // src/ never imports workflows/ or activities/: they depend on src/, not the other way round.
-    // Definitions both sides need live in src/<concept>/contract.ts. Only the worker's
-    // composition root (src/worker/) registers workflows and activities, so it may.
+    // Definitions both sides need live in src/<concept>/contract.ts. Only the composition roots
+    // (src/api/, src/worker/, src/cli/; .dependency-cruiser.cjs) may: the worker registers them.
     files: ['src/**/*.ts'],
-    ignores: ['src/worker/**'],
+    ignores: ['src/{api,worker,cli}/**'],
     rules: {
       'no-restricted-imports': [
         'error',
@@ -102,7 +102,7 @@ export default tseslint.config(
             {
               regex: '^(\\.\\./)+(workflows|activities)(/|$)',
               message:
-                'src/ must not import workflows/ or activities/ (only src/worker/ wires them). ' +
+                'src/ must not import workflows/ or activities/ (only a composition root wires them). ' +
                 'Move shared definitions to a src/<concept>/contract.ts module.',
             },
           ],

@@ -15,7 +15,7 @@
  *   --workers=N          N order worker processes (default 1), as `npm start -- --workers N`
  *   --api-processes=M    M API processes sharing the API port through node:cluster
  *                        (src/api/cluster.ts), as `npm start -- --api-processes M`
- *   --server-dynamic=k=v,...  (postgres) dynamic config keys set on top of ops/temporal/dynamicconfig.yaml
+ *   --server-dynamic=k=v,...  (postgres) dynamic config keys set on top of deploy/temporal/dynamicconfig.yaml
  *   --server-shards=N    (postgres) history shards of the run's throwaway cluster
  *   --server-pool=C:I    (postgres) the default store's maxConns:maxIdleConns per service
  *   --server-vis-pool=C:I  (postgres) the same for the visibility store
@@ -57,7 +57,7 @@ import { createPool } from '../src/db/index.ts';
 import { DEMO_TENANTS } from '../src/api/demo-keys.ts';
 import { TEMPORAL_PERSISTENCE, type SqlPool } from '../dev/devserver/temporal-server.ts';
 import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
-import { createCommand, parseCli } from '../scripts/lib/cli.ts';
+import { createCommand, parseCli } from '../src/cli/command.ts';
 import {
   BenchProcesses,
   ROOT,
@@ -103,7 +103,7 @@ const program = createCommand(
   )
   .option(
     '--server-dynamic <k=v,...>',
-    '(postgres) dynamic config keys on top of ops/temporal/dynamicconfig.yaml',
+    '(postgres) dynamic config keys on top of deploy/temporal/dynamicconfig.yaml',
   )
   .option('--server-shards <n>', '(postgres) history shards of the throwaway cluster')
   .option('--server-pool <maxConns:maxIdle>', "(postgres) the default store's pool per service")

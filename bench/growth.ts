@@ -44,7 +44,7 @@ import { pruneOutbox, pruneWebhookEvents } from '../src/retention/prune.ts';
 import { DEFAULT_BATCH_SIZE, DEFAULT_MAX_BATCHES } from '../src/retention/schedule.ts';
 import { SIGNATURE_HEADER, signWebhook } from '../src/providers/webhook-signature.ts';
 import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
-import { createCommand, parseCli } from '../scripts/lib/cli.ts';
+import { createCommand, parseCli } from '../src/cli/command.ts';
 import { preload, type TemplateOrder } from './lib/growth-preload.ts';
 import {
   BenchProcesses,

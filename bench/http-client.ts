@@ -23,7 +23,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { InvalidArgumentError } from 'commander';
 import { Agent, request } from 'undici';
-import { createCommand, parseCli, positiveInt } from '../scripts/lib/cli.ts';
+import { createCommand, parseCli, positiveInt } from '../src/cli/command.ts';
 
 const CHARGE = JSON.stringify({
   id: 'ch_0123456789abcdefghijklmn',

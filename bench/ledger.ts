@@ -27,7 +27,7 @@ import { createPool, type Pool } from '../src/db/index.ts';
 import { createThrowawayDatabase } from '../src/db/migrate.ts';
 import { Ledger, LocalStatement } from 'onceflow';
 import { InvalidArgumentError } from 'commander';
-import { createCommand, parseCli } from '../scripts/lib/cli.ts';
+import { createCommand, parseCli } from '../src/cli/command.ts';
 import { cpuSeconds, visibleInProc } from './lib/proc-cpu.ts';
 
 function levels(raw: string): number[] {

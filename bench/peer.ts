@@ -41,7 +41,7 @@ import { freePort } from '../src/process/ports.ts';
 import { spawnLeashed } from '../src/process/leash.ts';
 import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
 import { waitForHttp } from '../dev/wait.ts';
-import { createCommand, parseCli } from '../scripts/lib/cli.ts';
+import { createCommand, parseCli } from '../src/cli/command.ts';
 import {
   BenchProcesses,
   ROOT,

@@ -3,16 +3,17 @@
  * `onceflow` (npx onceflow …, or the `bin` of an install): one entry for the
  * command-line tools, so they compose like any other tool.
  *
- *   onceflow ops <command> …       the operator's recovery path (scripts/ops.ts)
- *   onceflow api-key create|list|revoke …   tenant API keys (scripts/api-key.ts)
+ *   onceflow ops <command> …       the operator's recovery path (src/cli/ops.ts)
+ *   onceflow api-key create|list|revoke …   tenant API keys (src/cli/api-key.ts)
  *   onceflow demo …                a few orders through the running stack (scripts/demo.ts)
  *   onceflow --version             the package version
  *
  * Each subcommand runs as a child process with stdout and stderr passed
  * through untouched: this file writes nothing of its own to stdout except
- * --version and --help, so `--json` output stays pure JSON. The scripts are
- * TypeScript run through tsx (a runtime dependency), resolved from this file
- * so the command works from any directory.
+ * --version and --help, so `--json` output stays pure JSON. In a checkout the
+ * scripts are TypeScript run through tsx (a runtime dependency); in the image,
+ * which holds only the build, their compiled JavaScript (dist/app/src/cli/).
+ * Both are resolved from this file so the command works from any directory.
  */
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -22,8 +23,8 @@ import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const SUBCOMMANDS = {
-  ops: 'scripts/ops.ts',
-  'api-key': 'scripts/api-key.ts',
+  ops: 'src/cli/ops.ts',
+  'api-key': 'src/cli/api-key.ts',
   demo: 'scripts/demo.ts',
 };
 
@@ -53,7 +54,7 @@ if (first === '--help' || first === '-h') {
 }
 const script = first === undefined ? undefined : SUBCOMMANDS[first];
 if (!script) {
-  // Usage errors on stderr and exit 2, like every script's command line (scripts/lib/cli.ts).
+  // Usage errors on stderr and exit 2, like every script's command line (src/cli/command.ts).
   const problem = first === undefined ? 'a command is required' : `unknown command '${first}'`;
   process.stderr.write(
     process.argv.includes('--json')
@@ -63,7 +64,9 @@ if (!script) {
   process.exit(2);
 }
 
-if (!existsSync(path.join(root, script))) {
+const source = path.join(root, script);
+const compiled = path.join(root, 'dist/app', script.replace(/\.ts$/, '.js'));
+if (!existsSync(source) && !existsSync(compiled)) {
   // The library package (npm pack) carries this file as its `bin` but none of the application's
   // scripts: say where the command lives instead of failing on a missing module.
   process.stderr.write(
@@ -73,10 +76,8 @@ if (!existsSync(path.join(root, script))) {
   process.exit(1);
 }
 
-const tsx = import.meta.resolve('tsx');
-const child = spawn(process.execPath, ['--import', tsx, path.join(root, script), ...rest], {
-  stdio: 'inherit',
-});
+const entry = existsSync(source) ? ['--import', import.meta.resolve('tsx'), source] : [compiled];
+const child = spawn(process.execPath, [...entry, ...rest], { stdio: 'inherit' });
 // Forward the signals a terminal or supervisor sends, so Ctrl-C stops the script, not just this wrapper.
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(signal, () => child.kill(signal));
 child.on('exit', (code, signal) => {

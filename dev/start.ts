@@ -30,7 +30,7 @@ import {
 } from './devserver/temporal-server.ts';
 import { Client, Connection } from '@temporalio/client';
 import { connectionSettings } from '../src/temporal/connection.ts';
-import { createCommand, parseCli, positiveInt } from '../scripts/lib/cli.ts';
+import { createCommand, parseCli, positiveInt } from '../src/cli/command.ts';
 import { embeddedPostgresIfNeeded } from './postgres/embedded.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');

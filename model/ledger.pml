@@ -3,7 +3,7 @@
  * charge operation end to end: the ledger record (src/ledger), two activity
  * workers that may crash or be left running as zombies, Temporal's retries,
  * the order workflow's charge loop (workflows/order.ts), the operator
- * (src/ops/operator.ts) and a Stripe-like provider (dev/sandbox) with
+ * (src/operator/operator.ts) and a Stripe-like provider (dev/sandbox) with
  * per-key dedupe, in-flight requests, lost responses and a key window.
  *
  * Every labelled transition (T_*) is mapped to its function / SQL statement

@@ -16,7 +16,7 @@
  * sandbox fault, and includes some declined cards. Exit code 1 if any
  * invariant breaks.
  *
- * It talks to the API through the typed client (src/client), as a caller
+ * It talks to the API through the typed client (@onceflow/client), as a caller
  * should: each planned order is one intent with one key, and the client's
  * own retries (lost responses, 5xx, 409, 429) reuse it.
  */
@@ -34,8 +34,8 @@ import {
   type OnceflowClient,
   type OrderDetail,
   type Refund,
-} from '../src/client/index.ts';
-import { createCommand, parseCli, positiveInt } from './lib/cli.ts';
+} from '@onceflow/client';
+import { createCommand, parseCli, positiveInt } from '../src/cli/command.ts';
 
 const program = createCommand(
   'demo',
@@ -83,7 +83,7 @@ const counts = {
   unexpected: [] as string[],
 };
 
-/** One typed client per tenant (src/client): retries with the same key, backoff, Retry-After. */
+/** One typed client per tenant (@onceflow/client): retries with the same key, backoff, Retry-After. */
 const clients = new Map<string, OnceflowClient>();
 function clientFor(tenant: Planned['tenant']): OnceflowClient {
   let c = clients.get(tenant.id);

@@ -4,7 +4,7 @@
 import { loadConfig } from '../src/config.ts';
 import { ensureTemporalCli } from '../dev/devserver/temporal.ts';
 import { ensureTemporalServerTools } from '../dev/devserver/temporal-server.ts';
-import { createCommand, runCli } from './lib/cli.ts';
+import { createCommand, runCli } from '../src/cli/command.ts';
 
 const program = createCommand(
   'temporal:ensure',

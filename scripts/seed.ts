@@ -3,7 +3,7 @@ import { loadConfig } from '../src/config.ts';
 import { createPool } from '../src/db/index.ts';
 import { redactUrl } from '../src/db/migrate.ts';
 import { seedDemoData } from '../dev/seed.ts';
-import { createCommand, runCli } from './lib/cli.ts';
+import { createCommand, runCli } from '../src/cli/command.ts';
 
 const program = createCommand(
   'seed',

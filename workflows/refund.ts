@@ -21,7 +21,7 @@
  * a late or reordered event never moves it backwards. Entering `failed`
  * gives the refund's amount back to the order (src/refunds/sql.ts).
  *
- * Operators (src/ops/operator.ts): a re-drive is the `redrive` update
+ * Operators (src/operator/operator.ts): a re-drive is the `redrive` update
  * (refused unless parked) or the older signal; an operator's resolution or
  * reconcile sends `refundEvent`, a wake-up only: the outcome is read from the
  * provider refund's ledger record under its own key, never from the signal.

@@ -202,7 +202,7 @@ export interface TemporalOptions {
 
 /** Settings of the Postgres-backed server a benchmark can change (docs/DEPLOYING.md). */
 interface ServerLevers {
-  /** Dynamic config keys over ops/temporal/dynamicconfig.yaml's. */
+  /** Dynamic config keys over deploy/temporal/dynamicconfig.yaml's. */
   dynamic: Record<string, boolean | number>;
   shards?: number;
   persistence?: PersistenceSettings;

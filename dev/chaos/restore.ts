@@ -147,7 +147,7 @@ export async function runRecovery(
     [
       '--import',
       'tsx',
-      path.join(stack.opts.root, 'scripts/ops.ts'),
+      path.join(stack.opts.root, 'src/cli/ops.ts'),
       'recover-after-restore',
       '--since',
       t0.toISOString(),

@@ -102,7 +102,7 @@ const NAMESPACE_RETENTION = '3 days';
 /** The dynamic config file of every Postgres-backed server, compose's too (its comments say why each key). */
 export const TEMPORAL_DYNAMIC_CONFIG_FILE = path.resolve(
   import.meta.dirname,
-  '../../ops/temporal/dynamicconfig.yaml',
+  '../../deploy/temporal/dynamicconfig.yaml',
 );
 
 /** The same settings as values, for callers that change one (bench/e2e.ts) and write the rest. */

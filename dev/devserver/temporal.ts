@@ -48,7 +48,7 @@ const DEV_SERVER_SQLITE_PRAGMAS: Readonly<Record<string, string>> = {
  * instead of via matching and a second poll (the SDK asks for it by
  * default; the server flag is off unless set). Worker Versioning (Worker
  * Deployments, docs/UPGRADING.md) as on the Postgres-backed server
- * (ops/temporal/dynamicconfig.yaml): on by default in server 1.29, set
+ * (deploy/temporal/dynamicconfig.yaml): on by default in server 1.29, set
  * explicitly because the deploy story depends on it.
  */
 const DEV_SERVER_DYNAMIC_CONFIG: Readonly<Record<string, string>> = {

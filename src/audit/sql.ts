@@ -13,7 +13,7 @@ export type AuditAction =
   | 'redrive_requested'
   | 'redrive_refused'
   | 'redrive_unknown'
-  /** A workflow's rows and records rebuilt after a database restore (src/ops/recover.ts, migrations/0021). */
+  /** A workflow's rows and records rebuilt after a database restore (src/restore/recover.ts, migrations/0021). */
   | 'restore';
 export type AuditSource = 'cli' | 'api';
 /**

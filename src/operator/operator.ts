@@ -1,6 +1,6 @@
 /**
  * The operator's recovery path: look at uncertain work, reconcile it, resolve
- * an unknown outcome, re-drive a parked order. The CLI (scripts/ops.ts) and
+ * an unknown outcome, re-drive a parked order. The CLI (src/cli/ops.ts) and
  * the admin routes (routes.ts) are thin shells over this class.
  *
  * Invariants

@@ -1,6 +1,6 @@
 /**
  * Admin routes: the operator's recovery path over HTTP, the same actions as
- * the CLI (scripts/ops.ts) through the same Operator service. Authenticated
+ * the CLI (src/cli/ops.ts) through the same Operator service. Authenticated
  * by an admin credential, never by a tenant API key:
  *
  * - a named operator's token (`npm run ops -- operator add NAME`, table

@@ -234,7 +234,7 @@ export async function getRefundById(
   return rows[0] ?? null;
 }
 
-// --- recovery after a database restore (src/ops/recover.ts) ------------------
+// --- recovery after a database restore (src/restore/recover.ts) --------------
 
 export interface RestoredRefund {
   tenantId: string;

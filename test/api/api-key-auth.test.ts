@@ -221,7 +221,7 @@ describe('npm run api-key', () => {
     return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
       execFile(
         process.execPath,
-        ['--import', 'tsx', 'scripts/api-key.ts', ...args],
+        ['--import', 'tsx', 'src/cli/api-key.ts', ...args],
         { cwd: root, env: { PATH: process.env.PATH ?? '', ...env } },
         (err, stdout, stderr) => resolve({ code: err ? Number(err.code ?? 1) : 0, stdout, stderr }),
       );

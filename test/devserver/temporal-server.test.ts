@@ -155,7 +155,7 @@ describe('Temporal server on Postgres: config', () => {
     expect(dynamic['matching.numTaskqueueReadPartitions'][0].value).toBe(1);
     expect(dynamic['matching.numTaskqueueWritePartitions'][0].value).toBe(1);
     expect(config.dynamicConfigClient.filepath).toBe(files.dynamicConfigFile);
-    // The same file compose mounts (test/ops-assets/compose.test.ts), byte for byte.
+    // The same file compose mounts (test/deploy/compose.test.ts), byte for byte.
     expect(fs.readFileSync(files.dynamicConfigFile, 'utf8')).toBe(
       fs.readFileSync(TEMPORAL_DYNAMIC_CONFIG_FILE, 'utf8'),
     );

@@ -21,7 +21,7 @@ export function runOps(args: string[], env: { sandboxUrl: string; taskQueue?: st
   return new Promise((resolve) => {
     execFile(
       process.execPath,
-      ['--import', 'tsx', 'scripts/ops.ts', ...args],
+      ['--import', 'tsx', 'src/cli/ops.ts', ...args],
       {
         cwd: root,
         timeout: 60_000,

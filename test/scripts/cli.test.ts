@@ -1,5 +1,5 @@
 /**
- * Every script in package.json that takes arguments (scripts/*.ts, bench/*.ts;
+ * Every script in package.json that takes arguments (scripts/*.ts, src/cli/*.ts, bench/*.ts;
  * the ops CLI and the chaos script with cases of their own) behaves like a CLI, run as a child process the way npm runs it:
  * --help exits 0 with usage, an unknown flag prints usage and exits 2, and
  * under --json every line on stdout and stderr is JSON, errors included.
@@ -21,7 +21,7 @@ function run(script: string, args: string[], env: Record<string, string> = {}): 
   return new Promise((resolve) => {
     execFile(
       process.execPath,
-      ['--import', 'tsx', script.includes('/') ? script : `scripts/${script}`, ...args],
+      ['--import', 'tsx', script, ...args],
       // Unreachable services by default: nothing here may touch a real database by accident.
       {
         cwd: root,
@@ -40,12 +40,12 @@ const lines = (text: string) => text.split('\n').filter((l) => l.trim() !== '');
 const allJson = (text: string) => lines(text).map((l) => JSON.parse(l) as Record<string, unknown>);
 
 const scripts = [
-  { file: 'demo.ts', json: false },
-  { file: 'api-key.ts', json: true },
-  { file: 'migrate.ts', json: true },
-  { file: 'ensure-temporal.ts', json: true },
-  { file: 'client-generate.ts', json: true },
-  { file: 'seed.ts', json: true },
+  { file: 'scripts/demo.ts', json: false },
+  { file: 'src/cli/api-key.ts', json: true },
+  { file: 'src/cli/migrate.ts', json: true },
+  { file: 'scripts/ensure-temporal.ts', json: true },
+  { file: 'scripts/client-generate.ts', json: true },
+  { file: 'scripts/seed.ts', json: true },
   { file: 'bench/ledger.ts', json: false },
   { file: 'bench/e2e.ts', json: false },
   { file: 'bench/growth.ts', json: false },
@@ -53,7 +53,7 @@ const scripts = [
   { file: 'bench/http-client.ts', json: false },
 ];
 
-describe.each(scripts)('scripts/$file', ({ file }) => {
+describe.each(scripts)('$file', ({ file }) => {
   it('answers --help with usage on stdout and exit 0', async () => {
     const r = await run(file, ['--help']);
     expect(r.code).toBe(0);
@@ -71,7 +71,7 @@ describe.each(scripts)('scripts/$file', ({ file }) => {
   });
 });
 
-describe.each(scripts.filter((s) => s.json))('scripts/$file --json', ({ file }) => {
+describe.each(scripts.filter((s) => s.json))('$file --json', ({ file }) => {
   it('under --json, help and usage errors are JSON', async () => {
     const help = await run(file, ['--help', '--json']);
     expect(help.code).toBe(0);
@@ -90,10 +90,10 @@ describe.each(scripts.filter((s) => s.json))('scripts/$file --json', ({ file }) 
 
 describe('scripts/chaos.ts (its own parser)', () => {
   it('answers --help with exit 0 and refuses an unknown flag with usage and exit 2', async () => {
-    const help = await run('chaos.ts', ['--help']);
+    const help = await run('scripts/chaos.ts', ['--help']);
     expect(help.code).toBe(0);
     expect(help.stdout).toMatch(/^usage: npm run chaos/i);
-    const bad = await run('chaos.ts', ['--no-such-flag']);
+    const bad = await run('scripts/chaos.ts', ['--no-such-flag']);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/--no-such-flag/);
     expect(bad.stderr).toMatch(/usage: npm run chaos/i);
@@ -101,20 +101,20 @@ describe('scripts/chaos.ts (its own parser)', () => {
   });
 });
 
-describe('scripts/ops.ts: per-command options and help (commander)', () => {
+describe('src/cli/ops.ts: per-command options and help (commander)', () => {
   it("--help lists the commands; <command> --help shows that command's own options", async () => {
-    const top = await run('ops.ts', ['--help']);
+    const top = await run('src/cli/ops.ts', ['--help']);
     expect(top.code).toBe(0);
     expect(top.stdout).toMatch(/^Usage: ops <command>/);
     for (const c of ['list', 'show', 'reconcile', 'resolve', 'redrive', 'attention', 'audit']) {
       expect(top.stdout).toContain(c);
     }
-    const reconcile = await run('ops.ts', ['reconcile', '--help']);
+    const reconcile = await run('src/cli/ops.ts', ['reconcile', '--help']);
     expect(reconcile.code).toBe(0);
     expect(reconcile.stdout).toMatch(/^Usage: ops reconcile \[options\] <tenant> <type> <key>/);
     expect(reconcile.stdout).toContain('--reason <text>');
     expect(reconcile.stdout).not.toContain('--outcome');
-    const resolve = await run('ops.ts', ['resolve', '--help']);
+    const resolve = await run('src/cli/ops.ts', ['resolve', '--help']);
     expect(resolve.stdout).toContain('--outcome <outcome>');
     expect(resolve.stderr).toBe('');
   });
@@ -128,21 +128,21 @@ describe('scripts/ops.ts: per-command options and help (commander)', () => {
       ['resolve', 'acme', 'payment.charge', 'k', '--outcome', 'succeeded'],
       ['redrive', 'acme', 'ord_1', '--reason', '  '],
     ]) {
-      const r = await run('ops.ts', args);
+      const r = await run('src/cli/ops.ts', args);
       expect(r.code, args.join(' ')).toBe(2);
       expect(r.stdout, args.join(' ')).toBe('');
       expect(r.stderr, args.join(' ')).toContain(`Usage: ops ${args[0]} [options]`);
     }
-    const none = await run('ops.ts', []);
+    const none = await run('src/cli/ops.ts', []);
     expect(none.code).toBe(2);
     expect(none.stderr).toMatch(/a command is required/);
-    const unknown = await run('ops.ts', ['frobnicate']);
+    const unknown = await run('src/cli/ops.ts', ['frobnicate']);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toMatch(/unknown command 'frobnicate'/);
   });
 
   it('under --json, usage errors and failures are one JSON error object', async () => {
-    const bad = await run('ops.ts', ['list', '--no-such-flag', '--json']);
+    const bad = await run('src/cli/ops.ts', ['list', '--no-such-flag', '--json']);
     expect(bad.code).toBe(2);
     expect(bad.stdout).toBe('');
     expect(allJson(bad.stderr)).toEqual([
@@ -154,11 +154,11 @@ describe('scripts/ops.ts: per-command options and help (commander)', () => {
         },
       },
     ]);
-    const help = await run('ops.ts', ['audit', '--help', '--json']);
+    const help = await run('src/cli/ops.ts', ['audit', '--help', '--json']);
     expect(help.code).toBe(0);
     expect(allJson(help.stdout)).toEqual([{ usage: expect.stringMatching(/^Usage: ops audit/) }]);
     // Postgres unreachable: a failure, as JSON, exit 1.
-    const down = await run('ops.ts', ['audit', '--json']);
+    const down = await run('src/cli/ops.ts', ['audit', '--json']);
     expect(down.code).toBe(1);
     expect(down.stdout).toBe('');
     expect(allJson(down.stderr)).toEqual([
@@ -170,9 +170,9 @@ describe('scripts/ops.ts: per-command options and help (commander)', () => {
 describe('--json outputs', () => {
   it('a failure (Postgres unreachable) is one JSON error line and exit 1', async () => {
     for (const [file, args] of [
-      ['migrate.ts', ['--json']],
-      ['seed.ts', ['--json']],
-      ['api-key.ts', ['acme', '--json']],
+      ['src/cli/migrate.ts', ['--json']],
+      ['scripts/seed.ts', ['--json']],
+      ['src/cli/api-key.ts', ['acme', '--json']],
     ] as const) {
       const r = await run(file, [...args]);
       expect(r.code, `${file}: ${r.stderr}`).toBe(1);
@@ -185,7 +185,7 @@ describe('--json outputs', () => {
 
   it('api-key prints the key as a JSON result, notes as JSON lines', async () => {
     const tenant = uniq('cli').toLowerCase();
-    const r = await run('api-key.ts', [tenant, '--create-tenant', '--json'], {
+    const r = await run('src/cli/api-key.ts', [tenant, '--create-tenant', '--json'], {
       DATABASE_URL: testDatabaseUrl(),
     });
     expect(r.code, r.stderr).toBe(0);
@@ -198,19 +198,19 @@ describe('--json outputs', () => {
     });
     expect(allJson(r.stderr)).toEqual([expect.objectContaining({ tenantId: tenant, createdTenant: true })]);
 
-    const text = await run('api-key.ts', [tenant], { DATABASE_URL: testDatabaseUrl() });
+    const text = await run('src/cli/api-key.ts', [tenant], { DATABASE_URL: testDatabaseUrl() });
     expect(text.code, text.stderr).toBe(0);
     expect(lines(text.stdout)).toEqual([expect.stringMatching(/^sk_test_[\w-]+$/)]);
   });
 
   it('api-key refuses a bad tenant id as a usage error (exit 2)', async () => {
-    const r = await run('api-key.ts', ['Not Valid!']);
+    const r = await run('src/cli/api-key.ts', ['Not Valid!']);
     expect(r.code).toBe(2);
     expect(r.stderr).toContain('tenant-id');
   });
 
   it('demo refuses a non-positive number as a usage error (exit 2)', async () => {
-    const r = await run('demo.ts', ['--orders', '0']);
+    const r = await run('scripts/demo.ts', ['--orders', '0']);
     expect(r.code).toBe(2);
     expect(r.stderr).toContain('must be a positive integer');
   });

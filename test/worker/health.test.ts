@@ -3,7 +3,7 @@
  * listener), against real Postgres servers: readiness needs the worker
  * polling and Postgres answering, and says which check failed; /healthz
  * answers whatever the dependencies do. The compiled worker's own endpoints
- * are checked in test/ops-assets/compiled-entrypoints.test.ts.
+ * are checked in test/deploy/compiled-entrypoints.test.ts.
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { Registry } from 'prom-client';

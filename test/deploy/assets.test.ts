@@ -37,8 +37,8 @@ import { testConfig } from '../api/support.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
 const read = (rel: string) => fs.readFileSync(path.join(root, rel), 'utf8');
-const ALERTS = 'ops/prometheus/alerts.yml';
-const DASHBOARD = 'ops/grafana/dashboards/onceflow.json';
+const ALERTS = 'deploy/prometheus/alerts.yml';
+const DASHBOARD = 'deploy/grafana/dashboards/onceflow.json';
 
 /** Series Prometheus makes itself, not any process. */
 const SYNTHETIC = ['up'];
@@ -274,7 +274,7 @@ describe('alert rules', () => {
 describe('the dashboard', () => {
   it('covers the topics the operators need, all panels on the provisioned data source', () => {
     const d = dashboard();
-    const ds = parseYaml(read('ops/grafana/provisioning/datasources/prometheus.yml')) as {
+    const ds = parseYaml(read('deploy/grafana/provisioning/datasources/prometheus.yml')) as {
       datasources: { uid: string; url: string }[];
     };
     const uid = ds.datasources[0]!.uid;
@@ -339,15 +339,15 @@ describe('docker-compose.yml, profile observability', () => {
     const prom = services.prometheus!;
     const graf = services.grafana!;
     for (const m of [...mounts(prom), ...mounts(graf)]) {
-      expect(m.source.startsWith('./ops/'), m.source).toBe(true);
+      expect(m.source.startsWith('./deploy/'), m.source).toBe(true);
       expect(fs.existsSync(path.join(root, m.source)), `${m.source} exists`).toBe(true);
     }
     const targetOf = (s: Service, source: string) => mounts(s).find((m) => m.source === source)?.target;
 
     // Prometheus: its config is where --config.file says, and loads the alerts from where they are mounted.
     const configPath = prom.command!.find((c) => c.startsWith('--config.file='))!.split('=')[1];
-    expect(targetOf(prom, './ops/prometheus/prometheus.yml')).toBe(configPath);
-    const promConfig = parseYaml(read('ops/prometheus/prometheus.yml')) as {
+    expect(targetOf(prom, './deploy/prometheus/prometheus.yml')).toBe(configPath);
+    const promConfig = parseYaml(read('deploy/prometheus/prometheus.yml')) as {
       rule_files: string[];
       scrape_configs: { job_name: string }[];
     };
@@ -367,17 +367,17 @@ describe('docker-compose.yml, profile observability', () => {
 
     // Grafana: provisioning directories mounted where Grafana reads them; the dashboard provider
     // reads the directory the dashboard JSON is mounted in; the data source points at the service.
-    expect(targetOf(graf, './ops/grafana/provisioning/datasources')).toBe(
+    expect(targetOf(graf, './deploy/grafana/provisioning/datasources')).toBe(
       '/etc/grafana/provisioning/datasources',
     );
-    expect(targetOf(graf, './ops/grafana/provisioning/dashboards')).toBe(
+    expect(targetOf(graf, './deploy/grafana/provisioning/dashboards')).toBe(
       '/etc/grafana/provisioning/dashboards',
     );
-    const provider = parseYaml(read('ops/grafana/provisioning/dashboards/onceflow.yml')) as {
+    const provider = parseYaml(read('deploy/grafana/provisioning/dashboards/onceflow.yml')) as {
       providers: { options: { path: string } }[];
     };
-    expect(targetOf(graf, './ops/grafana/dashboards')).toBe(provider.providers[0]!.options.path);
-    const ds = parseYaml(read('ops/grafana/provisioning/datasources/prometheus.yml')) as {
+    expect(targetOf(graf, './deploy/grafana/dashboards')).toBe(provider.providers[0]!.options.path);
+    const ds = parseYaml(read('deploy/grafana/provisioning/datasources/prometheus.yml')) as {
       datasources: { url: string }[];
     };
     expect(ds.datasources[0]!.url).toBe('http://prometheus:9090');

@@ -12,9 +12,9 @@
  *   (reconcile, resolve, redrive); `revoked_at` records when.
  */
 import { Command, InvalidArgumentError } from 'commander';
-import { loadConfig } from '../src/config.ts';
-import { createPool, withTransaction } from '../src/db/index.ts';
-import { hashApiKey, mintApiKey } from '../src/api/auth.ts';
+import { loadConfig } from '../config.ts';
+import { createPool, withTransaction } from '../db/index.ts';
+import { hashApiKey, mintApiKey } from '../api/auth.ts';
 import {
   API_KEY_ID_LENGTH,
   insertApiKey,
@@ -22,8 +22,8 @@ import {
   listApiKeys,
   revokeApiKey,
   tenantExists,
-} from '../src/tenants/sql.ts';
-import { createCommand, positiveInt, runCli, type CliOutput } from './lib/cli.ts';
+} from '../tenants/sql.ts';
+import { createCommand, positiveInt, runCli, type CliOutput } from './command.ts';
 
 const TENANT_RULE = '1-63 characters of a-z, 0-9, "_" or "-", starting with a letter or digit';
 const SUBCOMMANDS = ['create', 'list', 'revoke'];

@@ -3,7 +3,7 @@
  * harness, tests, benchmarks or TypeScript sources, runs compiled JavaScript
  * as a non-root user on a current Node LTS, and is built in stages; the
  * sandbox, a dev tool compose uses as a stand-in provider, is a separate stage.
- * (test/ops-assets/compiled-entrypoints.test.ts starts the entry points.)
+ * (test/deploy/compiled-entrypoints.test.ts starts the entry points.)
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -40,6 +40,22 @@ describe('Dockerfile', () => {
       .filter((a) => !a.startsWith('--'));
     expect(sources.length).toBeGreaterThan(0);
     for (const src of sources) expect(src, src).not.toMatch(/^(\.\/)?(dev|test|bench)(\/|$)|^\.$/);
+  });
+
+  it('builds from what ships and copies nothing else from the repository into the product', () => {
+    const from = (stage: string) =>
+      (s.get(stage) ?? [])
+        .filter((l) => /^COPY\s/i.test(l) && !/--from=/.test(l))
+        .flatMap((l) => l.split(/\s+/).slice(1, -1));
+    // The build compiles the product folders (src/ holds the command lines too), never scripts/ or the harness.
+    for (const src of from('build'))
+      expect(src, src).toMatch(
+        /^(package(-lock)?\.json|tsconfig(\.app)?\.json|packages\/onceflow(\/package\.json)?|src|workflows|activities)$/,
+      );
+    for (const src of from('product'))
+      expect(src, src).toMatch(
+        /^(package\.json|packages\/onceflow\/(package\.json|migrations)|migrations|console|bin)$/,
+      );
   });
 
   it('runs compiled JavaScript, built in an earlier stage, on a current Node LTS', () => {

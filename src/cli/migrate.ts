@@ -1,7 +1,7 @@
 // `npm run migrate [-- --json]`: create the database if needed and apply pending migrations.
-import { loadConfig } from '../src/config.ts';
-import { ensureDatabase, migrate, redactUrl } from '../src/db/migrate.ts';
-import { createCommand, runCli } from './lib/cli.ts';
+import { loadConfig } from '../config.ts';
+import { ensureDatabase, migrate, redactUrl } from '../db/migrate.ts';
+import { createCommand, runCli } from './command.ts';
 
 const program = createCommand(
   'migrate',

@@ -456,7 +456,7 @@ describe('docker-compose.yml', () => {
     const dockerfile = read('Dockerfile').split('\n');
     // From the compiled workflows: the files the image's workers hash to find it.
     const build = dockerfile.findIndex((l) =>
-      /^RUN node dist\/app\/scripts\/build-workflow-bundle\.js/.test(l),
+      /^RUN node dist\/app\/src\/cli\/build-workflow-bundle\.js/.test(l),
     );
     expect(build, 'Dockerfile builds the bundle').toBeGreaterThan(0);
     const compile = dockerfile.findIndex((l) => /^RUN npm run build:app/.test(l));

@@ -54,7 +54,7 @@ function productCopies(): [string, string][] {
 beforeAll(async () => {
   // The core package's dist/ is built once by the global setup, as the image's build stage does first.
   await run('npm', ['run', '--silent', 'build:app'], { cwd: root });
-  await run(process.execPath, [path.join(root, 'dist/app/scripts/build-workflow-bundle.js')], { cwd: root });
+  await run(process.execPath, [path.join(root, 'dist/app/src/cli/build-workflow-bundle.js')], { cwd: root });
   // The deps stage: package.json, the lockfile and the core package's manifest (a workspace), then the
   // production dependencies alone.
   fs.mkdirSync(path.join(install, 'packages/onceflow'), { recursive: true });
@@ -123,8 +123,18 @@ it('holds only what ships: production dependencies, no tsx/TypeScript/vitest, no
   expect(fs.existsSync(path.join(install, 'dist/app/src/worker/main.js'))).toBe(true);
 });
 
+it('bin/onceflow.js runs the compiled command lines (no tsx, no sources)', async () => {
+  for (const command of ['ops', 'api-key']) {
+    const r = await run(process.execPath, ['bin/onceflow.js', command, '--help'], {
+      cwd: install,
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', NODE_ENV: 'production' },
+    });
+    expect(r.stdout, command).toMatch(new RegExp(`^Usage: ${command} `));
+  }
+});
+
 it('migrate.js, then the API answers /healthz and the worker /readyz, from the production install', async () => {
-  const migrate = start('dist/app/scripts/migrate.js', {});
+  const migrate = start('dist/app/src/cli/migrate.js', {});
   expect(await exited(migrate.child), migrate.output()).toBe(0);
 
   const apiPort = await freePort();

@@ -46,7 +46,7 @@ describe('metrics listeners', () => {
   });
 
   it('Prometheus scrapes the API on its metrics port, not its public port', () => {
-    const prom = parseYaml(read('ops/prometheus/prometheus.yml')) as {
+    const prom = parseYaml(read('deploy/prometheus/prometheus.yml')) as {
       scrape_configs: { job_name: string; static_configs?: { targets: string[] }[] }[];
     };
     const job = prom.scrape_configs.find((j) => j.job_name === 'onceflow-api');

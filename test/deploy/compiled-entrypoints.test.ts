@@ -31,7 +31,7 @@ const fresh = cloneName(inject('databaseTemplate'), 'compiled');
 beforeAll(async () => {
   await run('npm', ['run', '--silent', 'build:app'], { cwd: root });
   // As the Dockerfile does: the bundle from the compiled workflows, where workers look for it.
-  await run(process.execPath, [compiled('scripts/build-workflow-bundle.js')], { cwd: root });
+  await run(process.execPath, [compiled('src/cli/build-workflow-bundle.js')], { cwd: root });
   db = await ownDatabase('compiled');
 });
 
@@ -54,7 +54,7 @@ function start(name: string, file: string, env: Record<string, string>): Proc {
 }
 
 it('builds JavaScript only: no TypeScript source is needed to run dist/app', () => {
-  for (const file of ['src/api/main.js', 'src/api/cluster.js', 'src/worker/main.js', 'scripts/migrate.js']) {
+  for (const file of ['src/api/main.js', 'src/api/cluster.js', 'src/worker/main.js', 'src/cli/migrate.js']) {
     const text = fs.readFileSync(compiled(file), 'utf8');
     // Every relative import points at a .js file of the build.
     for (const [, spec] of text.matchAll(/from '(\.[^']+)'/g)) expect(spec, file).toMatch(/\.js$/);
@@ -63,7 +63,7 @@ it('builds JavaScript only: no TypeScript source is needed to run dist/app', () 
 
 it('migrate.js applies the migrations to a new database', async () => {
   const url = withDatabase(inject('postgresUrl'), fresh);
-  const proc = spawnNode('migrate', [compiled('scripts/migrate.js'), '--json'], { DATABASE_URL: url });
+  const proc = spawnNode('migrate', [compiled('src/cli/migrate.js'), '--json'], { DATABASE_URL: url });
   procs.push(proc);
   expect(await proc.exited).toEqual({ code: 0, signal: null });
   const result = JSON.parse(proc.output().trim().split('\n').at(-1)!) as { applied: string[] };

@@ -6,7 +6,7 @@
  * step only moves that cost to build time (the Dockerfile runs it).
  */
 import path from 'node:path';
-import { ensureWorkflowBundle } from '../src/worker/bundle.ts';
+import { ensureWorkflowBundle } from '../worker/bundle.ts';
 
 // Both variants: a worker uses the traced one only when tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT).
 for (const traced of [false, true]) {

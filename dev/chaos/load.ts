@@ -1,7 +1,7 @@
 /**
  * Orders through the HTTP API, placed the way a careful client does: one
  * Idempotency-Key per intent, generated once, and every retry of that intent
- * reuses it. Retried: network errors and timeouts, 5xx, 409 and 429 (waiting
+ * reuses it. Retried: network errors and timeouts, 5xx, 408, 409 and 429 (waiting
  * Retry-After when given). Any other answer ends the attempt (and is a
  * harness or product bug, reported as not accepted).
  *
@@ -225,13 +225,13 @@ async function placeRefund(
   return submission;
 }
 
-/** A definite answer to one POST (any status but 409, 429 and 5xx), or why the client stopped asking. */
+/** A definite answer to one POST (any status but 408, 409, 429 and 5xx), or why the client stopped asking. */
 export type Answer =
   { kind: 'answer'; status: number; text: string; replayed: boolean } | { kind: 'gave_up'; why: string };
 
 /**
  * POSTs under one Idempotency-Key until a definite answer: network errors,
- * timeouts, 409, 429 and 5xx (a 503 while a recovery is pending among them)
+ * timeouts, 408, 409, 429 and 5xx (a 503 while a recovery is pending among them)
  * are retried under the same key, after Retry-After when given, until
  * `giveUpAt`.
  */
@@ -263,7 +263,7 @@ export async function postUntilAnswered(
         signal: AbortSignal.any([opts.signal, AbortSignal.timeout(15_000)]),
       });
       const text = await res.text();
-      if (res.status !== 409 && res.status !== 429 && res.status < 500) {
+      if (![408, 409, 429].includes(res.status) && res.status < 500) {
         return {
           kind: 'answer',
           status: res.status,

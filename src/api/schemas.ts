@@ -7,7 +7,13 @@
 import { Type, type Static } from '@fastify/type-provider-typebox';
 import { ORDER_STATUSES } from '../orders/model.ts';
 import { REFUND_STATUSES } from '../refunds/contract.ts';
-import { DOCUMENTED_REQUIRED } from '../http/openapi.ts';
+import {
+  always,
+  DOCUMENTED_REQUIRED,
+  problemResponse,
+  RATE_LIMIT_HEADERS,
+  RETRY_AFTER_HEADER,
+} from '../http/openapi.ts';
 
 const MAX_ITEMS = 100;
 export const BODY_LIMIT_BYTES = 64 * 1024;
@@ -335,4 +341,23 @@ export const GetRefundQuery = Type.Object({
 
 export const REFUND_LOCATION_HEADER = {
   Location: Type.String({ description: "The refund's URL: /v1/orders/{id}/refunds/{refundId}" }),
+};
+
+/** Per-tenant limit (with the rate-limit headers) or too many failed API keys from an address. */
+export const TOO_MANY_REQUESTS = problemResponse('Rate limited (nothing stored); retry after Retry-After', {
+  ...always(RETRY_AFTER_HEADER),
+  ...RATE_LIMIT_HEADERS,
+});
+
+/** The problems every idempotent create (an order, a refund) can answer alike. */
+export const IDEMPOTENT_CREATE_PROBLEMS = {
+  401: problemResponse('Missing or invalid API key (nothing stored)'),
+  413: problemResponse('Body larger than 64 KiB'),
+  415: problemResponse('The body is not application/json'),
+  429: TOO_MANY_REQUESTS,
+  503: problemResponse(
+    'A recovery after a database restore is pending (recovery-pending; nothing stored): retry ' +
+      'after Retry-After with the same Idempotency-Key',
+    always(RETRY_AFTER_HEADER),
+  ),
 };

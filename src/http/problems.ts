@@ -159,8 +159,12 @@ const FASTIFY_CODES: Record<string, { kind: ProblemKind; detail: string }> = {
     detail: 'A path parameter is longer than 100 characters.',
   },
   FST_ERR_ASYNC_CONSTRAINT: { kind: 'invalidRequest', detail: 'The request could not be routed.' },
-  // The client went away mid-body (or the request deadline closed its socket): nobody reads the answer.
-  ECONNRESET: { kind: 'invalidRequest', detail: 'The connection closed before the body arrived.' },
+  // The body stopped mid-way. Usually nobody reads this answer; a client that does (seen once in the
+  // pg-restart chaos run) was not served, so it gets a retryable status, not a 400.
+  ECONNRESET: {
+    kind: 'requestTimeout',
+    detail: 'The connection closed before the body arrived. Send it again under the same Idempotency-Key.',
+  },
 };
 
 interface ValidationIssue {

@@ -20,6 +20,7 @@ import { OpsError } from './errors.ts';
 import {
   OrderConsoleView,
   orderSummary,
+  refundSummary,
   OperatorDeps,
   ListOperationsFilter,
   OperationListItem,
@@ -178,20 +179,15 @@ export class OperatorReads {
     const rows = await withClient(this.deps.pool, (c) =>
       selectRefundsNeedingAttention(c, { tenantId: opts.tenantId || undefined, limit }),
     );
-    return rows.map((r) => ({
-      kind: 'refund' as const,
-      tenantId: r.tenant_id,
-      orderId: r.order_id,
-      refundId: r.id,
-      workflowId: r.workflow_id,
-      status: r.status,
-      amount: Number(r.amount),
-      currency: r.currency,
-      lastError: r.last_error,
-      updatedAt: r.updated_at,
-      temporalUiUrl: this.temporalUiUrl(r.workflow_id),
-      operationKey: refundStepKeys.refund(r.workflow_id),
-    }));
+    return rows.map((r) => {
+      const { providerRefundId: _, ...summary } = refundSummary(r);
+      return {
+        kind: 'refund' as const,
+        ...summary,
+        temporalUiUrl: this.temporalUiUrl(r.workflow_id),
+        operationKey: refundStepKeys.refund(r.workflow_id),
+      };
+    });
   }
 
   /** Newest first. */

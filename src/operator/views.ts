@@ -232,17 +232,8 @@ export interface AttentionItem extends OrderSummary {
   source: 'order_row' | 'workflow';
 }
 
-export interface RefundAttentionItem {
+export interface RefundAttentionItem extends Omit<RefundSummary, 'providerRefundId'> {
   kind: 'refund';
-  tenantId: string;
-  orderId: string;
-  refundId: string;
-  workflowId: string;
-  status: RefundStatus;
-  amount: number;
-  currency: string;
-  lastError: string | null;
-  updatedAt: Date;
   temporalUiUrl: string;
   /** The provider refund step's operation key (type payment.refund): what reconcile and resolve take. */
   operationKey: string;

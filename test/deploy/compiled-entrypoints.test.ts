@@ -6,10 +6,8 @@
  * Temporal server: the migrations apply, the API answers /healthz (alone and
  * as a cluster), and the worker finds the prebuilt bundle and polls.
  */
-import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { inject } from 'vitest';
@@ -18,9 +16,9 @@ import { MIGRATIONS_DIR, withDatabase } from '../../src/db/migrate.ts';
 import { cloneName, dropDatabase } from '../support/database.ts';
 import { ownDatabase, temporalAddress, temporalClient, uniq } from '../support/env.ts';
 import { killAll, spawnNode, waitHttpOk, waitOutput, type Proc } from '../support/processes.ts';
+import { buildCompiledApp } from '../support/build-app.ts';
 import { until } from '../support/wait.ts';
 
-const run = promisify(execFile);
 const root = path.resolve(import.meta.dirname, '../..');
 const compiled = (file: string) => path.join(root, 'dist/app', file);
 
@@ -29,9 +27,8 @@ let db: Awaited<ReturnType<typeof ownDatabase>>;
 const fresh = cloneName(inject('databaseTemplate'), 'compiled');
 
 beforeAll(async () => {
-  await run('npm', ['run', '--silent', 'build:app'], { cwd: root });
   // As the Dockerfile does: the bundle from the compiled workflows, where workers look for it.
-  await run(process.execPath, [compiled('src/cli/build-workflow-bundle.js')], { cwd: root });
+  await buildCompiledApp(root);
   db = await ownDatabase('compiled');
 });
 

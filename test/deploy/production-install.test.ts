@@ -22,6 +22,7 @@ import { withDatabase } from '../../src/db/migrate.ts';
 import { freePort } from '../../src/process/ports.ts';
 import { dropDatabase } from '../support/database.ts';
 import { temporalAddress, uniq } from '../support/env.ts';
+import { buildCompiledApp } from '../support/build-app.ts';
 import { until } from '../support/wait.ts';
 
 const run = promisify(execFile);
@@ -53,8 +54,7 @@ function productCopies(): [string, string][] {
 
 beforeAll(async () => {
   // The core package's dist/ is built once by the global setup, as the image's build stage does first.
-  await run('npm', ['run', '--silent', 'build:app'], { cwd: root });
-  await run(process.execPath, [path.join(root, 'dist/app/src/cli/build-workflow-bundle.js')], { cwd: root });
+  await buildCompiledApp(root);
   // The deps stage: package.json, the lockfile and the core package's manifest (a workspace), then the
   // production dependencies alone.
   fs.mkdirSync(path.join(install, 'packages/onceflow'), { recursive: true });

@@ -1,8 +1,9 @@
 /**
- * One real Postgres template database and one real Temporal dev server for
- * the whole run. Each test file gets its own clone of the template
- * (test/setup/runtime.ts). Nothing is mocked and nothing is skipped: if a
- * service is missing, the run fails here and says what is missing.
+ * The integration tier's global setup: one real Postgres template database and
+ * one real Temporal server for the whole run. Each test file gets its own clone
+ * of the template (test/setup/runtime.ts). Nothing is mocked and nothing is
+ * skipped: if a service is missing, the run fails here and says what is missing.
+ * The fast tier (test/setup/global-unit.ts) sets up Postgres alone.
  */
 import type { TestProject } from 'vitest/node';
 import { execFileSync } from 'node:child_process';
@@ -30,6 +31,7 @@ import { ensureWorkflowBundle } from '../../src/worker/bundle.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
+    // The fast tier provides only the first two: a test there that asks for the others gets undefined.
     /** The Postgres server (its URL, with any database name): tests connect only to their own clones. */
     postgresUrl: string;
     /** The run's migrated, seeded template; it refuses connections (clone it, never use it). */
@@ -43,7 +45,11 @@ declare module 'vitest' {
   }
 }
 
-export default async function setup(project: TestProject) {
+export default function setup(project: TestProject) {
+  return setupRun(project, { temporal: true });
+}
+
+export async function setupRun(project: TestProject, opts: { temporal: boolean }) {
   const root = path.resolve(import.meta.dirname, '../..');
   const config = loadConfig(process.env, root);
   const runId = `${process.pid}_${randomBytes(3).toString('hex')}`;
@@ -88,6 +94,10 @@ export default async function setup(project: TestProject) {
     }
     // Cloning needs a template nobody is connected to: from here on nobody can be.
     await closeTemplate(config.databaseUrl, databaseTemplate);
+    project.provide('postgresUrl', config.databaseUrl);
+    project.provide('databaseTemplate', databaseTemplate);
+    project.provide('dataDir', dataDir);
+    if (!opts.temporal) return teardown;
 
     // --- Temporal: TEMPORAL_ADDRESS if given, otherwise a dev server of our own on free ports.
     let temporalAddress = config.temporal.address;
@@ -122,13 +132,10 @@ export default async function setup(project: TestProject) {
     const { path: workflowBundlePath } = await ensureWorkflowBundle({ smoke: true });
     const { path: tracedWorkflowBundlePath } = await ensureWorkflowBundle({ traced: true, smoke: true });
 
-    project.provide('postgresUrl', config.databaseUrl);
-    project.provide('databaseTemplate', databaseTemplate);
     project.provide('temporalAddress', temporalAddress);
     project.provide('temporalUiUrl', temporalUiUrl);
     project.provide('workflowBundlePath', workflowBundlePath);
     project.provide('tracedWorkflowBundlePath', tracedWorkflowBundlePath);
-    project.provide('dataDir', dataDir);
   } catch (err) {
     // A failed setup gets no teardown call from vitest: clean up here.
     await teardown();

@@ -36,6 +36,8 @@ import {
   PREFERENCE_APPLIED_HEADER,
   REPLAYED_HEADER,
   VARY_PREFER_HEADER,
+  IDEMPOTENT_CREATE_PROBLEMS,
+  TOO_MANY_REQUESTS,
 } from '../schemas.ts';
 import {
   RATE_LIMIT_HEADERS,
@@ -61,12 +63,6 @@ type StoredResponse = {
   headers: { location: string };
   body: ReturnType<typeof orderView>;
 };
-
-/** Per-tenant limit (with the rate-limit headers) or too many failed API keys from an address. */
-const TOO_MANY_REQUESTS = problemResponse('Rate limited (nothing stored); retry after Retry-After', {
-  ...always(RETRY_AFTER_HEADER),
-  ...RATE_LIMIT_HEADERS,
-});
 
 function newOrderId(): string {
   return `ord_${randomBytes(12).toString('hex')}`;
@@ -337,7 +333,6 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
             'Schema violation or a missing/invalid Idempotency-Key (nothing stored)',
             RATE_LIMIT_HEADERS,
           ),
-          401: problemResponse('Missing or invalid API key (nothing stored)'),
           409: problemResponse(
             'The first request with this key is still in progress; retry after Retry-After ' +
               '(idempotency-key-in-progress). Or another order of this tenant already has this ' +
@@ -349,18 +344,11 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
               ...RATE_LIMIT_HEADERS,
             },
           ),
-          413: problemResponse('Body larger than 64 KiB'),
-          415: problemResponse('The body is not application/json'),
           422: problemResponse(
             "The key was used with a different request (idempotency-key-reused), or the total is above the provider's limit (amount-too-large)",
             RATE_LIMIT_HEADERS,
           ),
-          429: TOO_MANY_REQUESTS,
-          503: problemResponse(
-            'A recovery after a database restore is pending (recovery-pending; nothing stored): retry ' +
-              'after Retry-After with the same Idempotency-Key',
-            always(RETRY_AFTER_HEADER),
-          ),
+          ...IDEMPOTENT_CREATE_PROBLEMS,
         },
       },
     },

@@ -20,6 +20,8 @@ import {
   Refund,
   RefundIdParams,
   RefundList,
+  IDEMPOTENT_CREATE_PROBLEMS,
+  TOO_MANY_REQUESTS,
 } from '../schemas.ts';
 import {
   RATE_LIMIT_HEADERS,
@@ -97,11 +99,6 @@ function refundView(row: RefundRow) {
   };
 }
 
-const TOO_MANY_REQUESTS = problemResponse('Rate limited (nothing stored); retry after Retry-After', {
-  ...always(RETRY_AFTER_HEADER),
-  ...RATE_LIMIT_HEADERS,
-});
-
 export const refundRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async (app, { ctx }) => {
   const { pool, ledger, relay, config, orderWaits } = ctx;
 
@@ -131,26 +128,18 @@ export const refundRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = asyn
             'Schema violation or a missing/invalid Idempotency-Key (nothing stored)',
             RATE_LIMIT_HEADERS,
           ),
-          401: problemResponse('Missing or invalid API key (nothing stored)'),
           404: problemResponse('No such order for this tenant (nothing stored)', RATE_LIMIT_HEADERS),
           409: problemResponse(
             'The first request with this key is still in progress (idempotency-key-in-progress, with ' +
               'Retry-After), or the order is not completed (order-not-refundable; nothing stored)',
             { ...RETRY_AFTER_HEADER, ...RATE_LIMIT_HEADERS },
           ),
-          413: problemResponse('Body larger than 64 KiB'),
-          415: problemResponse('The body is not application/json'),
           422: problemResponse(
             'The key was used with a different request (idempotency-key-reused), or the refund would take ' +
               'the refunded total above the amount charged (refund-exceeds-charge; nothing stored)',
             RATE_LIMIT_HEADERS,
           ),
-          429: TOO_MANY_REQUESTS,
-          503: problemResponse(
-            'A recovery after a database restore is pending (recovery-pending; nothing stored): retry ' +
-              'after Retry-After with the same Idempotency-Key',
-            always(RETRY_AFTER_HEADER),
-          ),
+          ...IDEMPOTENT_CREATE_PROBLEMS,
         },
       },
     },

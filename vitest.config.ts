@@ -9,6 +9,7 @@ const core = (file: string) => path.resolve(import.meta.dirname, 'packages/oncef
  * worker or a client of Temporal finds no server address and fails: it belongs to the other tier.
  */
 const UNIT = [
+  'test/activities/*.test.ts',
   'test/api/{failure-throttle,openapi,webhook-charge-wait}.test.ts',
   'test/bench/cpu-meter.test.ts',
   'test/chaos/invariants.test.ts',

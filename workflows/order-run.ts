@@ -133,7 +133,7 @@ export function carried(run: OrderRun, status: OrderStatus): CarriedStatus {
  * may have indexed the first status already (see OrderRun.visibility); then
  * its first upsert is skipped, and the tenant is tagged only once.
  */
-export function indexStatus(run: OrderRun, status: OrderStatus, lastError?: string | null): void {
+function indexStatus(run: OrderRun, status: OrderStatus, lastError?: string | null): void {
   const { visibility } = run;
   // `paid` is not indexed: the receipt's step notes it in the workflow task that notes the next
   // status (completed, or needs_attention), whose upsert would replace it; and nothing reads it
@@ -167,7 +167,7 @@ export async function needsAttention(run: OrderRun, lastError: string, reason: s
  * Each re-drive opens a new epoch: status keys written after it carry its
  * number (stepKeys.status), so the order may pass a status again.
  */
-export async function waitForOperator(run: OrderRun): Promise<void> {
+async function waitForOperator(run: OrderRun): Promise<void> {
   const { state, operator } = run;
   state.awaitingOperator = true;
   await condition(() => operator.requested || run.payment.event !== undefined);

@@ -576,7 +576,8 @@ async function main(): Promise<void> {
       sides[name] = {
         name,
         url: urls[name],
-        pool: createPool(urls[name], { max: 2 }),
+        // No client-side query timeout: the preload lifts statement_timeout for minutes-long statements.
+        pool: createPool(urls[name], { max: 2, query_timeout: 0 }),
         stack,
         completed: [],
         samples: {

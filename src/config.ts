@@ -108,6 +108,23 @@ export interface Config {
     /** Requests per tenant per window (API_RATE_LIMIT_MAX). */
     rateLimitMax: number;
     rateLimitWindowMs: number;
+    /**
+     * The API's Postgres bounds (docs/DEPLOYING.md "Postgres timeouts"): while Postgres can't be
+     * reached, a request that needs it answers 503 with Retry-After within about `queryTimeoutMs`.
+     */
+    db: {
+      /** API_DB_CONNECT_TIMEOUT_MS: opening a connection, or waiting for a free one. */
+      connectTimeoutMs: number;
+      /** API_DB_STATEMENT_TIMEOUT_MS: Postgres cancels a statement that runs longer (server-side). */
+      statementTimeoutMs: number;
+      /** API_DB_QUERY_TIMEOUT_MS: no answer at all within this and the connection is dropped (client-side). */
+      queryTimeoutMs: number;
+      /**
+       * How long a request waits for another still holding its Idempotency-Key before 409 (the
+       * ledger's lock_timeout): two thirds of the statement timeout, at most 5 s, so it ends first.
+       */
+      idempotencyWaitMs: number;
+    };
   };
   /** Process counts (WORKERS, API_PROCESSES); default 1. */
   workers: number;
@@ -371,6 +388,30 @@ function nonNegativeInt(env: NodeJS.ProcessEnv, name: string, fallback: number):
   return n;
 }
 
+/**
+ * The API's Postgres bounds. The client-side query timeout must be above the server-side statement
+ * timeout: a statement that is only slow is then cancelled by Postgres and its connection kept, and
+ * only a server (or network) that does not answer at all meets the client-side bound.
+ */
+function apiDatabaseTimeouts(env: NodeJS.ProcessEnv): Config['api']['db'] {
+  const connectTimeoutMs = duration(env, 'API_DB_CONNECT_TIMEOUT_MS', 2_000);
+  const statementTimeoutMs = duration(env, 'API_DB_STATEMENT_TIMEOUT_MS', 3_000);
+  const queryTimeoutMs = duration(env, 'API_DB_QUERY_TIMEOUT_MS', 4_000);
+  if (queryTimeoutMs <= statementTimeoutMs) {
+    throw new ConfigError(
+      `API_DB_QUERY_TIMEOUT_MS (${queryTimeoutMs}) must be above API_DB_STATEMENT_TIMEOUT_MS ` +
+        `(${statementTimeoutMs}): Postgres cancels a slow statement first and the connection is kept; ` +
+        'the client-side bound is for a server or network that does not answer at all',
+    );
+  }
+  return {
+    connectTimeoutMs,
+    statementTimeoutMs,
+    queryTimeoutMs,
+    idempotencyWaitMs: Math.max(1, Math.min(5_000, Math.floor((statementTimeoutMs * 2) / 3))),
+  };
+}
+
 /** Providers time a webhook delivery out after seconds (the sandbox after 5): the wait stays well inside. */
 const MAX_WEBHOOK_CHARGE_WAIT_MS = 3_000;
 
@@ -588,6 +629,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
       `API_REQUEST_TIMEOUT_MS (${requestTimeoutMs}) must be at least API_HEADERS_TIMEOUT_MS (${headersTimeoutMs})`,
     );
   }
+  const apiDb = apiDatabaseTimeouts(env);
   const backend = env.TEMPORAL_BACKEND || 'dev';
   if (backend !== 'dev' && backend !== 'postgres') {
     throw new ConfigError(
@@ -648,6 +690,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
       webhookChargeWaitMs: webhookChargeWait(env),
       rateLimitMax: positiveInt(env, 'API_RATE_LIMIT_MAX', 1000),
       rateLimitWindowMs: positiveInt(env, 'API_RATE_LIMIT_WINDOW_MS', 60_000),
+      db: apiDb,
     },
     workers: positiveInt(env, 'WORKERS', 1),
     apiProcesses: positiveInt(env, 'API_PROCESSES', 1),

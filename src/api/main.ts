@@ -12,7 +12,7 @@ import { answerPrimaryScrapes, createMetrics, startMetricsServer } from '../metr
 import { listParkedWorkflows } from '../orders/attention.ts';
 import { runProcess, untilAborted } from '../process/run.ts';
 import { detectRestore } from '../restore/gate.ts';
-import { createLedger, openPool, openTemporalClient } from '../process/wiring.ts';
+import { apiPoolTimeouts, createLedger, openPool, openTemporalClient } from '../process/wiring.ts';
 import { OutboxRelay } from './outbox.ts';
 import { buildApiServer } from './server.ts';
 import { startTracing } from '../tracing/index.ts';
@@ -25,7 +25,12 @@ await runProcess('api', async ({ resources, stopping, started }) => {
   // Tracing first (OTEL_EXPORTER_OTLP_ENDPOINT; a no-op when unset): the HTTP app and the client read it.
   const tracing = resources.add('tracing', await startTracing(config.tracing, 'api'), (t) => t.shutdown());
 
-  const pool = openPool(resources, config, { max: 20, applicationName: 'onceflow-api' });
+  // Bounded waits on Postgres (API_DB_*): while it can't be reached, requests answer 503 in seconds.
+  const pool = openPool(resources, config, {
+    max: 20,
+    applicationName: 'onceflow-api',
+    timeouts: apiPoolTimeouts(config),
+  });
   const temporal = openTemporalClient(resources, config, { interceptors: tracing.clientInterceptors });
   const metrics = createMetrics({
     // The backlog gauges (one exporter per fact, see METRICS_BACKLOG): on unless turned off.
@@ -36,7 +41,10 @@ await runProcess('api', async ({ resources, stopping, started }) => {
     parkedWorkflowIds: async () =>
       (await listParkedWorkflows(temporal, { limit: 1000 })).map((p) => p.workflowId),
   });
-  const ledger = createLedger(pool, config, metrics.ledgerHooks);
+  // A duplicate's wait for its key ends before the statement timeout would (409, not 503).
+  const ledger = createLedger(pool, config, metrics.ledgerHooks, {
+    localWaitMs: config.api.db.idempotencyWaitMs,
+  });
   const relay = resources.add(
     'outbox relay',
     new OutboxRelay({

@@ -24,6 +24,9 @@ export interface ApiServerDeps {
   metrics?: Metrics;
 }
 
+/** The deadline of each Temporal call an admin route makes. */
+const ADMIN_TEMPORAL_DEADLINE_MS = 3_000;
+
 export async function buildApiServer(deps: ApiServerDeps): Promise<FastifyInstance> {
   const { pool, ledger, temporal, config } = deps;
   const operator = new Operator({
@@ -33,6 +36,9 @@ export async function buildApiServer(deps: ApiServerDeps): Promise<FastifyInstan
     ...configuredProviders(config),
     temporalUi: { url: config.temporal.uiUrl, namespace: config.temporal.namespace },
     source: 'api',
+    // An admin request's Temporal call (a signal, a re-drive, the parked list) answers within seconds:
+    // a deadline exceeded or an unreachable server is a 503, as for Postgres.
+    temporalTimeoutMs: ADMIN_TEMPORAL_DEADLINE_MS,
   });
   const app = await buildApiApp({ pool, ledger, temporal, config, relay: deps.relay });
   if (deps.metrics) await app.register(metricsPlugin({ metrics: deps.metrics }));

@@ -3,7 +3,9 @@
  * with a documented `type`. `detail` is ours; internal messages, SQL and the URL never reach it.
  */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { isDatabaseUnavailable } from '../db/index.ts';
 import { log, errorFields } from '../log.ts';
+import { isTemporalUnavailable } from '../temporal/connection.ts';
 
 const BASE = 'https://onceflow.dev/problems/';
 
@@ -180,6 +182,31 @@ export interface ToProblemOptions {
   internalDetail?: string;
 }
 
+/** What a client is told to wait before retrying a request that met an unreachable dependency. */
+const UNAVAILABLE_RETRY_AFTER_SECONDS = 2;
+
+/**
+ * Postgres or Temporal could not be reached or did not answer within its bound (docs/DEPLOYING.md,
+ * "Postgres timeouts"): 503 with Retry-After, whatever the route. A create's transaction either never
+ * committed or committed with its key, so the retry under the same Idempotency-Key is safe.
+ */
+function dependencyUnavailable(err: unknown, request: FastifyRequest): ProblemError {
+  const postgres = isDatabaseUnavailable(err);
+  log.warn('a dependency is unavailable; answered 503', {
+    dependency: postgres ? 'postgres' : 'temporal',
+    ...errorFields(err),
+    reqId: request.id,
+    url: request.routeOptions.url,
+  });
+  return new ProblemError(
+    'unavailable',
+    `${postgres ? 'The database' : 'The workflow service'} did not answer in time. Retry after ` +
+      'Retry-After; a create retried with the same Idempotency-Key is never done twice.',
+    {},
+    { 'retry-after': String(UNAVAILABLE_RETRY_AFTER_SECONDS) },
+  );
+}
+
 /** Converts any error into a problem. Unknown errors become a bare 500 and are logged, never echoed. */
 export function toProblem(
   err: unknown,
@@ -190,6 +217,11 @@ export function toProblem(
   const domain = options.domain?.(err);
   if (domain) return domain;
   const e = err as Partial<FastifyError> & { validation?: ValidationIssue[]; validationContext?: string };
+  // Before Fastify's codes: a dependency's socket error (ECONNRESET from Postgres) has no statusCode,
+  // while the request's own body stopping mid-way has one (400) and stays a request-timeout.
+  if (typeof e.statusCode !== 'number' && (isDatabaseUnavailable(err) || isTemporalUnavailable(err))) {
+    return dependencyUnavailable(err, request);
+  }
   if (Array.isArray(e.validation)) {
     const where = e.validationContext ?? 'body';
     const errors = e.validation.slice(0, 20).map((v) => ({

@@ -7,7 +7,7 @@
  */
 import { Client, Connection, type ClientInterceptors } from '@temporalio/client';
 import type { Config } from '../config.ts';
-import { createPool, type Pool } from '../db/index.ts';
+import { createPool, poolTimeoutOptions, type Pool, type PoolTimeouts } from '../db/index.ts';
 import { Ledger, type LedgerHooks } from 'onceflow';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../providers/sandbox.ts';
 import { createSmtpEmailProvider } from '../providers/smtp.ts';
@@ -24,20 +24,48 @@ import type { Resources } from './resources.ts';
 export function openPool(
   resources: Resources,
   config: Config,
-  opts: { max?: number; applicationName?: string } = {},
+  opts: { max?: number; applicationName?: string; timeouts?: PoolTimeouts } = {},
 ): Pool {
   return resources.add(
     'postgres pool',
     createPool(config.databaseUrl, {
       ...(opts.max ? { max: opts.max } : {}),
       ...(opts.applicationName ? { fallback_application_name: opts.applicationName } : {}),
+      ...(opts.timeouts ? poolTimeoutOptions(opts.timeouts) : {}),
     }),
     (pool) => pool.end(),
   );
 }
 
-export function createLedger(pool: Pool, config: Config, hooks?: LedgerHooks): Ledger {
-  return new Ledger(pool, { leaseMs: config.ledgerLeaseMs, ...(hooks ? { hooks } : {}) });
+/**
+ * The API's pool bounds (API_DB_*, docs/DEPLOYING.md "Postgres timeouts"). Its transactions send
+ * their statements back to back, so one that stays idle for seconds lost its client (a partition hid
+ * its COMMIT): Postgres ends it then, releasing its rows and its Idempotency-Key for a retry.
+ */
+export function apiPoolTimeouts(config: Config): PoolTimeouts {
+  const db = config.api.db;
+  return {
+    connectMs: db.connectTimeoutMs,
+    statementMs: db.statementTimeoutMs,
+    queryMs: db.queryTimeoutMs,
+    idleInTransactionMs: API_IDLE_IN_TRANSACTION_MS,
+  };
+}
+
+const API_IDLE_IN_TRANSACTION_MS = 10_000;
+
+/** `localWaitMs`: how long a duplicate waits for a local step's first attempt (the API: config.api.db). */
+export function createLedger(
+  pool: Pool,
+  config: Config,
+  hooks?: LedgerHooks,
+  opts: { localWaitMs?: number } = {},
+): Ledger {
+  return new Ledger(pool, {
+    leaseMs: config.ledgerLeaseMs,
+    ...(hooks ? { hooks } : {}),
+    ...(opts.localWaitMs !== undefined ? { localWaitMs: opts.localWaitMs } : {}),
+  });
 }
 
 /**

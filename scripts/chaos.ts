@@ -42,6 +42,7 @@ const stack = new ChaosStack({
   sharedDatabaseUrl: config.databaseUrl,
   toolsDir: config.toolsDir,
   sharedPostgres: options.sharedPostgres,
+  seed: options.seed,
   log,
 });
 const abort = new AbortController();

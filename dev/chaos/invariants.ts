@@ -41,7 +41,13 @@ export type ViolationKind =
   /** A client's retry with its original Idempotency-Key did not get the original 202 back (restore drill). */
   | 'replay_mismatch'
   /** The restore drill's dump, restore or recovery command failed. */
-  | 'recovery_failed';
+  | 'recovery_failed'
+  /** The fail-fast probe (probe.ts) got a 500. */
+  | 'server_error'
+  /** The fail-fast probe got an answer slower than the bound. */
+  | 'slow_answer'
+  /** The fail-fast probe got no answer before its client timeout (or a connection error). */
+  | 'no_answer';
 
 export interface Violation {
   kind: ViolationKind;

@@ -8,6 +8,10 @@ export const SCENARIOS = [
   'pg-terminate',
   'pg-restart',
   'temporal-kill',
+  'pg-blackhole',
+  'temporal-blackhole',
+  'network-latency',
+  'connection-reset',
   'provider-outage',
   'provider-faults',
   'restore',
@@ -21,7 +25,7 @@ export interface ChaosOptions {
   concurrency: number;
   /** How long the provider is down in provider-outage. */
   outageSeconds: number;
-  /** How long the looping faults (worker kills, connection kills, rolling provider faults) last. */
+  /** How long the looping faults (worker kills, connection kills, rolling provider faults) and network-latency last. */
   faultSeconds: number;
   /** The bound: after the fault clears, every order must be settled within this. */
   settleSeconds: number;
@@ -61,30 +65,48 @@ const DEFAULTS: Omit<
  */
 export const RESTORE_KEY_WINDOW_MS = 3_000;
 
+/** `items` joined by commas, in lines of at most `width` characters, each after `indent`. */
+function wrapList(items: readonly string[], indent: string, width = 80): string {
+  const lines: string[] = [];
+  let line = '';
+  for (const [i, item] of items.entries()) {
+    const word = i < items.length - 1 ? `${item},` : item;
+    if (line && indent.length + line.length + 1 + word.length > width) {
+      lines.push(line);
+      line = word;
+    } else line = line ? `${line} ${word}` : word;
+  }
+  if (line) lines.push(line);
+  return lines.map((l) => indent + l).join('\n');
+}
+
 export const USAGE = `usage: npm run chaos -- [options]
 
 Starts a throwaway onceflow stack (own Temporal dev server, own Postgres cluster
-or database, sandbox provider, two workers, API) on free ports, drives orders
-through the HTTP API while injecting one fault per scenario, and checks after
-each: no double charge or receipt, no lost order, every order settled
-(completed, rejected, or needs_attention with a reason) within the settle
-bound, and no onceflow process exited on its own. Every third completed order
-gets one or two refunds: each refund settled (succeeded, failed or
-needs_attention), one provider refund per succeeded refund and none for a
-failed one, and never more refunded than charged. The restore scenario
-pg_dumps the database while orders flow, restores it after a gap, runs
-\`ops recover-after-restore --since T0\`, and checks that every client that
-had seen a 202 gets the original one back when it retries. Exit 0 when every
-scenario passes, 1 on any violation, 2 on bad usage.
+or database, sandbox provider, two workers, API) on free ports, the API and the
+workers reaching Postgres and Temporal through toxiproxy (built from its Go
+module on first use), drives orders through the HTTP API while injecting one
+fault per scenario, and checks after each: no double charge or receipt, no lost
+order, every order settled (completed, rejected, or needs_attention with a
+reason) within the settle bound, and no onceflow process exited on its own.
+Every third completed order gets one or two refunds: each refund settled
+(succeeded, failed or needs_attention), one provider refund per succeeded
+refund and none for a failed one, and never more refunded than charged. The
+restore scenario pg_dumps the database while orders flow, restores it after a
+gap, runs \`ops recover-after-restore --since T0\`, and checks that every
+client that had seen a 202 gets the original one back when it retries. During
+the blackholes a probe also asks the API every 500 ms (create, read, /readyz):
+a 500, an answer slower than 5 s, or none within 15 s is a violation. Exit 0
+when every scenario passes, 1 on any violation, 2 on bad usage.
 
 options:
   --orders N            orders per scenario (default ${DEFAULTS.orders})
   --concurrency N       concurrent HTTP clients (default ${DEFAULTS.concurrency})
   --outage-seconds S    provider outage length (default ${DEFAULTS.outageSeconds})
-  --fault-seconds S     length of the looping faults (default ${DEFAULTS.faultSeconds})
+  --fault-seconds S     length of the looping faults and of network-latency (default ${DEFAULTS.faultSeconds})
   --settle-seconds S    bound for every order to settle after the fault clears (default ${DEFAULTS.settleSeconds})
   --scenarios A,B       subset, in this order (default: all):
-                        ${SCENARIOS.join(', ')}
+${wrapList(SCENARIOS, ' '.repeat(24))}
                         (--scenario A is the same)
   --restore-gap-seconds S
                         restore: how long orders keep flowing between the pg_dump

@@ -1,6 +1,7 @@
 /** The chaos run's table (and its JSON form). */
 import type { Violation, ViolationKind } from './invariants.ts';
 import type { ScenarioResult } from './run.ts';
+import { PROBE_TAIL_MS, type ProbeReport } from './probe.ts';
 
 const count = (vs: readonly Violation[], ...kinds: ViolationKind[]) =>
   vs.filter((v) => kinds.includes(v.kind)).length;
@@ -21,6 +22,7 @@ export function formatTable(results: readonly ScenarioResult[], settleSeconds: n
     'over refund',
     'lost',
     'proc exits',
+    'fail-fast',
     'other',
     'secs',
   ];
@@ -41,6 +43,7 @@ export function formatTable(results: readonly ScenarioResult[], settleSeconds: n
       String(count(v, 'over_refund')),
       String(count(v, 'lost_order')),
       String(count(v, 'process_exited')),
+      r.probe ? String(count(v, 'server_error', 'slow_answer', 'no_answer')) : '-',
       String(
         count(
           v,
@@ -66,7 +69,18 @@ export function formatTable(results: readonly ScenarioResult[], settleSeconds: n
   const out = [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)];
 
   out.push('', 'faults:');
-  for (const r of results) out.push(`  ${r.scenario.padEnd(16)} ${r.fault} -> ${r.note}`);
+  for (const r of results) out.push(`  ${r.scenario.padEnd(18)} ${r.fault} -> ${r.note}`);
+
+  const probed = results.filter((r) => r.probe);
+  if (probed.length) {
+    const p = probed[0]!.probe!;
+    out.push(
+      '',
+      `fail-fast probe (a request every ${p.intervalMs} ms until ${PROBE_TAIL_S} s after the heal; ` +
+        `bound ${p.boundMs / 1000} s, client timeout ${p.clientTimeoutMs / 1000} s):`,
+    );
+    for (const r of probed) out.push(...probeLines(r.scenario, r.probe!));
+  }
 
   const failing = results.filter((r) => r.violations.length > 0);
   if (failing.length) {
@@ -83,6 +97,28 @@ export function formatTable(results: readonly ScenarioResult[], settleSeconds: n
     }
   }
   return out.join('\n');
+}
+
+const PROBE_TAIL_S = PROBE_TAIL_MS / 1000;
+
+const statuses = (s: Record<string, number>) =>
+  Object.entries(s)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([k, n]) => `${k} x${n}`)
+    .join(', ');
+
+/** One line of totals and violations, then one per route: statuses, max and p99. */
+function probeLines(scenario: string, p: ProbeReport): string[] {
+  const lines = [
+    `  ${scenario.padEnd(18)} ${p.requests} requests: ${p.serverErrors} x 500, ${p.slow} slower than ` +
+      `${p.boundMs / 1000} s, ${p.noAnswer} without an answer; max ${p.maxMs} ms, p99 ${p.p99Ms} ms`,
+  ];
+  for (const [route, r] of Object.entries(p.routes)) {
+    lines.push(
+      `  ${''.padEnd(18)}   ${route.padEnd(20)} ${String(r.requests).padStart(3)}: ${statuses(r.statuses)}; max ${r.maxMs} ms, p99 ${r.p99Ms} ms`,
+    );
+  }
+  return lines;
 }
 
 /** Short summary of what kept orders from settling (status histogram), for the log. */

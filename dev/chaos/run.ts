@@ -25,6 +25,7 @@ import {
 } from './facts.ts';
 import { customerPrefix, runLoad, seededRandom, sleep, type AcceptedOrder, type LoadStats } from './load.ts';
 import type { ChaosOptions } from './options.ts';
+import { FailFastProbe, PROBE_TAIL_MS, type ProbeReport } from './probe.ts';
 import { httpOk } from '../wait.ts';
 import { waitUntil } from './processes.ts';
 import { clearSandboxFaults, SCENARIO_TABLE, type FaultContext } from './scenarios.ts';
@@ -52,6 +53,8 @@ export interface ScenarioResult {
   seconds: number;
   violations: Violation[];
   load?: LoadStats;
+  /** The fail-fast probe's figures (the blackhole scenarios); its creates are among `counts`. */
+  probe?: ProbeReport;
 }
 
 const emptyCounts = () => ({
@@ -68,6 +71,7 @@ const emptyCounts = () => ({
 async function ensureHealthy(stack: ChaosStack): Promise<void> {
   if (stack.db.cluster && !stack.db.cluster.proc.alive) await stack.db.cluster.proc.start();
   if (!stack.temporal.alive) await stack.temporal.start();
+  await stack.network.heal(); // no toxic left over, the proxies up
   for (const s of stack.services) if (!s.alive) await s.start();
   await waitUntil('sandbox', () => httpOk(`${stack.sandboxUrl}/healthz`), 60_000);
   await waitUntil('api', () => httpOk(`${stack.apiUrl}/healthz`), 60_000);
@@ -129,6 +133,18 @@ export async function runScenario(
   }
 
   async function faultAndVerdict(): Promise<ScenarioResult> {
+    const probe = scenario.probe
+      ? new FailFastProbe({
+          apiUrl: stack.apiUrl,
+          apiKey: TENANT_API_KEY,
+          tag,
+          scenario: name,
+          accepted,
+          signal,
+          mustAccept: scenario.probe.mustAccept,
+        })
+      : undefined;
+    probe?.start();
     const load = runLoad({
       apiUrl: stack.apiUrl,
       apiKey: TENANT_API_KEY,
@@ -156,11 +172,32 @@ export async function runScenario(
     } finally {
       clearedAt = Date.now();
       await clearSandboxFaults(stack.sandboxUrl).catch(() => undefined);
+      await stack.network.heal().catch(() => undefined); // a fault step that failed half-way
     }
     log(
       `${name}: fault cleared (${note}); waiting up to ${options.settleSeconds} s for every order to settle`,
     );
+    // The probe goes on a little past the heal, then its unanswered creates are retried to an answer.
+    const probed = probe
+      ? (async () => {
+          await sleep(PROBE_TAIL_MS, signal);
+          await probe.stop();
+          const { report, violations } = probe.verdict();
+          log(
+            `${name}: fail-fast probe: ${report.requests} requests, ${report.serverErrors} x 500, ` +
+              `${report.slow} slower than ${report.boundMs / 1000} s, ${report.noAnswer} without an answer; ` +
+              `max ${report.maxMs} ms, p99 ${report.p99Ms} ms`,
+          );
+          const probeRng = seededRandom(
+            options.seed * 1000 + 500 + Object.keys(SCENARIO_TABLE).indexOf(name),
+          );
+          const submissions = await probe.submissions({ giveUpAt, rng: probeRng, signal });
+          return { report, violations, submissions };
+        })()
+      : undefined;
     const { submissions, refunds, stats } = await load;
+    const probeOutcome = await probed;
+    if (probeOutcome) submissions.push(...probeOutcome.submissions);
     const deadline = clearedAt + options.settleSeconds * 1000;
     const settledAfterSeconds = await waitForSettlement(
       stack,
@@ -186,7 +223,7 @@ export async function runScenario(
     verdict.violations.unshift(
       ...earlier.map((v) => ({ ...v, detail: `${v.detail} (before this scenario)` })),
     );
-    verdict.violations.push(...faultViolations);
+    verdict.violations.push(...faultViolations, ...(probeOutcome?.violations ?? []));
     if (faultError !== undefined) {
       verdict.violations.push({ kind: 'restart_failed', subject: name, detail: faultError });
     }
@@ -203,6 +240,7 @@ export async function runScenario(
       seconds,
       violations: verdict.violations,
       load: stats,
+      ...(probeOutcome ? { probe: probeOutcome.report } : {}),
     };
   }
 }
@@ -285,6 +323,11 @@ async function judge(
     alive: stack.temporal.alive,
     unexpectedExits: stack.temporal.takeUnexpectedExits(),
   });
+  processes.push({
+    name: 'toxiproxy',
+    alive: stack.network.alive,
+    unexpectedExits: stack.network.takeUnexpectedExits(),
+  });
   if (stack.db.cluster) {
     const pgProc = stack.db.cluster.proc;
     processes.push({ name: 'postgres', alive: pgProc.alive, unexpectedExits: pgProc.takeUnexpectedExits() });
@@ -301,6 +344,7 @@ function collectExits(stack: ChaosStack): Violation[] {
   const procs: { name: string; takeUnexpectedExits(): string[] }[] = [
     ...stack.services,
     { name: 'temporal', takeUnexpectedExits: () => stack.temporal.takeUnexpectedExits() },
+    { name: 'toxiproxy', takeUnexpectedExits: () => stack.network.takeUnexpectedExits() },
   ];
   return procs.flatMap((p) =>
     p.takeUnexpectedExits().map((exit) => ({

@@ -11,6 +11,8 @@ import { terminateOwnBackends, withDb } from './facts.ts';
 import { selectPendingRestoreRecovery } from './sql.ts';
 import type { ReplayCheck, Violation } from './invariants.ts';
 import { sleep, type AcceptedOrder } from './load.ts';
+import { blackholeToxics, type ProxyName } from './network.ts';
+import type { Toxic } from '../toxiproxy.ts';
 import {
   clearStoppedConnections,
   dumpDatabase,
@@ -45,6 +47,12 @@ export interface Scenario {
   prepare?: (ctx: FaultContext) => Promise<void>;
   /** After the verdict: the stack as the other scenarios expect it. */
   cleanup?: (ctx: FaultContext) => Promise<void>;
+  /**
+   * Run the fail-fast probe (probe.ts) beside the load, from the start until a
+   * few seconds after the fault cleared. `mustAccept`: every create it gets an
+   * answer to must be a 202 (only Temporal is cut off: the outbox holds the orders).
+   */
+  probe?: { mustAccept: boolean };
 }
 
 /** restore: orders flow this long before the dump, so the backup holds settled and in-flight orders. */
@@ -59,6 +67,55 @@ const MID_FLIGHT_LEAD_MS = 3_000;
 const MID_FLIGHT_DELAY_MS = 9_000;
 
 const between = (rng: () => number, lo: number, hi: number) => lo + rng() * (hi - lo);
+
+/** pg-blackhole, temporal-blackhole: how long the proxy passes nothing. */
+const BLACKHOLE_MS = 30_000;
+/** Before a network fault: the load and the probe meet a healthy stack first. */
+const NETWORK_LEAD_MS = 3_000;
+/** network-latency: added to each chunk of the answers (downstream), uniformly within ± the jitter. */
+const LATENCY: Readonly<Record<ProxyName, { latency: number; jitter: number }>> = {
+  temporal: { latency: 20, jitter: 10 },
+  postgres: { latency: 2, jitter: 1 },
+};
+/** connection-reset: each round resets every Postgres connection that sends for this long. */
+const RESET_MS = 4_000;
+const RESET_GAP_MS = 8_000;
+
+/**
+ * Adds `toxics` to `proxy`, waits `ms`, and removes those it added (even when
+ * interrupted or when adding one failed). Returns when the proxy is clean again.
+ */
+async function withToxics(
+  ctx: FaultContext,
+  proxy: ProxyName,
+  toxics: readonly Toxic[],
+  ms: number,
+): Promise<void> {
+  const added: string[] = [];
+  try {
+    for (const toxic of toxics) {
+      await ctx.stack.network.addToxic(proxy, toxic);
+      added.push(toxic.name);
+    }
+    await sleep(ms, ctx.signal);
+  } finally {
+    for (const name of added) await ctx.stack.network.removeToxic(proxy, name);
+  }
+}
+
+/** pg-blackhole and temporal-blackhole: nothing passes the proxy for BLACKHOLE_MS, under load. */
+async function blackhole(ctx: FaultContext, proxy: ProxyName): Promise<FaultResult> {
+  const t0 = Date.now();
+  await sleep(NETWORK_LEAD_MS, ctx.signal);
+  const from = Date.now() - t0;
+  ctx.log(`the ${proxy} proxy passes nothing from now on, for ${BLACKHOLE_MS / 1000} s`);
+  await withToxics(ctx, proxy, blackholeToxics(`${proxy}-blackhole`), BLACKHOLE_MS);
+  const to = Date.now() - t0;
+  ctx.log(`the ${proxy} proxy passes again (the connections it held are closed)`);
+  return {
+    note: `${proxy} blackholed from +${seconds(from)} to +${seconds(to)}; the connections it held closed at the heal`,
+  };
+}
 
 async function sandboxFault(
   ctx: FaultContext,
@@ -221,6 +278,70 @@ export const SCENARIO_TABLE: Record<ScenarioName, Scenario> = {
     prepare: (ctx) => ctx.stack.restartSandbox({ SANDBOX_KEY_WINDOW_MS: String(RESTORE_KEY_WINDOW_MS) }),
     cleanup: (ctx) => ctx.stack.restartSandbox({ SANDBOX_KEY_WINDOW_MS: undefined }),
     run: restoreDrill,
+  },
+  'pg-blackhole': {
+    name: 'pg-blackhole',
+    fault: () =>
+      `nothing passes the Postgres proxy (toxiproxy timeout=0, both directions) for ${BLACKHOLE_MS / 1000} s; fail-fast probe`,
+    activeMs: () => NETWORK_LEAD_MS + BLACKHOLE_MS,
+    probe: { mustAccept: false },
+    run: (ctx) => blackhole(ctx, 'postgres'),
+  },
+  'temporal-blackhole': {
+    name: 'temporal-blackhole',
+    fault: () =>
+      `nothing passes the Temporal proxy (toxiproxy timeout=0, both directions) for ${BLACKHOLE_MS / 1000} s; ` +
+      'fail-fast probe, every create accepted',
+    activeMs: () => NETWORK_LEAD_MS + BLACKHOLE_MS,
+    probe: { mustAccept: true },
+    run: (ctx) => blackhole(ctx, 'temporal'),
+  },
+  'network-latency': {
+    name: 'network-latency',
+    fault: (o) =>
+      `answers delayed for ${o.faultSeconds} s (toxiproxy latency): Temporal ` +
+      `${LATENCY.temporal.latency} ± ${LATENCY.temporal.jitter} ms, Postgres ${LATENCY.postgres.latency} ± ${LATENCY.postgres.jitter} ms`,
+    activeMs: (o) => o.faultSeconds * 1000,
+    async run(ctx) {
+      const ms = ctx.options.faultSeconds * 1000;
+      await Promise.all(
+        (Object.keys(LATENCY) as ProxyName[]).map((proxy) =>
+          withToxics(
+            ctx,
+            proxy,
+            [{ name: `${proxy}-latency`, type: 'latency', stream: 'downstream', attributes: LATENCY[proxy] }],
+            ms,
+          ),
+        ),
+      );
+      return { note: `${ctx.options.faultSeconds} s of latency on both proxies` };
+    },
+  },
+  'connection-reset': {
+    name: 'connection-reset',
+    fault: () =>
+      `every Postgres connection that sends is reset (toxiproxy reset_peer) for ${RESET_MS / 1000} s, twice ` +
+      `${RESET_GAP_MS / 1000} s apart: first as a request goes out, then as its answer comes back`,
+    activeMs: () => NETWORK_LEAD_MS + RESET_MS * 2 + RESET_GAP_MS,
+    async run(ctx) {
+      // Upstream: a statement is reset before Postgres sees it. Downstream: after Postgres ran it (a
+      // COMMIT whose answer is lost), which only an idempotent retry survives.
+      const rounds = ['upstream', 'downstream'] as const;
+      let done = 0;
+      for (const stream of rounds) {
+        if (ctx.signal.aborted) break;
+        await sleep(done === 0 ? NETWORK_LEAD_MS : RESET_GAP_MS, ctx.signal);
+        ctx.log(`resetting every Postgres connection that sends (${stream}) for ${RESET_MS / 1000} s`);
+        await withToxics(
+          ctx,
+          'postgres',
+          [{ name: `postgres-reset-${stream}`, type: 'reset_peer', stream, attributes: { timeout: 0 } }],
+          RESET_MS,
+        );
+        done++;
+      }
+      return { note: `${done} rounds of resets (${rounds.slice(0, done).join(', then ')})` };
+    },
   },
 };
 

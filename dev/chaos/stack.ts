@@ -4,6 +4,9 @@
  * `loadConfig` in each process): a Temporal dev server of its own (headless,
  * its own SQLite file), the sandbox provider, TWO workers on one task queue,
  * and the API. Only the database differs: a throwaway one (see postgres.ts).
+ * The API and the workers reach Postgres and Temporal through toxiproxy
+ * (network.ts), where the network scenarios inject their faults; the
+ * harness's own checks and the sandbox provider (an outside system) go direct.
  */
 import path from 'node:path';
 import { Connection } from '@temporalio/client';
@@ -11,6 +14,8 @@ import { DEMO_TENANTS } from '../../src/api/demo-keys.ts';
 import { freePort } from '../../src/process/ports.ts';
 import { ensureTemporalCli, startDevServer, type DevServer } from '../devserver/temporal.ts';
 import { ensureWorkflowBundle } from '../../src/worker/bundle.ts';
+import { ensureToxiproxy } from '../toxiproxy.ts';
+import { ChaosNetwork } from './network.ts';
 import { openChaosDatabase, type ChaosDatabase } from './postgres.ts';
 import { httpOk } from '../wait.ts';
 import { Supervised, waitUntil } from './processes.ts';
@@ -29,6 +34,8 @@ export interface StackOptions {
   sharedDatabaseUrl: string;
   toolsDir: string;
   sharedPostgres: boolean;
+  /** Seed of toxiproxy's randomness (latency jitter). */
+  seed?: number;
   log: (line: string) => void;
 }
 
@@ -107,6 +114,8 @@ export class TemporalServer {
 export class ChaosStack {
   db!: ChaosDatabase;
   temporal!: TemporalServer;
+  /** toxiproxy between the API and workers and Postgres and Temporal. */
+  network!: ChaosNetwork;
   sandbox!: Supervised;
   workers: Supervised[] = [];
   api!: Supervised;
@@ -133,6 +142,7 @@ export class ChaosStack {
   async start(): Promise<void> {
     const { root, runDir, log } = this.opts;
     const cli = await ensureTemporalCli({ toolsDir: this.opts.toolsDir, log });
+    const toxiproxy = await ensureToxiproxy({ toolsDir: this.opts.toolsDir, log });
 
     this.db = await openChaosDatabase({
       runDir,
@@ -152,6 +162,30 @@ export class ChaosStack {
     await this.temporal.start();
     log(`Temporal dev server on ${this.temporal.address}`);
 
+    const dbUrl = new URL(this.db.url);
+    if (dbUrl.searchParams.has('host')) {
+      throw new Error(
+        'the chaos run needs Postgres over TCP (it puts toxiproxy in front of it): DATABASE_URL names a socket',
+      );
+    }
+    this.network = await ChaosNetwork.start({
+      binary: toxiproxy,
+      logFile: path.join(runDir, 'toxiproxy.log'),
+      seed: this.opts.seed ?? 1,
+      upstreams: {
+        postgres: `${dbUrl.hostname || 'localhost'}:${dbUrl.port || '5432'}`,
+        temporal: this.temporal.address,
+      },
+    });
+    const proxiedDbUrl = new URL(this.db.url);
+    const [pgHost, pgPort] = this.network.address('postgres').split(':') as [string, string];
+    proxiedDbUrl.hostname = pgHost;
+    proxiedDbUrl.port = pgPort;
+    log(
+      `toxiproxy on ${this.network.server.client.url}: Postgres via ${this.network.address('postgres')}, ` +
+        `Temporal via ${this.network.address('temporal')}`,
+    );
+
     // One bundle for every worker start: a restarted worker polls within seconds (as a deployment with a pre-built bundle).
     const { path: bundlePath } = await ensureWorkflowBundle({ log });
 
@@ -159,8 +193,8 @@ export class ChaosStack {
     this.sandboxPort = await freePort();
     const env: NodeJS.ProcessEnv = {
       ...process.env,
-      DATABASE_URL: this.db.url,
-      TEMPORAL_ADDRESS: this.temporal.address,
+      DATABASE_URL: proxiedDbUrl.toString(),
+      TEMPORAL_ADDRESS: this.network.address('temporal'),
       TEMPORAL_NAMESPACE: 'default',
       TEMPORAL_TASK_QUEUE: TASK_QUEUE,
       API_PORT: String(this.apiPort),
@@ -191,7 +225,8 @@ export class ChaosStack {
         ready,
       });
 
-    this.sandbox = node('sandbox', 'dev/sandbox/main.ts', {}, (p) =>
+    // The provider is an outside system: its own store is reached directly, never through a fault.
+    this.sandbox = node('sandbox', 'dev/sandbox/main.ts', { DATABASE_URL: this.db.url }, (p) =>
       waitUntil('sandbox', () => httpOk(`${this.sandboxUrl}/healthz`), READY_MS, p),
     );
     await this.sandbox.start();
@@ -238,6 +273,7 @@ export class ChaosStack {
 
   async stop(keepFiles = false): Promise<void> {
     await Promise.allSettled(this.services.map((s) => s.stop()));
+    await this.network?.stop().catch(() => undefined);
     await this.temporal?.stop().catch(() => undefined);
     await this.db?.close(keepFiles).catch(() => undefined);
   }
@@ -245,6 +281,7 @@ export class ChaosStack {
   /** Synchronous last resort on a second Ctrl-C or an exit: kill everything now. */
   killNow(): void {
     for (const s of this.services) s.killNow();
+    this.network?.killNow();
     this.temporal?.killNow();
     this.db?.cluster?.proc.killNow();
   }

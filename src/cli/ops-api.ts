@@ -6,7 +6,7 @@
 import { OpsError, type AuditEntry } from '../operator/index.ts';
 import { adminApi, operatorToken } from './admin-api.ts';
 import type { ChosenCommand } from './ops-commands.ts';
-import { auditTable, refundRedriveText, refundTable, resolvedText, table } from './ops-output.ts';
+import { attentionText, auditTable, refundRedriveText, resolvedText, table } from './ops-output.ts';
 
 /** Runs the chosen command through the admin API; the exit status, as for the database path. */
 export async function apiMain(
@@ -131,19 +131,7 @@ export async function apiMain(
       };
       if (r.visibilityError) warn(`${r.visibilityError}; listing order rows only`);
       const refunds = r.refunds ?? [];
-      out(
-        [...r.data, ...refunds],
-        table(r.data, [
-          'tenantId',
-          'orderId',
-          'status',
-          'reason',
-          'source',
-          'updatedAt',
-          'lastError',
-          'temporalUiUrl',
-        ]) + refundTable(refunds),
-      );
+      out([...r.data, ...refunds], attentionText(r.data, refunds));
       return 0;
     }
     case 'audit': {

@@ -37,8 +37,23 @@ export function reconcileLine(r: {
   return `${state}, unchanged (${why}; provider not asked)`;
 }
 
+/** `attention`: the orders, then the refunds that follow them (if any). */
+export function attentionText(orders: Record<string, unknown>[], refunds: Record<string, unknown>[]): string {
+  const columns = [
+    'tenantId',
+    'orderId',
+    'status',
+    'reason',
+    'source',
+    'updatedAt',
+    'lastError',
+    'temporalUiUrl',
+  ];
+  return table(orders, columns) + refundTable(refunds);
+}
+
 /** The refunds that follow the orders in `attention` (none: nothing). */
-export function refundTable(refunds: Record<string, unknown>[]): string {
+function refundTable(refunds: Record<string, unknown>[]): string {
   if (refunds.length === 0) return '';
   return `\n\nRefunds:\n${table(refunds, [
     'tenantId',

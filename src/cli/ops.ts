@@ -41,11 +41,11 @@ import { errorJson } from './command.ts';
 import { apiMain } from './ops-api.ts';
 import { parseOpsCommandLine, type ChosenCommand, type Values } from './ops-commands.ts';
 import {
+  attentionText,
   auditTable,
   cell,
   reconcileLine,
   refundRedriveText,
-  refundTable,
   resolvedText,
   table,
 } from './ops-output.ts';
@@ -227,17 +227,13 @@ async function main(
         tenantId: values.tenant || undefined,
         limit: values.limit || undefined,
       });
-      const orders = table(items as unknown as Record<string, unknown>[], [
-        'tenantId',
-        'orderId',
-        'status',
-        'reason',
-        'source',
-        'updatedAt',
-        'lastError',
-        'temporalUiUrl',
-      ]);
-      out([...items, ...refunds], `${orders}${refundTable(refunds as unknown as Record<string, unknown>[])}`);
+      out(
+        [...items, ...refunds],
+        attentionText(
+          items as unknown as Record<string, unknown>[],
+          refunds as unknown as Record<string, unknown>[],
+        ),
+      );
       return 0;
     }
     case 'audit': {

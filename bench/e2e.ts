@@ -27,6 +27,14 @@
  *                        as the outcome; an order still running after N s (a 202) is followed
  *                        by the usual GET ?wait= loop. p50/p99 are then POST to response
  *                        (issue #29's target: p50 <= 150 ms at C=1 with wait=10)
+ *   --latency pg=2,temporal=20  what a real network costs (issue #45): the API's and the
+ *                        worker's Postgres and Temporal connections go through toxiproxy, which
+ *                        adds that many ms to each round trip when switched on; in the same run,
+ *                        without and with it: p50/p99 at C=1 (Postgres only, Temporal only and
+ *                        both too) and orders/s at the highest --concurrency, with Postgres round
+ *                        trips and Temporal RPCs per order (bench/lib/latency.ts). Orders POST
+ *                        with `Prefer: wait=10` (or --prefer-wait). Writes e2e-latency.json
+ *   --c1-orders=N        (--latency) orders per configuration at C=1 (default 150)
  *
  * It starts its own stack, like the test setup: a throwaway Postgres
  * database (dropped at the end), a Temporal dev server on free ports (the
@@ -73,6 +81,11 @@ import {
   startOrderStack,
   startTemporal,
 } from './lib/stack.ts';
+import { ensureToxiproxy } from '../dev/toxiproxy.ts';
+import { ChaosNetwork } from '../dev/chaos/network.ts';
+import { freePort } from '../src/process/ports.ts';
+import { PgWireCounter } from './lib/pg-wire-counter.ts';
+import { describeLatency, parseLatency, runLatencyBench, type Latency } from './lib/latency.ts';
 
 const program = createCommand(
   'bench:e2e',
@@ -92,6 +105,8 @@ const program = createCommand(
     '--prefer-wait <n>',
     'POST with Prefer: wait=N (0-30): the outcome in the POST answer, GET ?wait= only after a 202',
   )
+  .option('--latency <pg=ms,temporal=ms>', 'round-trip ms added through toxiproxy, measured against none')
+  .option('--c1-orders <n>', '(--latency) orders per configuration at C=1', '150')
   .option(
     '--cpu-prof <dir>',
     "write a V8 CPU profile of each Node process of the stack into <dir> (Chrome DevTools' format)",
@@ -130,6 +145,8 @@ const opts = program.opts<{
   apiProcesses: string;
   cpuProf?: string;
   preferWait?: string;
+  latency?: string;
+  c1Orders: string;
   serverDynamic?: string;
   serverShards?: string;
   serverPool?: string;
@@ -169,6 +186,13 @@ const API_PROCESSES = positiveInt(args['api-processes'], '--api-processes', 16);
 const TIMEOUT_MS = positiveInt(args['timeout-seconds'], '--timeout-seconds', 7200) * 1000;
 /** Seconds of `Prefer: wait` on each POST, or undefined (POST, then GET ?wait=). 0 is allowed: one read. */
 const PREFER_WAIT = args['prefer-wait'] === undefined ? undefined : preferWait(args['prefer-wait']);
+/** --latency: round-trip ms added to Postgres and Temporal (see bench/lib/latency.ts). */
+const LATENCY = opts.latency === undefined ? undefined : parseLatency(opts.latency);
+const C1_ORDERS = args.quick ? 20 : positiveInt(opts.c1Orders, '--c1-orders', 2_000);
+if (LATENCY && (BACKEND !== 'dev' || BASELINE_ONLY || WORKERS > 1 || API_PROCESSES > 1)) {
+  console.error('--latency runs on the dev server with one worker and one API process, with orders');
+  process.exit(2);
+}
 /** Server-side levers of the Postgres-backed server (docs/DEPLOYING.md). */
 const SERVER = {
   dynamic: keyValues(opts.serverDynamic, '--server-dynamic', (v) =>
@@ -337,6 +361,7 @@ async function main(): Promise<void> {
   const databaseUrl = await createSeededDatabase(config, dbName, procs);
   say(`database ${dbName} created, migrated and seeded`);
 
+  const temporalMetricsPort = LATENCY ? await freePort() : undefined;
   const temporal = await startTemporal(
     config,
     {
@@ -346,6 +371,7 @@ async function main(): Promise<void> {
       sqlite: args.sqlite,
       eager: args.eager,
       ...(SERVER_TWEAKED || SERVER.observe ? { server: SERVER } : {}),
+      ...(temporalMetricsPort !== undefined ? { metricsPort: temporalMetricsPort } : {}),
     },
     procs,
     say,
@@ -361,6 +387,7 @@ async function main(): Promise<void> {
   const baselineQueue = `bench-baseline-${runId}`;
   const connection = await Connection.connect({ address });
   const client = new Client({ connection });
+  const network = LATENCY ? await startNetwork(config.toolsDir, databaseUrl, address, runDir) : undefined;
   const stack = await startOrderStack(
     {
       databaseUrl,
@@ -370,11 +397,36 @@ async function main(): Promise<void> {
       workers: WORKERS,
       apiProcesses: API_PROCESSES,
       client,
+      ...(network ? { services: network.proxied } : {}),
     },
     procs,
   );
   const { api, env, sandbox, workers, apiProc, workerReadySec } = stack;
   say(`worker ran its first workflow ${workerReadySec} s after spawn`);
+  if (LATENCY && network) {
+    try {
+      await latencyMain(LATENCY, network, {
+        api,
+        client,
+        databaseUrl,
+        dbName,
+        metricsUrl: `http://127.0.0.1:${temporalMetricsPort}/metrics`,
+        workerReadySec,
+        pids: () => ({
+          temporal: [temporal.pid()],
+          api: [apiProc.pid],
+          worker: workers.map((w) => w.pid),
+          sandbox: [sandbox.pid],
+          toxiproxy: [network.network.server.proc.pid],
+        }),
+      });
+    } finally {
+      await connection.close().catch(() => undefined);
+    }
+    await cleanup();
+    fs.rmSync(runDir, { recursive: true, force: true });
+    return;
+  }
   let baselineReady!: () => void;
   const baselineStarted = new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('baseline worker did not start')), 120_000);
@@ -694,6 +746,221 @@ async function main(): Promise<void> {
   }
   await cleanup();
   fs.rmSync(runDir, { recursive: true, force: true });
+}
+
+// -------------------------------------------------------------------- --latency
+
+interface LatencyNetwork {
+  network: ChaosNetwork;
+  counter: PgWireCounter;
+  /** Where the API and the worker reach Postgres and Temporal. */
+  proxied: { databaseUrl: string; address: string };
+}
+
+/**
+ * toxiproxy in front of Postgres and the Temporal frontend (the chaos harness's network,
+ * dev/chaos/network.ts), with the counting relay between toxiproxy and Postgres.
+ */
+async function startNetwork(
+  toolsDir: string,
+  databaseUrl: string,
+  address: string,
+  runDir: string,
+): Promise<LatencyNetwork> {
+  const dbUrl = new URL(databaseUrl);
+  if (dbUrl.searchParams.has('host')) {
+    throw new Error(
+      '--latency needs Postgres over TCP (toxiproxy goes in front of it): DATABASE_URL names a socket',
+    );
+  }
+  const counter = await PgWireCounter.start(`${dbUrl.hostname || 'localhost'}:${dbUrl.port || '5432'}`);
+  procs.atCleanup('stop the Postgres round-trip counter', () => counter.stop());
+  const binary = await ensureToxiproxy({ toolsDir, log: say });
+  const network = await ChaosNetwork.start({
+    binary,
+    logFile: path.join(runDir, 'toxiproxy.log'),
+    seed: 1,
+    upstreams: { postgres: counter.address, temporal: address },
+  });
+  procs.atCleanup('stop toxiproxy', () => network.stop());
+  const proxiedDb = new URL(databaseUrl);
+  const [host, port] = network.address('postgres').split(':') as [string, string];
+  proxiedDb.hostname = host;
+  proxiedDb.port = port;
+  say(
+    `toxiproxy on ${network.server.client.url}: Postgres via ${network.address('postgres')} ` +
+      `(then the round-trip counter on ${counter.address}), Temporal via ${network.address('temporal')}`,
+  );
+  return {
+    network,
+    counter,
+    proxied: { databaseUrl: proxiedDb.toString(), address: network.address('temporal') },
+  };
+}
+
+async function latencyMain(
+  latency: Latency,
+  net: LatencyNetwork,
+  o: {
+    api: string;
+    client: Client;
+    databaseUrl: string;
+    dbName: string;
+    metricsUrl: string;
+    workerReadySec: number;
+    pids: () => Record<string, (number | undefined)[]>;
+  },
+): Promise<void> {
+  const wait = PREFER_WAIT ?? 10;
+  const topConcurrency = Math.max(...LEVELS);
+  const pool = createPool(o.databaseUrl, { max: 2 });
+  try {
+    const pgBackends = async () =>
+      (
+        await pool.query<{ pid: number }>(
+          'select pid from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()',
+          [o.dbName],
+        )
+      ).rows.map((r) => r.pid);
+    let seq = 0;
+    const completed: string[] = [];
+    const order = async (latencies: number[]) => {
+      const i = seq++;
+      const r = await orderToTerminal(o.api, {
+        apiKey: API_KEY,
+        idempotencyKey: `e2e-latency-${runId}-${i}`,
+        i,
+        preferWait: wait,
+      });
+      latencies.push(r.ms);
+      if (r.status === 'completed' && r.workflowId) completed.push(r.workflowId);
+      return r.status;
+    };
+    say(
+      `--latency ${describeLatency(latency)}: ${C1_ORDERS} orders per configuration at C=1, ` +
+        `${ORDERS} per side at C=${topConcurrency}; POST with Prefer: wait=${wait}`,
+    );
+    const results = await runLatencyBench({
+      say,
+      latency,
+      network: net.network,
+      counter: net.counter,
+      metricsUrl: o.metricsUrl,
+      proxied: net.proxied,
+      order,
+      closedLoop: (label, count, c, job) => closedLoop(label, count, c, job),
+      orderCpu: cpuMeter(o.pids, pgBackends),
+      c1Orders: C1_ORDERS,
+      topOrders: ORDERS,
+      topConcurrency,
+      idleSeconds: 10,
+    });
+    // History events of a few orders: what each order writes on the Temporal server.
+    const sample = completed.slice(-HISTORY_SAMPLES);
+    let events = 0;
+    for (const id of sample)
+      events += (await o.client.workflow.getHandle(id).fetchHistory()).events?.length ?? 0;
+    const none = results.c1.none!;
+    const both = results.c1.both!;
+    const top = results[`c${topConcurrency}`] as { ordersPerSecRatio: number };
+    const report = {
+      generatedAt: new Date().toISOString(),
+      machine: {
+        cpus: os.cpus().length,
+        cpuModel: os.cpus()[0]?.model ?? 'unknown',
+        loadAverage1m: round(os.loadavg()[0] ?? 0, 2),
+        node: process.version,
+      },
+      options: {
+        latency,
+        toxics:
+          'latency toxic on both streams of each proxy: upstream floor(ms/2), downstream the rest; jitter 0',
+        c1OrdersPerConfiguration: C1_ORDERS,
+        ordersPerSideAtTop: ORDERS,
+        topConcurrency,
+        preferWait: wait,
+        quick: Boolean(args.quick),
+        backend: BACKEND,
+        sqlite: args.sqlite,
+        eager: args.eager,
+        counting: {
+          postgres:
+            'round trips at the wire (one per Query or Sync message), by a counting relay between toxiproxy and ' +
+            'Postgres; pg_stat_statements is not loaded on the shared server (shared_preload_libraries is empty)',
+          temporal: "the dev server's service_requests metric, frontend, namespace default, by operation",
+          perOrder: "counts over the C=1 halves of a configuration, minus the idle window's rate, / orders",
+        },
+      },
+      workerReadySec: o.workerReadySec,
+      ...results,
+      historyEventsPerOrder: round(events / Math.max(1, sample.length), 1),
+      targets: {
+        p50MsAt1WithoutLatency: { target: 60, measured: none.p50Ms },
+        p50MsAt1WithLatency: { target: 100, measured: both.p50Ms },
+        [`ordersPerSecRatioAt${topConcurrency}`]: { target: 0.9, measured: top.ordersPerSecRatio },
+      },
+    };
+    printLatencyTable(report.c1, results[`c${topConcurrency}`] as LatencyTop, topConcurrency);
+    const out = path.join(root, `bench/results/e2e-latency${args.quick ? '-quick' : ''}.json`);
+    fs.mkdirSync(path.dirname(out), { recursive: true });
+    fs.writeFileSync(out, `${JSON.stringify(report, null, 2)}\n`);
+    say(`wrote ${path.relative(process.cwd(), out)} in ${Math.round((Date.now() - started) / 1000)} s`);
+  } finally {
+    await pool.end().catch(() => undefined);
+  }
+}
+
+interface LatencySide {
+  ordersPerSec: number;
+  p50Ms: number;
+  p99Ms: number;
+  cpuPerOrderSec: number;
+  postgresCpuPerOrderSec: number;
+}
+interface LatencyTop {
+  without: LatencySide;
+  with: LatencySide;
+  ordersPerSecRatio: number;
+}
+
+function printLatencyTable(
+  c1: Record<
+    string,
+    { p50Ms: number; p99Ms: number; meanMs: number; perOrder: { pgRoundTrips: number; temporalRpcs: number } }
+  >,
+  top: LatencyTop,
+  topConcurrency: number,
+): void {
+  const lines = [
+    ['C=1 latency', 'p50 ms', 'p99 ms', 'mean ms', 'pg round trips/order', 'Temporal RPCs/order'],
+  ];
+  for (const [name, r] of Object.entries(c1)) {
+    lines.push([
+      name,
+      String(r.p50Ms),
+      String(r.p99Ms),
+      String(r.meanMs),
+      String(r.perOrder.pgRoundTrips),
+      String(r.perOrder.temporalRpcs),
+    ]);
+  }
+  printColumns(lines);
+  const t = [[`C=${topConcurrency}`, 'orders/s', 'p50 ms', 'p99 ms', 'CPU s/order', '+ Postgres']];
+  for (const [name, r] of [
+    ['without', top.without],
+    ['with', top.with],
+  ] as const) {
+    t.push([
+      name,
+      String(r.ordersPerSec),
+      String(r.p50Ms),
+      String(r.p99Ms),
+      String(r.cpuPerOrderSec),
+      String(r.postgresCpuPerOrderSec),
+    ]);
+  }
+  t.push(['ratio', String(top.ordersPerSecRatio), '', '', '', '']);
+  printColumns(t);
 }
 
 function printTable(results: Record<string, LevelResult>): void {

@@ -198,6 +198,8 @@ export interface TemporalOptions {
   eager?: string;
   /** Levers of the Temporal server on Postgres (bench:e2e --server-*): each unset one keeps the project's setting. */
   server?: ServerLevers;
+  /** (dev) The dev server's own Prometheus metrics on this loopback port (bench:e2e --latency counts RPCs there). */
+  metricsPort?: number;
 }
 
 /** Settings of the Postgres-backed server a benchmark can change (docs/DEPLOYING.md). */
@@ -291,6 +293,7 @@ export async function startTemporal(
     log: say,
     ...(o.sqlite === 'default' ? { sqlitePragmas: {} } : {}),
     ...(o.eager === 'off' ? { dynamicConfig: { 'system.enableActivityEagerExecution': 'false' } } : {}),
+    ...(o.metricsPort !== undefined ? { metricsPort: o.metricsPort } : {}),
   });
   procs.atCleanup('stop the Temporal dev server', () => server.stop());
   return { address: server.address, pid: () => server.process.pid, databases };
@@ -311,6 +314,12 @@ export interface OrderStackOptions {
   /** Prefix of the processes' names (their log files), for a run with several stacks. */
   name?: string;
   client: Client;
+  /**
+   * Where the worker(s) and the API reach Postgres and Temporal, when not at `databaseUrl` and
+   * `address` (bench:e2e --latency: through toxiproxy). The sandbox provider, an outside system,
+   * and the benchmark's own client keep the direct ones.
+   */
+  services?: { databaseUrl: string; address: string };
 }
 
 export interface OrderStack {
@@ -362,6 +371,9 @@ export async function startOrderStack(o: OrderStackOptions, procs: BenchProcesse
       ? { WEBHOOK_CHARGE_WAIT_MS: process.env.WEBHOOK_CHARGE_WAIT_MS }
       : {}),
   };
+  const serviceEnv: NodeJS.ProcessEnv = o.services
+    ? { ...env, DATABASE_URL: o.services.databaseUrl, TEMPORAL_ADDRESS: o.services.address }
+    : env;
   const sandbox = procs.start(`${prefix}sandbox`, ['dev/sandbox/main.ts'], env, o.runDir);
   await waitForHttp(`${env.SANDBOX_URL}/healthz`, 60_000);
   // Worker start-up, measured alone: spawn -> the smoke workflow has run on it (as `npm start`
@@ -372,7 +384,7 @@ export async function startOrderStack(o: OrderStackOptions, procs: BenchProcesse
       o.workers > 1 ? `${prefix}worker-${i + 1}` : `${prefix}worker`,
       ['src/worker/main.ts'],
       {
-        ...env,
+        ...serviceEnv,
         WORKER_SMOKE_WORKFLOW: 'on', // start-up is timed by the smoke workflow, as `npm start` checks
         WORKER_METRICS_PORT: String(p.metrics),
         WORKER_SDK_METRICS_PORT: String(p.sdk),
@@ -393,10 +405,10 @@ export async function startOrderStack(o: OrderStackOptions, procs: BenchProcesse
       ? procs.start(
           `${prefix}api`,
           ['src/api/cluster.ts'],
-          { ...env, API_PROCESSES: String(o.apiProcesses) },
+          { ...serviceEnv, API_PROCESSES: String(o.apiProcesses) },
           o.runDir,
         )
-      : procs.start(`${prefix}api`, ['src/api/main.ts'], env, o.runDir);
+      : procs.start(`${prefix}api`, ['src/api/main.ts'], serviceEnv, o.runDir);
   await waitForHttp(`${api}/healthz`, 60_000);
   return {
     api,

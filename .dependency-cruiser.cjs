@@ -115,9 +115,12 @@ module.exports = {
       severity: 'error',
       comment:
         'The client package (@onceflow/client) is installed without the app or the core: it imports only ' +
-        'its own modules and openapi-fetch (its one dependency), type imports included; no Node built-ins either.',
+        'its own modules, openapi-fetch and standardwebhooks (its dependencies: the HTTP client and the webhook ' +
+        'verifier), type imports included; no Node built-ins either.',
       from: { path: '^packages/client/src/' },
-      to: { pathNot: ['^packages/client/src/', '^node_modules/openapi-fetch/'] },
+      to: {
+        pathNot: ['^packages/client/src/', '^node_modules/openapi-fetch/', '^node_modules/standardwebhooks/'],
+      },
     },
     {
       name: 'client-only-by-its-entry',

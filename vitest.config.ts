@@ -10,10 +10,11 @@ const core = (file: string) => path.resolve(import.meta.dirname, 'packages/oncef
  */
 const UNIT = [
   'test/activities/*.test.ts',
+  'test/merchant-events/url-policy.test.ts',
   'test/api/{failure-throttle,openapi,webhook-charge-wait}.test.ts',
   'test/bench/cpu-meter.test.ts',
   'test/chaos/invariants.test.ts',
-  'test/client/{generated,retry}.test.ts',
+  'test/client/{generated,retry,webhooks}.test.ts',
   'test/config/{api-key-secret,providers,worker-versioning}.test.ts',
   'test/db/*.test.ts',
   'test/deploy/{compose,dockerfile,metrics-exposure}.test.ts',

@@ -2,8 +2,9 @@ import { createOrderActivities, type OrderActivityDeps } from './order.ts';
 import { createRefundActivities } from './refund.ts';
 import { createSmokeActivities } from './smoke.ts';
 import { createRetentionActivities } from './retention.ts';
+import { createDeliveryActivities, type DeliveryActivityDeps } from './delivery.ts';
 
-export type ActivityDeps = OrderActivityDeps;
+export type ActivityDeps = OrderActivityDeps & DeliveryActivityDeps;
 
 /**
  * The one place activities are wired to their dependencies. The smoke probe's
@@ -15,5 +16,6 @@ export function createActivities(deps: ActivityDeps, opts: { smoke?: boolean } =
     ...createOrderActivities(deps),
     ...createRefundActivities(deps),
     ...createRetentionActivities(deps),
+    ...createDeliveryActivities(deps),
   };
 }

@@ -195,6 +195,8 @@ export function createOrderActivities(deps: OrderActivityDeps) {
           receiptId: args.receiptId ?? null,
           lastError: args.lastError ?? null,
           reason: args.reason ?? null,
+          stepKey: args.key,
+          taskQueue: Context.current().info.taskQueue,
         }),
         { readFirst: carried && Context.current().info.attempt > 1 },
       );

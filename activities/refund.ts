@@ -5,7 +5,7 @@
  * activities/order.ts, the step modules in src/steps). Each claims the
  * operation key the workflow derived from the refund's workflow ID.
  */
-import { ApplicationFailure } from '@temporalio/activity';
+import { ApplicationFailure, Context } from '@temporalio/activity';
 import { LedgerError } from 'onceflow';
 import { heartbeatRenewal } from 'onceflow';
 import { FAILURE } from '../src/orders/contract.ts';
@@ -133,6 +133,8 @@ export function createRefundActivities(deps: OrderActivityDeps) {
             to: args.status,
             providerRefundId: args.providerRefundId ?? null,
             lastError: args.lastError ?? null,
+            stepKey: args.key,
+            taskQueue: Context.current().info.taskQueue,
           }),
         );
         if (!ran) {

@@ -4,6 +4,8 @@
 // The operator's token stays in this tab's sessionStorage and goes out only as
 // `Authorization: Bearer`, so no cookie exists for another site to ride on.
 
+import { webhooksPage } from './webhooks.js';
+
 const TOKEN = 'onceflow.console.token';
 const REFRESH_MS = 10_000;
 const main = document.getElementById('main');
@@ -812,6 +814,7 @@ const AUDIT_ACTIONS = [
   'redrive_refused',
   'redrive_unknown',
   'restore',
+  'webhook_redeliver',
 ];
 
 /** The audit log, filtered by the server (GET /admin/audit's query parameters). */
@@ -892,6 +895,9 @@ function route() {
   const order = /^#\/order\/([^/]+)\/([^/]+)$/.exec(hash);
   if (order) return orderPage(decodeURIComponent(order[1]), decodeURIComponent(order[2]));
   if (hash.startsWith('#/audit')) return auditPage();
+  if (hash.startsWith('#/webhooks')) {
+    return webhooksPage({ el, api, render, listTable, errorLine, age, q });
+  }
   return attentionPage();
 }
 

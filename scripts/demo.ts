@@ -9,7 +9,8 @@
  *   above the charge (at the provider, in the API's refunds, in the order's
  *   refundedAmount), one provider refund per succeeded refund and none for a
  *   failed one (counted at the sandbox's audit, GET /_sandbox/refunds?order_id=),
- *   every refund terminal.
+ *   every refund terminal; every terminal order's event delivered to the
+ *   merchant's webhook endpoint (scripts/demo-webhooks.ts), none missing.
  *
  * It submits ~200 orders from 2 tenants, retries ~20% of requests with the
  * same key, reuses a few keys with a different body, turns on every kind of
@@ -36,6 +37,7 @@ import {
   type Refund,
 } from '@onceflow/client';
 import { createCommand, parseCli, positiveInt } from '../src/cli/command.ts';
+import { missingEvents, startDemoMerchant, type DemoMerchant } from './demo-webhooks.ts';
 
 const program = createCommand(
   'demo',
@@ -330,6 +332,7 @@ async function main(): Promise<void> {
     `onceflow demo ${runId}: ${ORDER_COUNT} orders, ${TENANTS.length} tenants, concurrency ${CONCURRENCY}`,
   );
   await setFaults();
+  const merchant = await startDemoMerchant(API, TENANTS);
 
   const before = await ledgerCounters();
   const planned = plan();
@@ -365,8 +368,10 @@ async function main(): Promise<void> {
         notFound: delta('notFound'),
       },
       refunds,
+      merchant,
     );
   } finally {
+    await merchant.close();
     await sandbox('/_sandbox/faults', { method: 'DELETE' }).catch(() => undefined);
   }
 }
@@ -495,6 +500,7 @@ async function report(
   finals: Map<number, OrderView>,
   ledger: { unknown: number | null; reconciled: number | null; notFound: number | null },
   refundsDone: RefundsDone,
+  merchant: DemoMerchant,
 ): Promise<void> {
   const orderIds = new Set([...finals.values()].map((o) => o.id));
   const charges = (
@@ -536,6 +542,11 @@ async function report(
     (o.steps ?? []).some((s) => s.name === 'charge' && s.attempts > 1 && s.state === 'succeeded'),
   );
   const notSettled = [...finals.values()].filter((o) => !TERMINAL.has(o.status));
+  const undelivered = await missingEvents(
+    merchant,
+    [...finals.values()].filter((o) => TERMINAL.has(o.status)),
+    60_000,
+  );
 
   const checks: [string, boolean, string][] = [
     [
@@ -565,6 +576,16 @@ async function report(
       `${refundsDone.refusedOverCharge}/${refundsDone.plannedOverCharge}`,
     ],
     ['every refund terminal', refundChecks.moving === 0, `${refundChecks.moving} still moving`],
+    [
+      "every terminal order's event delivered, none missing",
+      undelivered.length === 0,
+      `${undelivered.length} missing${undelivered.length ? `: ${undelivered.slice(0, 3).join(', ')}` : ''}`,
+    ],
+    [
+      'every delivery signed with the endpoint secret',
+      merchant.badSignatures === 0,
+      `${merchant.badSignatures} bad`,
+    ],
   ];
 
   const rows: [string, string | number][] = [
@@ -585,6 +606,8 @@ async function report(
     ['refunds accepted (two of one amount per order)', refundsDone.refunds.length],
     ['refunds succeeded', succeededRefunds.length],
     ['refunds at the provider', refundChecks.atProvider],
+    ['order events received by the merchant', merchant.received.size],
+    ['  redelivered event IDs the merchant deduplicated', merchant.duplicates],
   ];
   const width = Math.max(...rows.map(([k]) => k.length)) + 2;
   console.log('\n' + '='.repeat(width + 10));

@@ -3,6 +3,24 @@
  * product; everything else receives a `Config` (or a slice of it).
  */
 
+import { ConfigError } from './config/error.ts';
+import { duration, nonNegativeInt, onOff, oneOf, port, positiveInt } from './config/env.ts';
+import {
+  defineCredential,
+  definePreviousWebhookSecret,
+  exposureOf,
+  type Credential,
+  type Exposure,
+} from './config/credentials.ts';
+import { providersConfig, type ProvidersConfig } from './config/providers.ts';
+import { readWebhookSettings, type WebhookSettings } from './merchant-events/settings.ts';
+
+/**
+ * What `loadConfig` throws, imported from here by its callers. It lives in src/config/error.ts so the
+ * modules this one reads with (src/config/*.ts) can throw it without an import cycle.
+ */
+export { ConfigError };
+
 export interface Config {
   databaseUrl: string;
   /** Address our HTTP servers bind to; 127.0.0.1 unless BIND_HOST says otherwise (containers). */
@@ -190,148 +208,8 @@ export interface Config {
     /** OTEL_EXPORTER_OTLP_ENDPOINT: OTLP/HTTP base URL; unset, nothing is traced. */
     otlpEndpoint: string | undefined;
   };
-}
-
-export class ConfigError extends Error {
-  override name = 'ConfigError';
-}
-
-/** True for addresses only this machine can reach; everything else is "exposed". */
-export function isLoopbackHost(host: string): boolean {
-  const h = host
-    .trim()
-    .toLowerCase()
-    .replace(/^\[|\]$/g, '');
-  return h === 'localhost' || h === '::1' || /^(::ffff:)?127(\.\d{1,3}){3}$/.test(h);
-}
-
-export interface Exposure {
-  exposed: boolean;
-  /** One sentence per sign, for refusal messages; empty when not exposed. */
-  reasons: string[];
-}
-
-/**
- * A loopback bind does not prove only this machine reaches the API (a proxy or tunnel may forward
- * to it), so any sign counts: a non-loopback bind, a configured proxy, or NODE_ENV=production.
- */
-export function exposureOf(s: {
-  bindHost: string;
-  trustProxy: readonly string[];
-  nodeEnv?: string;
-}): Exposure {
-  const reasons: string[] = [];
-  if (!isLoopbackHost(s.bindHost)) reasons.push(`BIND_HOST=${s.bindHost} is not a loopback address`);
-  if (s.trustProxy.length > 0) reasons.push('API_TRUST_PROXY is set: the API is reachable through a proxy');
-  if (s.nodeEnv === 'production') reasons.push('NODE_ENV=production');
-  return { exposed: reasons.length > 0, reasons };
-}
-
-/**
- * A conservative entropy estimate in bits: the least of the character-class, repeating-unit and
- * Shannon estimates. It only refuses what is obviously weak.
- */
-export function estimateEntropyBits(secret: string): number {
-  const chars = [...secret];
-  if (chars.length === 0) return 0;
-  let pool = 0;
-  if (chars.some((c) => c >= 'a' && c <= 'z')) pool += 26;
-  if (chars.some((c) => c >= 'A' && c <= 'Z')) pool += 26;
-  if (chars.some((c) => c >= '0' && c <= '9')) pool += 10;
-  if (chars.some((c) => !/[a-zA-Z0-9]/.test(c))) pool += 33;
-  const perChar = Math.log2(pool);
-  let period = chars.length;
-  for (let p = 1; p < chars.length; p++) {
-    if (chars.every((c, i) => i < p || c === chars[i - p])) {
-      period = p;
-      break;
-    }
-  }
-  const counts = new Map<string, number>();
-  for (const c of chars) counts.set(c, (counts.get(c) ?? 0) + 1);
-  let shannon = 0;
-  for (const n of counts.values()) shannon -= (n / chars.length) * Math.log2(n / chars.length);
-  return Math.min(chars.length * perChar, period * perChar, chars.length * shannon);
-}
-
-/** Explicit values of these credentials must carry this much entropy, on any bind. */
-const MIN_ENTROPY_BITS: Partial<Record<Credential, number>> = {
-  adminToken: 128,
-  // One valid key is enough to brute-force a weak tag secret offline.
-  apiKeySecret: 128,
-};
-
-/**
- * Published local-only credentials: accepted only on loopback, since anyone reaching an exposed port has
- * read them.
- */
-export const PUBLISHED_CREDENTIALS = {
-  adminToken: {
-    env: 'ONCEFLOW_ADMIN_TOKEN',
-    localDefault: 'admin_local_dev_token',
-    published: ['admin_local_dev_token', 'admin_compose_change_me'],
-  },
-  webhookSecret: {
-    env: 'WEBHOOK_SECRET',
-    localDefault: 'whsec_onceflow_local_dev',
-    published: ['whsec_onceflow_local_dev', 'whsec_onceflow_compose_change_me'],
-  },
-  apiKeySecret: {
-    env: 'API_KEY_SECRET',
-    localDefault: 'apikey_onceflow_local_dev',
-    published: ['apikey_onceflow_local_dev'],
-  },
-} as const;
-
-export type Credential = keyof typeof PUBLISHED_CREDENTIALS;
-
-function refusal(name: Credential, exposure: Exposure, explicitPublished: boolean): string {
-  const { env } = PUBLISHED_CREDENTIALS[name];
-  return (
-    `${env} ${explicitPublished ? 'is set to a published example value' : 'is not set'} while the API ` +
-    `may be reachable from other hosts (${exposure.reasons.join('; ')}); the local default is public, ` +
-    `so this process refuses to use it. Generate a secret with \`openssl rand -hex 32\` and set ${env} ` +
-    `(the same value in every onceflow process).`
-  );
-}
-
-function weakRefusal(name: Credential, bits: number, minBits: number): string {
-  const { env } = PUBLISHED_CREDENTIALS[name];
-  return (
-    `${env} is too easy to guess: about ${Math.floor(bits)} bits of entropy, and at least ${minBits} bits ` +
-    `are required (it is short, uses few kinds of characters, or repeats itself). Generate one with ` +
-    `\`openssl rand -hex 32\` and set ${env} (the same value in every onceflow process).`
-  );
-}
-
-/**
- * A credential, or a property that throws `ConfigError` when read (exposed without a safe value, or
- * too weak): only the processes that use it refuse to start.
- */
-function defineCredential(target: object, name: Credential, env: NodeJS.ProcessEnv, exposure: Exposure) {
-  const spec = PUBLISHED_CREDENTIALS[name];
-  const raw = env[spec.env];
-  const explicit = raw !== undefined && raw !== '';
-  const publishedValue = explicit && (spec.published as readonly string[]).includes(raw);
-  const minBits = MIN_ENTROPY_BITS[name];
-  // A published value is judged by exposure alone: on loopback it is the local default by another name.
-  const bits = explicit && !publishedValue && minBits !== undefined ? estimateEntropyBits(raw) : Infinity;
-  const message =
-    exposure.exposed && (!explicit || publishedValue)
-      ? refusal(name, exposure, publishedValue)
-      : minBits !== undefined && bits < minBits
-        ? weakRefusal(name, bits, minBits)
-        : undefined;
-  if (message !== undefined) {
-    Object.defineProperty(target, name, {
-      enumerable: false,
-      get() {
-        throw new ConfigError(message);
-      },
-    });
-  } else {
-    Object.defineProperty(target, name, { enumerable: true, value: explicit ? raw : spec.localDefault });
-  }
+  /** Merchant webhooks: the URL policy and the retry schedule (src/merchant-events/settings.ts). */
+  webhooks: WebhookSettings;
 }
 
 /** Reads a process's credentials at start-up, so a refusal names every variable before the first request. */
@@ -349,44 +227,6 @@ export function requireCredentials(config: Config, names: Credential[]): void {
 }
 
 const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/onceflow';
-
-function positiveInt(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const n = Number(raw);
-  if (!Number.isSafeInteger(n) || n <= 0) {
-    throw new ConfigError(`${name} must be a positive integer, got ${JSON.stringify(raw)}`);
-  }
-  return n;
-}
-
-function onOff(env: NodeJS.ProcessEnv, name: string, fallback: boolean): boolean {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
-  if (['on', 'true', '1'].includes(raw)) return true;
-  if (['off', 'false', '0'].includes(raw)) return false;
-  throw new ConfigError(`${name} must be on or off, got ${JSON.stringify(raw)}`);
-}
-
-function duration(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n <= 0) {
-    throw new ConfigError(`${name} must be a positive number of milliseconds, got ${JSON.stringify(raw)}`);
-  }
-  return n;
-}
-
-function nonNegativeInt(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const n = Number(raw);
-  if (!Number.isSafeInteger(n) || n < 0) {
-    throw new ConfigError(`${name} must be a non-negative integer, got ${JSON.stringify(raw)}`);
-  }
-  return n;
-}
 
 /**
  * The API's Postgres bounds. The client-side query timeout must be above the server-side statement
@@ -425,66 +265,6 @@ function webhookChargeWait(env: NodeJS.ProcessEnv): number {
   return ms;
 }
 
-/** WEBHOOK_SECRET_PREVIOUS: optional; a published value is refused as the current one's would be. */
-function definePreviousWebhookSecret(target: object, env: NodeJS.ProcessEnv, exposure: Exposure) {
-  const raw = env.WEBHOOK_SECRET_PREVIOUS;
-  const value = raw === undefined || raw === '' ? null : raw;
-  const published = PUBLISHED_CREDENTIALS.webhookSecret.published as readonly string[];
-  if (value !== null && exposure.exposed && published.includes(value)) {
-    const message =
-      `WEBHOOK_SECRET_PREVIOUS is set to a published example value while the API may be reachable from ` +
-      `other hosts (${exposure.reasons.join('; ')}); anyone could sign webhooks with it. Unset it, or set ` +
-      `it to the secret being retired.`;
-    Object.defineProperty(target, 'webhookSecretPrevious', {
-      enumerable: false,
-      get() {
-        throw new ConfigError(message);
-      },
-    });
-  } else {
-    Object.defineProperty(target, 'webhookSecretPrevious', { enumerable: true, value });
-  }
-}
-
-interface ProvidersConfig {
-  /** PAYMENT_PROVIDER: `sandbox` (default) or `stripe`. */
-  payment: 'sandbox' | 'stripe';
-  /** EMAIL_PROVIDER: `sandbox` (default) or `smtp`. */
-  email: 'sandbox' | 'smtp';
-  stripe: {
-    /** STRIPE_SECRET_KEY; unset: the sandbox's test key. A live key needs ONCEFLOW_ALLOW_LIVE=1. */
-    secretKey: string;
-    /** STRIPE_API_BASE: where the Stripe API is (a local test server); unset with a real key: api.stripe.com. */
-    apiBase: string | undefined;
-    /** STRIPE_WEBHOOK_SECRET; null: the sandbox signs, so WEBHOOK_SECRET verifies. */
-    webhookSecret: string | null;
-    /** STRIPE_KEY_WINDOW_MS: how long Stripe keeps idempotency keys (24 h; shortened against a test server). */
-    keyWindowMs: number;
-    /** STRIPE_SEARCH_LAG_MS: how far Stripe's search may lag behind writes (1 h, its worst case in incidents). */
-    searchLagMs: number;
-  };
-  smtp: {
-    /** SMTP_URL, e.g. smtps://user:pass@smtp.example.com:465; default the local dev server (SMTP_PORT, 2525). */
-    url: string;
-    /** RECEIPT_FROM: the receipts' From address. */
-    from: string;
-    /** RECEIPT_UNCERTAIN_POLICY: `at_least_once` (default) or `at_most_once`. */
-    uncertainPolicy: 'at_least_once' | 'at_most_once';
-  };
-}
-
-/** The test key the sandbox's Stripe surface accepts; never a real credential. */
-export const SANDBOX_STRIPE_KEY = 'sk_test_onceflow_sandbox';
-
-function oneOf<T extends string>(env: NodeJS.ProcessEnv, name: string, values: readonly T[], fallback: T): T {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
-  if (!(values as readonly string[]).includes(raw)) {
-    throw new ConfigError(`${name} must be one of ${values.join(', ')}; got ${JSON.stringify(raw)}`);
-  }
-  return raw as T;
-}
-
 function workerVersioning(env: NodeJS.ProcessEnv, taskQueue: string): Config['workerVersioning'] {
   const deploymentName = env.ONCEFLOW_WORKER_DEPLOYMENT?.trim() || taskQueue;
   // Temporal writes a version as <deployment>:<build ID> (and <deployment>.<build ID> before).
@@ -505,88 +285,6 @@ function workerVersioning(env: NodeJS.ProcessEnv, taskQueue: string): Config['wo
   };
 }
 
-function httpUrl(name: string, raw: string): string {
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    throw new ConfigError(`${name} must be an http(s) URL, got ${JSON.stringify(raw)}`);
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-    throw new ConfigError(`${name} must be an http(s) URL, got ${JSON.stringify(raw)}`);
-  }
-  return raw;
-}
-
-function providersConfig(env: NodeJS.ProcessEnv, sandboxUrl: string): ProvidersConfig {
-  const payment = oneOf(env, 'PAYMENT_PROVIDER', ['sandbox', 'stripe'] as const, 'sandbox');
-  const email = oneOf(env, 'EMAIL_PROVIDER', ['sandbox', 'smtp'] as const, 'sandbox');
-  const givenKey = env.STRIPE_SECRET_KEY?.trim() || undefined;
-  if (givenKey !== undefined) {
-    if (!/^(sk|rk)_(test|live)_[A-Za-z0-9_]+$/.test(givenKey)) {
-      throw new ConfigError(
-        'STRIPE_SECRET_KEY must be a Stripe secret or restricted key (sk_test_..., rk_test_...); ' +
-          'copy it from the Stripe dashboard, Developers > API keys',
-      );
-    }
-    // Real money moves with a live key: only on purpose.
-    if (/^(sk|rk)_live_/.test(givenKey) && env.ONCEFLOW_ALLOW_LIVE !== '1') {
-      throw new ConfigError(
-        'STRIPE_SECRET_KEY is a live key (real charges); use a test key (sk_test_...), ' +
-          'or set ONCEFLOW_ALLOW_LIVE=1 if you really mean to move money',
-      );
-    }
-  }
-  const apiBaseRaw = env.STRIPE_API_BASE?.trim() || undefined;
-  // No key: the sandbox's Stripe surface, with its test key.
-  const apiBase = apiBaseRaw ? httpUrl('STRIPE_API_BASE', apiBaseRaw) : givenKey ? undefined : sandboxUrl;
-  const webhookSecret = env.STRIPE_WEBHOOK_SECRET?.trim() || null;
-  if (payment === 'stripe' && givenKey !== undefined && apiBase === undefined && webhookSecret === null) {
-    throw new ConfigError(
-      'PAYMENT_PROVIDER=stripe with a STRIPE_SECRET_KEY needs STRIPE_WEBHOOK_SECRET (the webhook ' +
-        "endpoint's signing secret, whsec_...), or payment events can't be verified",
-    );
-  }
-  const smtpPort = int(env, 'SMTP_PORT', 2525);
-  const smtpUrl = env.SMTP_URL?.trim() || `smtp://127.0.0.1:${smtpPort}`;
-  if (!/^smtps?:\/\//.test(smtpUrl)) {
-    throw new ConfigError(`SMTP_URL must be an smtp:// or smtps:// URL, got ${JSON.stringify(smtpUrl)}`);
-  }
-  const from = env.RECEIPT_FROM?.trim() || 'Onceflow receipts <receipts@onceflow.invalid>';
-  if (/[\r\n]/.test(from)) throw new ConfigError('RECEIPT_FROM must be one line');
-  return {
-    payment,
-    email,
-    stripe: {
-      secretKey: givenKey ?? SANDBOX_STRIPE_KEY,
-      apiBase,
-      webhookSecret,
-      keyWindowMs: duration(env, 'STRIPE_KEY_WINDOW_MS', 24 * 60 * 60 * 1000),
-      searchLagMs: duration(env, 'STRIPE_SEARCH_LAG_MS', 60 * 60 * 1000),
-    },
-    smtp: {
-      url: smtpUrl,
-      from,
-      uncertainPolicy: oneOf(
-        env,
-        'RECEIPT_UNCERTAIN_POLICY',
-        ['at_least_once', 'at_most_once'] as const,
-        'at_least_once',
-      ),
-    },
-  };
-}
-
-function int(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n <= 0 || n > 65535) {
-    throw new ConfigError(`${name} must be a port number (1-65535), got ${JSON.stringify(raw)}`);
-  }
-  return n;
-}
-
 function otlpEndpoint(env: NodeJS.ProcessEnv): string | undefined {
   const raw = env.OTEL_EXPORTER_OTLP_ENDPOINT;
   if (raw === undefined || raw.trim() === '') return undefined;
@@ -602,17 +300,25 @@ function otlpEndpoint(env: NodeJS.ProcessEnv): string | undefined {
   return raw.trim();
 }
 
+function webhookSettings(env: NodeJS.ProcessEnv, exposure: Exposure): WebhookSettings {
+  try {
+    return readWebhookSettings(env, exposure);
+  } catch (err) {
+    throw new ConfigError((err as Error).message);
+  }
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.cwd()): Config {
   const ports = {
-    temporal: int(env, 'TEMPORAL_PORT', 7233),
-    temporalUi: int(env, 'TEMPORAL_UI_PORT', 8233),
-    api: int(env, 'API_PORT', 3000),
-    sandbox: int(env, 'SANDBOX_PORT', 4010),
-    workerMetrics: int(env, 'WORKER_METRICS_PORT', 9464),
+    temporal: port(env, 'TEMPORAL_PORT', 7233),
+    temporalUi: port(env, 'TEMPORAL_UI_PORT', 8233),
+    api: port(env, 'API_PORT', 3000),
+    sandbox: port(env, 'SANDBOX_PORT', 4010),
+    workerMetrics: port(env, 'WORKER_METRICS_PORT', 9464),
     workerSdkMetrics: 0,
-    apiMetrics: int(env, 'API_METRICS_PORT', 9462),
+    apiMetrics: port(env, 'API_METRICS_PORT', 9462),
   };
-  ports.workerSdkMetrics = int(env, 'WORKER_SDK_METRICS_PORT', ports.workerMetrics + 1);
+  ports.workerSdkMetrics = port(env, 'WORKER_SDK_METRICS_PORT', ports.workerMetrics + 1);
   const externalAddress = env.TEMPORAL_ADDRESS || undefined;
   const logLevel = (env.LOG_LEVEL ?? 'info') as Config['logLevel'];
   if (!['debug', 'info', 'warn', 'error'].includes(logLevel)) {
@@ -720,6 +426,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
       outboxWindowMs: duration(env, 'RETENTION_OUTBOX_WINDOW_MS', 7 * 24 * 60 * 60 * 1000),
     },
     tracing: { otlpEndpoint: otlpEndpoint(env) },
+    webhooks: webhookSettings(env, exposure),
   } as Omit<Config, Credential> as Config;
   defineCredential(config, 'adminToken', env, exposure);
   defineCredential(config, 'webhookSecret', env, exposure);

@@ -2,4 +2,5 @@
 // @temporalio/workflow and *types* from activities.
 export { orderWorkflow } from './order.ts';
 export { refundWorkflow } from './refund.ts';
+export { deliveryWorkflow } from './delivery.ts';
 export { retentionWorkflow } from './retention.ts';

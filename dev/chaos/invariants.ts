@@ -47,7 +47,13 @@ export type ViolationKind =
   /** The fail-fast probe got an answer slower than the bound. */
   | 'slow_answer'
   /** The fail-fast probe got no answer before its client timeout (or a connection error). */
-  | 'no_answer';
+  | 'no_answer'
+  /** A terminal order's event (order.<status>) never reached the merchant's receiver. */
+  | 'missing_event'
+  /** Two event IDs for one transition (order, type), or one event ID processed twice by the receiver. */
+  | 'double_event'
+  /** A delivery the receiver refused: a bad signature, or a body that is no order event. */
+  | 'bad_delivery';
 
 export interface Violation {
   kind: ViolationKind;
@@ -144,6 +150,32 @@ export interface Facts {
   providerRefunds?: readonly ProviderRefundEffect[];
   /** The messages sent under this scenario's refund receipts' downstream keys (apart from `messages`). */
   refundReceipts?: readonly MoneyEffect[];
+  /** What the merchant's receiver (merchant.ts) got: absent, the webhook invariants are not checked. */
+  merchant?: MerchantFacts;
+}
+
+/** One delivery the merchant's receiver accepted (its signature verified). */
+export interface MerchantDelivery {
+  eventId: string;
+  orderId: string;
+  type: string;
+  /** False: an ID the receiver had already processed (its dedupe absorbed a redelivery). */
+  processed: boolean;
+}
+
+export interface MerchantFacts {
+  /** Every delivery the receiver accepted, of any scenario (only this scenario's orders are judged). */
+  deliveries: readonly MerchantDelivery[];
+  /** Deliveries it refused since the last scenario. */
+  rejected: readonly string[];
+}
+
+/** What the receiver saw of this scenario's orders: distinct events, and redeliveries its dedupe absorbed. */
+export interface WebhookCounts {
+  events: number;
+  redeliveries: number;
+  /** Terminal orders whose terminal event has not arrived. */
+  missing: number;
 }
 
 /**
@@ -178,6 +210,8 @@ export function settlementOf(order: OrderFact | undefined): Settlement {
 
 export interface Verdict {
   violations: Violation[];
+  /** Set when the facts had the merchant's deliveries. */
+  webhooks?: WebhookCounts;
   /** The slowest settled order, creation to settlement, in seconds (null when none settled). */
   slowestSeconds: number | null;
   counts: {
@@ -421,6 +455,78 @@ export function checkReplays(replays: readonly ReplayCheck[]): Violation[] {
   return violations;
 }
 
+/** The event a settled order's last transition must have sent (null: not settled, none yet). */
+function terminalEventOf(order: OrderFact | undefined): string | null {
+  return settlementOf(order) === 'stuck' ? null : `order.${order!.status}`;
+}
+
+/** Settled orders among `orderIds` whose terminal event the receiver has not processed. */
+export function missingEvents(
+  orderIds: Iterable<string>,
+  orders: ReadonlyMap<string, OrderFact>,
+  deliveries: readonly MerchantDelivery[],
+): string[] {
+  const got = new Set(deliveries.map((d) => `${d.orderId} ${d.type}`));
+  const missing: string[] = [];
+  for (const id of orderIds) {
+    const type = terminalEventOf(orders.get(id));
+    if (type !== null && !got.has(`${id} ${type}`)) missing.push(id);
+  }
+  return missing;
+}
+
+/**
+ * The merchant webhook invariants over this scenario's orders (`scope`): every settled order's
+ * terminal event (order.<status>) reached the receiver at least once; each event ID was processed
+ * exactly once (redeliveries of it are fine: at least once, absorbed by the receiver's dedupe); one
+ * transition never got two event IDs (a double event, which no dedupe on the ID absorbs); and the
+ * receiver refused no delivery (a bad signature).
+ */
+export function checkMerchantEvents(
+  scope: ReadonlySet<string>,
+  orders: ReadonlyMap<string, OrderFact>,
+  merchant: MerchantFacts,
+): { violations: Violation[]; counts: WebhookCounts } {
+  const violations: Violation[] = [];
+  const mine = merchant.deliveries.filter((d) => scope.has(d.orderId));
+  const missing = missingEvents(scope, orders, mine);
+  for (const id of missing) {
+    violations.push({
+      kind: 'missing_event',
+      subject: id,
+      detail: `${terminalEventOf(orders.get(id))} never reached the merchant (${mine.filter((d) => d.orderId === id).length} deliveries of its other events)`,
+    });
+  }
+  for (const [key, list] of groupBy(mine, (d) => `${d.orderId} ${d.type}`)) {
+    const ids = new Set(list.map((d) => d.eventId));
+    if (ids.size > 1) {
+      violations.push({
+        kind: 'double_event',
+        subject: key,
+        detail: `${ids.size} event IDs for one transition: ${[...ids].join(', ')}`,
+      });
+    }
+  }
+  const byEvent = groupBy(mine, (d) => d.eventId);
+  for (const [eventId, list] of byEvent) {
+    const processed = list.filter((d) => d.processed).length;
+    if (processed !== 1) {
+      violations.push({
+        kind: 'double_event',
+        subject: eventId,
+        detail: `processed ${processed} times by the receiver (${list.length} deliveries)`,
+      });
+    }
+  }
+  for (const r of merchant.rejected) {
+    violations.push({ kind: 'bad_delivery', subject: 'merchant', detail: r });
+  }
+  return {
+    violations,
+    counts: { events: byEvent.size, redeliveries: mine.length - byEvent.size, missing: missing.length },
+  };
+}
+
 /** The full verdict for one scenario's submissions (and its refunds, if it made any). */
 export function checkScenario(
   submissions: readonly Submission[],
@@ -565,11 +671,17 @@ export function checkScenario(
   }
   violations.push(...checkRefunds(refundSubmissions, facts));
   violations.push(...checkReplays(replays));
+  let webhooks: WebhookCounts | undefined;
+  if (facts.merchant) {
+    const merchant = checkMerchantEvents(scope, facts.orders, facts.merchant);
+    violations.push(...merchant.violations);
+    webhooks = merchant.counts;
+  }
 
   for (const p of facts.processes) {
     for (const exit of p.unexpectedExits) {
       violations.push({ kind: 'process_exited', subject: p.name, detail: `exited on its own: ${exit}` });
     }
   }
-  return { violations, counts, slowestSeconds };
+  return { violations, counts, slowestSeconds, ...(webhooks ? { webhooks } : {}) };
 }

@@ -14,6 +14,7 @@ export const SCENARIOS = [
   'connection-reset',
   'provider-outage',
   'provider-faults',
+  'merchant-down',
   'restore',
 ] as const;
 export type ScenarioName = (typeof SCENARIOS)[number];
@@ -91,7 +92,10 @@ order, every order settled (completed, rejected, or needs_attention with a
 reason) within the settle bound, and no onceflow process exited on its own.
 Every third completed order gets one or two refunds: each refund settled
 (succeeded, failed or needs_attention), one provider refund per succeeded
-refund and none for a failed one, and never more refunded than charged. The
+refund and none for a failed one, and never more refunded than charged. A
+merchant receiver in the harness, registered for the order events, must get
+every settled order's event (at least once; one event ID per transition,
+processed once by its dedupe) within 60 s of the settle. The
 restore scenario pg_dumps the database while orders flow, restores it after a
 gap, runs \`ops recover-after-restore --since T0\`, and checks that every
 client that had seen a 202 gets the original one back when it retries. During

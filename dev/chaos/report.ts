@@ -23,6 +23,8 @@ export function formatTable(results: readonly ScenarioResult[], settleSeconds: n
     'lost',
     'proc exits',
     'fail-fast',
+    'events (+redelivered)',
+    'event missing/double',
     'other',
     'secs',
   ];
@@ -44,6 +46,8 @@ export function formatTable(results: readonly ScenarioResult[], settleSeconds: n
       String(count(v, 'lost_order')),
       String(count(v, 'process_exited')),
       r.probe ? String(count(v, 'server_error', 'slow_answer', 'no_answer')) : '-',
+      r.webhooks ? `${r.webhooks.events} (+${r.webhooks.redeliveries})` : '-',
+      r.webhooks ? `${count(v, 'missing_event')}/${count(v, 'double_event')}` : '-',
       String(
         count(
           v,
@@ -55,6 +59,7 @@ export function formatTable(results: readonly ScenarioResult[], settleSeconds: n
           'check_failed',
           'replay_mismatch',
           'recovery_failed',
+          'bad_delivery',
         ),
       ),
       String(r.seconds),

@@ -5,6 +5,7 @@
  */
 import {
   checkScenario,
+  missingEvents,
   REFUND_SETTLED,
   settlementOf,
   type RefundSubmission,
@@ -12,6 +13,7 @@ import {
   type Submission,
   type Verdict,
   type Violation,
+  type WebhookCounts,
 } from './invariants.ts';
 import {
   readMoney,
@@ -28,7 +30,7 @@ import type { ChaosOptions } from './options.ts';
 import { FailFastProbe, PROBE_TAIL_MS, type ProbeReport } from './probe.ts';
 import { httpOk } from '../wait.ts';
 import { waitUntil } from './processes.ts';
-import { clearSandboxFaults, SCENARIO_TABLE, type FaultContext } from './scenarios.ts';
+import { clearSandboxFaults, DELIVERY_CATCH_UP_MS, SCENARIO_TABLE, type FaultContext } from './scenarios.ts';
 import { TENANT_API_KEY, TENANT_ID, type ChaosStack } from './stack.ts';
 
 export interface ScenarioResult {
@@ -55,6 +57,10 @@ export interface ScenarioResult {
   load?: LoadStats;
   /** The fail-fast probe's figures (the blackhole scenarios); its creates are among `counts`. */
   probe?: ProbeReport;
+  /** The merchant's receiver, over this scenario's orders: distinct events, redeliveries absorbed, missing. */
+  webhooks?: WebhookCounts;
+  /** Seconds after the settle wait until every settled order's event had reached the merchant; null if some never did. */
+  deliveredAfterSeconds?: number | null;
 }
 
 const emptyCounts = () => ({
@@ -73,6 +79,7 @@ async function ensureHealthy(stack: ChaosStack): Promise<void> {
   if (!stack.temporal.alive) await stack.temporal.start();
   await stack.network.heal(); // no toxic left over, the proxies up
   for (const s of stack.services) if (!s.alive) await s.start();
+  await stack.merchant.up(); // a merchant-down that was interrupted
   await waitUntil('sandbox', () => httpOk(`${stack.sandboxUrl}/healthz`), 60_000);
   await waitUntil('api', () => httpOk(`${stack.apiUrl}/healthz`), 60_000);
 }
@@ -207,6 +214,9 @@ export async function runScenario(
       deadline,
       signal,
     );
+    const catchUpMs = scenario.catchUpMs?.(options) ?? DELIVERY_CATCH_UP_MS;
+    log(`${name}: waiting up to ${catchUpMs / 1000} s for the merchant to have every settled order's event`);
+    const deliveredAfterSeconds = await waitForDeliveries(stack, submissions, catchUpMs, signal);
 
     let verdict: Verdict;
     try {
@@ -229,6 +239,14 @@ export async function runScenario(
     }
     const status = verdict.violations.length === 0 ? 'PASS' : 'FAIL';
     const seconds = Math.round((Date.now() - started) / 1000);
+    if (verdict.webhooks) {
+      const w = verdict.webhooks;
+      log(
+        `${name}: merchant: ${w.events} events, ${w.redeliveries} redeliveries absorbed by its dedupe, ` +
+          `${w.missing} missing` +
+          (deliveredAfterSeconds === null ? '' : `; all in ${deliveredAfterSeconds} s after the settle wait`),
+      );
+    }
     log(`${name}: ${status} in ${seconds} s (${verdict.violations.length} violations)`);
     return {
       ...base,
@@ -241,7 +259,34 @@ export async function runScenario(
       violations: verdict.violations,
       load: stats,
       ...(probeOutcome ? { probe: probeOutcome.report } : {}),
+      ...(verdict.webhooks ? { webhooks: verdict.webhooks, deliveredAfterSeconds } : {}),
     };
+  }
+}
+
+/**
+ * Polls until the merchant's receiver has processed every settled order's terminal event, or
+ * `boundMs` passes. Returns the seconds it took, or null.
+ */
+async function waitForDeliveries(
+  stack: ChaosStack,
+  submissions: readonly Submission[],
+  boundMs: number,
+  signal: AbortSignal,
+): Promise<number | null> {
+  const ids = submissions.flatMap((s) => s.orderIds);
+  const started = Date.now();
+  for (;;) {
+    try {
+      const orders = await withDb(stack.db.url, (db) => readOrders(db, ids));
+      if (missingEvents(ids, orders, stack.merchant.deliveries).length === 0) {
+        return Math.round((Date.now() - started) / 1000);
+      }
+    } catch {
+      /* the database may still be coming back */
+    }
+    if (Date.now() - started > boundMs || signal.aborted) return null;
+    await sleep(1_000, signal);
   }
 }
 
@@ -305,6 +350,7 @@ async function judge(
       refunds,
     };
   });
+  const merchant = { deliveries: stack.merchant.deliveries, rejected: stack.merchant.takeRejected() };
   const providerRefunds = await readProviderRefunds(stack.sandboxUrl);
   const connection = await stack.temporalConnection();
   let workflows: Set<string>;
@@ -334,7 +380,7 @@ async function judge(
   }
   return checkScenario(
     submissions,
-    { ...facts, workflows, processes, providerRefunds },
+    { ...facts, workflows, processes, providerRefunds, merchant },
     refundSubmissions,
     replays,
   );

@@ -53,7 +53,20 @@ export interface Scenario {
    * answer to must be a 202 (only Temporal is cut off: the outbox holds the orders).
    */
   probe?: { mustAccept: boolean };
+  /**
+   * How long after the settle wait the merchant's deliveries may take to catch up (default
+   * DELIVERY_CATCH_UP_MS): a fault of the receiver itself stretches the deliveries' backoff.
+   */
+  catchUpMs?: (o: ChaosOptions) => number;
 }
+
+/**
+ * After the orders settled, the merchant's receiver must have every terminal order's event within
+ * this: a first retry of 1 s (stack.ts) doubles past 30 s only after a minute of failed attempts.
+ */
+export const DELIVERY_CATCH_UP_MS = 60_000;
+/** merchant-down: how long the receiver refuses connections, under load. */
+const MERCHANT_DOWN_MS = 120_000;
 
 /** restore: orders flow this long before the dump, so the backup holds settled and in-flight orders. */
 const RESTORE_LEAD_MS = 5_000;
@@ -341,6 +354,26 @@ export const SCENARIO_TABLE: Record<ScenarioName, Scenario> = {
         done++;
       }
       return { note: `${done} rounds of resets (${rounds.slice(0, done).join(', then ')})` };
+    },
+  },
+  'merchant-down': {
+    name: 'merchant-down',
+    fault: () =>
+      `the merchant's webhook receiver down (its port refusing) for ${MERCHANT_DOWN_MS / 1000} s under load, then back on the same port`,
+    activeMs: () => MERCHANT_DOWN_MS,
+    // A delivery failing for the whole outage has doubled its backoff to about the outage's length.
+    catchUpMs: () => DELIVERY_CATCH_UP_MS + MERCHANT_DOWN_MS,
+    async run(ctx) {
+      await sleep(2_000, ctx.signal);
+      await ctx.stack.merchant.down();
+      try {
+        await sleep(MERCHANT_DOWN_MS, ctx.signal);
+      } finally {
+        await ctx.stack.merchant.up();
+      }
+      return {
+        note: `down ${MERCHANT_DOWN_MS / 1000} s, back on port ${ctx.stack.merchant.port}`,
+      };
     },
   },
 };

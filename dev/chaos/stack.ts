@@ -19,6 +19,7 @@ import { ChaosNetwork } from './network.ts';
 import { openChaosDatabase, type ChaosDatabase } from './postgres.ts';
 import { httpOk } from '../wait.ts';
 import { Supervised, waitUntil } from './processes.ts';
+import { MerchantReceiver } from './merchant.ts';
 
 const TASK_QUEUE = 'onceflow-chaos';
 /** Strong enough for loadConfig's 128-bit floor on an explicit admin token; local to the chaos run. */
@@ -26,6 +27,11 @@ const ADMIN_TOKEN = '1e17c2cceb03b9142e5d14042d26747d1d15c0ad9941a4867374fa5a300
 /** The local demo key (src/api/demo-keys.ts), seeded into the harness's database: orders are placed as tenant `acme`. */
 export const TENANT_API_KEY = DEMO_TENANTS[0].key;
 export const TENANT_ID = DEMO_TENANTS[0].id;
+/**
+ * The merchant deliveries' first retry (default 5 s; doubling, with jitter, up to 1 h): short, so
+ * that a delivery that met a fault is retried well within the catch-up bound (run.ts).
+ */
+const WEBHOOK_FIRST_RETRY_MS = 1_000;
 
 export interface StackOptions {
   root: string;
@@ -119,6 +125,8 @@ export class ChaosStack {
   sandbox!: Supervised;
   workers: Supervised[] = [];
   api!: Supervised;
+  /** The merchant: a receiver in this process, registered for the load tenant's order events (merchant.ts). */
+  merchant = new MerchantReceiver();
   apiPort = 0;
   sandboxPort = 0;
   /** The environment every onceflow process gets (an ops command run against the stack needs it too). */
@@ -207,6 +215,7 @@ export class ChaosStack {
       WORKFLOW_BUNDLE_PATH: bundlePath,
       BIND_HOST: '127.0.0.1',
       LOG_LEVEL: 'info',
+      WEBHOOK_FIRST_RETRY_MS: String(WEBHOOK_FIRST_RETRY_MS),
     };
     this.serviceEnv = env;
     const node = (
@@ -248,6 +257,12 @@ export class ChaosStack {
     );
     await this.api.start();
     log(`sandbox ${this.sandboxUrl}, API ${this.apiUrl}, 2 workers on task queue ${TASK_QUEUE}`);
+    // Before any load: every terminal order of the run has an endpoint to be delivered to.
+    await this.merchant.start(this.apiUrl, [{ id: TENANT_ID, key: TENANT_API_KEY }]);
+    log(
+      `merchant receiver on 127.0.0.1:${this.merchant.port}, registered for ${TENANT_ID}'s order events ` +
+        `(first retry ${WEBHOOK_FIRST_RETRY_MS} ms)`,
+    );
   }
 
   /**
@@ -273,6 +288,7 @@ export class ChaosStack {
 
   async stop(keepFiles = false): Promise<void> {
     await Promise.allSettled(this.services.map((s) => s.stop()));
+    await this.merchant.down();
     await this.network?.stop().catch(() => undefined);
     await this.temporal?.stop().catch(() => undefined);
     await this.db?.close(keepFiles).catch(() => undefined);
@@ -281,6 +297,7 @@ export class ChaosStack {
   /** Synchronous last resort on a second Ctrl-C or an exit: kill everything now. */
   killNow(): void {
     for (const s of this.services) s.killNow();
+    this.merchant.killNow();
     this.network?.killNow();
     this.temporal?.killNow();
     this.db?.cluster?.proc.killNow();

@@ -32,6 +32,7 @@ import { healthRoutes } from './routes/health.ts';
 import { orderRoutes } from './routes/orders.ts';
 import { refundRoutes } from './routes/refunds.ts';
 import { webhookRoutes } from './routes/webhooks.ts';
+import { webhookEndpointRoutes } from './routes/webhook-endpoints.ts';
 import { BODY_LIMIT_BYTES } from './schemas.ts';
 import { DOCUMENTED_REQUIRED } from '../http/openapi.ts';
 import { rootLogger, type Logger } from '../log.ts';
@@ -327,6 +328,7 @@ export async function buildApiApp(deps: ApiDeps): Promise<FastifyInstance> {
   await app.register(orderRoutes, { ctx });
   await app.register(refundRoutes, { ctx });
   await app.register(webhookRoutes, { ctx });
+  await app.register(webhookEndpointRoutes, { ctx });
 
   return app;
 }

@@ -4,7 +4,8 @@
  */
 import { hashApiKey } from './auth.ts';
 import { findActiveKeyHashes } from '../tenants/sql.ts';
-import { ConfigError, exposureOf, type Exposure } from '../config.ts';
+import { ConfigError } from '../config.ts';
+import { exposureOf, type Exposure } from '../config/credentials.ts';
 import type { Queryable } from '../db/index.ts';
 
 /**

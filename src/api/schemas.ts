@@ -349,15 +349,26 @@ export const TOO_MANY_REQUESTS = problemResponse('Rate limited (nothing stored);
   ...RATE_LIMIT_HEADERS,
 });
 
+/**
+ * Any route, while Postgres or Temporal can't be reached or does not answer within its bound: 503
+ * `unavailable` with Retry-After (src/http/problems.ts; docs/DEPLOYING.md "Postgres timeouts").
+ */
+export const UNAVAILABLE = problemResponse(
+  'Postgres or Temporal did not answer in time (unavailable); retry after Retry-After',
+  { ...always(RETRY_AFTER_HEADER), ...RATE_LIMIT_HEADERS },
+);
+
 /** The problems every idempotent create (an order, a refund) can answer alike. */
 export const IDEMPOTENT_CREATE_PROBLEMS = {
   401: problemResponse('Missing or invalid API key (nothing stored)'),
   413: problemResponse('Body larger than 64 KiB'),
   415: problemResponse('The body is not application/json'),
   429: TOO_MANY_REQUESTS,
-  503: problemResponse(
-    'A recovery after a database restore is pending (recovery-pending; nothing stored): retry ' +
-      'after Retry-After with the same Idempotency-Key',
-    always(RETRY_AFTER_HEADER),
-  ),
+  503: {
+    ...UNAVAILABLE,
+    description:
+      'Postgres or Temporal did not answer in time (unavailable), or a recovery after a database restore ' +
+      'is pending (recovery-pending; nothing stored): retry after Retry-After with the same ' +
+      'Idempotency-Key, which never creates twice',
+  },
 };

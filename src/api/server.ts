@@ -48,6 +48,7 @@ export async function buildApiServer(deps: ApiServerDeps): Promise<FastifyInstan
       adminToken: config.adminToken,
       operators: pool,
       authFailure: { max: config.api.adminAuthFailureMax, windowMs: config.api.adminAuthFailureWindowMs },
+      webhooks: { pool, taskQueue: config.temporal.taskQueue },
     }),
   );
   if (config.api.console) registerConsole(app);

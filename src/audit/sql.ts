@@ -14,7 +14,9 @@ export type AuditAction =
   | 'redrive_refused'
   | 'redrive_unknown'
   /** A workflow's rows and records rebuilt after a database restore (src/restore/recover.ts, migrations/0021). */
-  | 'restore';
+  | 'restore'
+  /** An operator sent a merchant event to an endpoint again (src/operator/webhook-routes.ts). */
+  | 'webhook_redeliver';
 export type AuditSource = 'cli' | 'api';
 /**
  * How the actor was established: a named operator's token, the bootstrap admin token, or self-declared

@@ -16,6 +16,7 @@ export const CONSOLE_CSP =
 const FILES: Record<string, { file: string; type: string }> = {
   '/console': { file: 'index.html', type: 'text/html; charset=utf-8' },
   '/console/app.js': { file: 'app.js', type: 'text/javascript; charset=utf-8' },
+  '/console/webhooks.js': { file: 'webhooks.js', type: 'text/javascript; charset=utf-8' },
   '/console/app.css': { file: 'app.css', type: 'text/css; charset=utf-8' },
   '/console/favicon.svg': { file: 'favicon.svg', type: 'image/svg+xml' },
 };

@@ -28,6 +28,11 @@ export const PROBLEMS = {
     status: 401,
   },
   notFound: { type: `${BASE}not-found`, title: 'Not found', status: 404 },
+  webhookUrlRefused: {
+    type: `${BASE}webhook-url-refused`,
+    title: 'The endpoint URL is not allowed (https to a public address only)',
+    status: 422,
+  },
   methodNotAllowed: { type: `${BASE}method-not-allowed`, title: 'Method not allowed', status: 405 },
   requestTimeout: {
     type: `${BASE}request-timeout`,

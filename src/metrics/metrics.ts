@@ -11,6 +11,7 @@ import { countUnrecordedParked } from '../orders/sql.ts';
 import { countOpenRefunds } from '../refunds/sql.ts';
 import { selectOutboxBacklog, type OutboxBacklog } from '../outbox/sql.ts';
 import { selectBacklog, setLocalStatementTimeout, type BacklogSnapshot } from './sql.ts';
+import { selectDeliveryBacklog, type DeliveryBacklog } from '../merchant-events/sql.ts';
 
 export interface MetricsOptions {
   /** Defaults to a fresh registry (not prom-client's global one), so tests and processes never share state. */
@@ -194,6 +195,7 @@ interface Snapshot extends BacklogSnapshot {
   /** Parked workflows without a needs_attention row; null if visibility was not read. */
   parkedUnrecorded: number | null;
   refunds: Awaited<ReturnType<typeof countOpenRefunds>>;
+  deliveries: DeliveryBacklog;
 }
 
 function registerBacklogGauges(
@@ -234,6 +236,7 @@ function registerBacklogGauges(
               outbox,
               parkedUnrecorded: parked ? await countUnrecordedParked(tx, parked) : null,
               refunds: await countOpenRefunds(tx),
+              deliveries: await selectDeliveryBacklog(tx),
             };
           },
           { retries: 0 },
@@ -323,6 +326,33 @@ function registerBacklogGauges(
     registers,
     async collect() {
       this.set(value((await snapshot())?.outbox.oldestUnstartedSeconds));
+    },
+  });
+  new Gauge({
+    name: 'onceflow_webhook_deliveries_pending',
+    help: 'Merchant webhook deliveries not yet answered with a 2xx and not yet failed (the delivery backlog).',
+    registers,
+    async collect() {
+      this.set(value((await snapshot())?.deliveries.pending));
+    },
+  });
+  new Gauge({
+    name: 'onceflow_webhook_oldest_pending_age_seconds',
+    help: 'Age of the oldest undelivered merchant event delivery (0 when there is none; NaN if unreadable).',
+    registers,
+    async collect() {
+      this.set(value((await snapshot())?.deliveries.oldestPendingSeconds));
+    },
+  });
+  new Gauge({
+    name: 'onceflow_webhook_deliveries_failed',
+    help: 'Deliveries that got no 2xx within the retry window, per endpoint (an operator can redeliver them).',
+    labelNames: ['endpoint'] as const,
+    registers,
+    async collect() {
+      const s = await snapshot();
+      this.reset();
+      for (const f of s?.deliveries.failedByEndpoint ?? []) this.set({ endpoint: f.endpointId }, f.failed);
     },
   });
   if (parkedWorkflowIds) {

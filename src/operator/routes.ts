@@ -20,8 +20,8 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { Type, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyRequest } from 'fastify';
-import { PUBLISHED_CREDENTIALS, estimateEntropyBits } from '../config.ts';
-import type { Queryable } from '../db/index.ts';
+import { PUBLISHED_CREDENTIALS, estimateEntropyBits } from '../config/credentials.ts';
+import type { Pool, Queryable } from '../db/index.ts';
 import { FailureThrottle } from '../http/failure-throttle.ts';
 import type { ActorCredential } from '../audit/sql.ts';
 import { OPERATOR_TOKEN_PREFIX, findActiveOperatorByTokenHash, hashOperatorToken } from './accounts-sql.ts';
@@ -46,9 +46,11 @@ import {
   ReconcileOutcome,
   RedrivePreview,
   ResolveOutcome,
+  UNAVAILABLE,
 } from './schemas.ts';
 import { isOpsError, type OpsErrorCode } from './errors.ts';
 import type { Operator } from './operator.ts';
+import { registerWebhookAdminRoutes } from './webhook-routes.ts';
 
 /** Each operator error code as one of the API's documented problems (src/http/problems.ts). */
 const OPS_PROBLEMS: Record<OpsErrorCode, ProblemKind> = {
@@ -77,6 +79,8 @@ export interface OpsRoutesOptions {
   operators: Queryable;
   /** Failed admin authentications per client address per window before 429 (default 10 per minute). */
   authFailure?: { max: number; windowMs: number };
+  /** The merchant webhook routes (src/operator/webhook-routes.ts): the pool, and where redeliveries start. */
+  webhooks?: { pool: Pool; taskQueue: string };
 }
 
 /** The audit actor recorded for the shared token: fixed, so nobody holding it can write another name. */
@@ -224,6 +228,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
         ...always(RETRY_AFTER_HEADER),
         ...RATE_LIMIT_HEADERS,
       }),
+      503: UNAVAILABLE,
     };
     const notFound = { 404: problemResponse('No such operation or order', RATE_LIMIT_HEADERS) };
     const refused = {
@@ -231,7 +236,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
         'Not in a state this action applies to (operation-state), or a live attempt holds it (operation-in-progress, with Retry-After)',
         { ...RETRY_AFTER_HEADER, ...RATE_LIMIT_HEADERS },
       ),
-      503: problemResponse('The provider or Temporal is unavailable; nothing was changed'),
+      503: { ...UNAVAILABLE, description: 'The provider or Temporal is unavailable; nothing was changed' },
     };
 
     app.get(
@@ -565,5 +570,7 @@ export function opsRoutes(opts: OpsRoutesOptions): FastifyPluginAsyncTypebox {
         };
       },
     );
+
+    if (opts.webhooks) registerWebhookAdminRoutes(app, { ...opts.webhooks, who, errors, tags, security });
   };
 }

@@ -7,6 +7,17 @@
  * checks real answers against them.
  */
 import { Type } from '@fastify/type-provider-typebox';
+import { RATE_LIMIT_HEADERS, RETRY_AFTER_HEADER, problemResponse } from '../http/openapi.ts';
+
+/**
+ * Any admin route, while Postgres or Temporal can't be reached or does not answer within its bound:
+ * 503 `unavailable` (src/http/problems.ts; docs/DEPLOYING.md "Postgres timeouts"). Retry-After comes
+ * with an unreachable dependency; an operator action that fails part-way may answer without it.
+ */
+export const UNAVAILABLE = problemResponse(
+  'Postgres or Temporal did not answer in time (unavailable); retry after Retry-After when it is sent',
+  { ...RETRY_AFTER_HEADER, ...RATE_LIMIT_HEADERS },
+);
 
 const DateTime = Type.String({ format: 'date-time' });
 const Nullable = <T extends ReturnType<typeof Type.String>>(t: T) => Type.Union([t, Type.Null()]);
@@ -57,6 +68,7 @@ export const AuditActionName = Type.Union([
   Type.Literal('redrive_refused'),
   Type.Literal('redrive_unknown'),
   Type.Literal('restore'),
+  Type.Literal('webhook_redeliver'),
 ]);
 
 const AuditEntry = Type.Object(

@@ -6,7 +6,8 @@
 import type pg from 'pg';
 import type { Queryable } from '../db/index.ts';
 import { LocalStatement } from 'onceflow';
-import { TRANSITIONS, type OrderItem, type OrderStatus } from './model.ts';
+import { TERMINAL_STATUSES, TRANSITIONS, type OrderItem, type OrderStatus } from './model.ts';
+import { eventCtes } from '../merchant-events/sql.ts';
 
 /** One row of `orders`, as every select here returns it. */
 export interface OrderRow {
@@ -113,13 +114,18 @@ export interface OrderTransition {
   lastError: string | null;
   /** Machine-readable code (ORDER_REASONS); stored for rejected and needs_attention, cleared otherwise. */
   reason?: string | null;
+  /** The status step's key: a terminal status's merchant event ID derives from it. */
+  stepKey: string;
+  /** Where the event's delivery workflows start (the transition's own queue). */
+  taskQueue: string;
 }
 
 /**
  * A status step's LocalStatement body (the contract is in onceflow's local-statement.ts):
  * - `target` locks the row (after `ledger_wait` bounds the wait) and reads its latest status;
  * - `updated` applies the transition, re-checked against that version;
- * - `ledger_result` stores `{ applied, status }`. No order: no row, nothing stored.
+ * - `ledger_result` stores `{ applied, status }`. No order: no row, nothing stored;
+ * - a terminal status also records its merchant event and deliveries (src/merchant-events/sql.ts).
  */
 const ORDER_TRANSITION_CTES = `target as materialized (
              select status from orders
@@ -137,7 +143,8 @@ const ORDER_TRANSITION_CTES = `target as materialized (
                     reason = case when $3 in ('needs_attention', 'rejected') then $8 else null end,
                     updated_at = now()
               where tenant_id = $1 and id = $2 and status = any($7::text[]) and exists (select from target)
-              returning status),
+              returning *),
+           ${eventCtes({ kind: 'order', terminal: TERMINAL_STATUSES, tenant: '$1', stepKey: '$9', taskQueue: '$10' })},
            ledger_result as (
              select json_build_object('applied', exists (select from updated),
                                       'status', coalesce((select status from updated), t.status)) as result
@@ -160,6 +167,8 @@ export function orderTransitionStatement(t: OrderTransition): LocalStatement {
       t.lastError,
       sourcesOf(t.to),
       t.reason ?? null,
+      t.stepKey,
+      t.taskQueue,
     ],
   });
 }
@@ -179,6 +188,15 @@ export async function selectOrderByWorkflowId(db: Queryable, workflowId: string)
     workflowId,
   ]);
   return rows[0] ?? null;
+}
+
+/** An order row as a merchant event's snapshot (`to_jsonb` of the row) holds it, typed as a select returns it. */
+export async function orderFromSnapshot(db: Queryable, snapshot: unknown): Promise<OrderRow> {
+  const { rows } = await db.query<OrderRow>(
+    `select ${ORDER_COLUMNS} from jsonb_populate_record(null::orders, $1::jsonb)`,
+    [JSON.stringify(snapshot)],
+  );
+  return rows[0]!;
 }
 
 // --- lists ------------------------------------------------------------------

@@ -6,7 +6,8 @@
  */
 import type { Queryable } from '../db/index.ts';
 import { LocalStatement } from 'onceflow';
-import { REFUND_TRANSITIONS, type RefundStatus } from './contract.ts';
+import { REFUND_TERMINAL_STATUSES, REFUND_TRANSITIONS, type RefundStatus } from './contract.ts';
+import { eventCtes } from '../merchant-events/sql.ts';
 
 export interface RefundRow {
   tenant_id: string;
@@ -180,6 +181,10 @@ export interface RefundTransition {
   to: RefundStatus;
   providerRefundId: string | null;
   lastError: string | null;
+  /** The status step's key: a terminal status's merchant event ID derives from it. */
+  stepKey: string;
+  /** Where the event's delivery workflows start (the transition's own queue). */
+  taskQueue: string;
 }
 
 /**
@@ -200,7 +205,8 @@ const REFUND_TRANSITION_CTES = `target as materialized (
                                       then coalesce($5, last_error) else last_error end,
                     updated_at = now()
               where tenant_id = $1 and id = $2 and status = any($6::text[]) and exists (select from target)
-              returning status, order_id, amount),
+              returning *),
+           ${eventCtes({ kind: 'refund', terminal: REFUND_TERMINAL_STATUSES, tenant: '$1', stepKey: '$7', taskQueue: '$8' })},
            released as (
              update orders o
                 set refunded_amount = o.refunded_amount - u.amount
@@ -217,8 +223,26 @@ export function refundTransitionStatement(t: RefundTransition): LocalStatement {
   return new LocalStatement({
     name: 'refunds_transition',
     ctes: REFUND_TRANSITION_CTES,
-    values: [t.tenantId, t.refundId, t.to, t.providerRefundId, t.lastError, sourcesOf(t.to)],
+    values: [
+      t.tenantId,
+      t.refundId,
+      t.to,
+      t.providerRefundId,
+      t.lastError,
+      sourcesOf(t.to),
+      t.stepKey,
+      t.taskQueue,
+    ],
   });
+}
+
+/** A refund row as a merchant event's snapshot holds it, typed as a select returns it. */
+export async function refundFromSnapshot(db: Queryable, snapshot: unknown): Promise<RefundRow> {
+  const { rows } = await db.query<RefundRow>(
+    `select ${REFUND_COLUMNS} from jsonb_populate_record(null::refunds, $1::jsonb)`,
+    [JSON.stringify(snapshot)],
+  );
+  return rows[0]!;
 }
 
 /** One refund by its ID alone (the operator names a refund by tenant and ID; the primary key). */

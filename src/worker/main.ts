@@ -88,7 +88,7 @@ await runProcess('worker', async ({ resources, stopping, started }) => {
     connection,
     namespace: config.temporal.namespace,
     taskQueue: config.temporal.taskQueue,
-    deps: { pool, ledger, ...configuredProviders(config) },
+    deps: { pool, ledger, ...configuredProviders(config), webhooks: config.webhooks },
     ...(config.workflowBundlePath ? { workflowBundlePath: config.workflowBundlePath } : {}),
     smoke: config.workerSmokeWorkflow,
     ...(deployment ? { deployment } : {}),

@@ -137,6 +137,10 @@ it('tenant routes use the apiKey scheme, admin routes the separate adminToken sc
   expect(Object.keys(doc.components.securitySchemes as Obj).sort()).toEqual(['adminToken', 'apiKey']);
   const admin = operations().filter(({ path }) => path.startsWith('/admin/'));
   expect(admin.map((o) => o.op.operationId).sort()).toEqual([
+    'adminGetWebhookDelivery',
+    'adminListWebhookDeliveries',
+    'adminListWebhookEndpoints',
+    'adminRedeliverWebhooks',
     'getAdminOrder',
     'getOperation',
     'listAttention',

@@ -60,6 +60,8 @@ async function orderEndingIn(
       receiptId: null,
       lastError,
       reason,
+      stepKey: stepKeys.status(workflowId, status),
+      taskQueue: 'order-errors-test',
     }),
   );
   expect(ran?.result).toMatchObject({ applied: true, status });

@@ -80,7 +80,15 @@ describe('refunds API', () => {
     api.ledger.runLocalStatement(
       { tenantId, operationType: REFUND_OPERATION_TYPES.status, key },
       { schemaVersion: 1, value: { refundId, status: to } },
-      refundTransitionStatement({ tenantId, refundId, to, providerRefundId: null, lastError: null }),
+      refundTransitionStatement({
+        tenantId,
+        refundId,
+        to,
+        providerRefundId: null,
+        lastError: null,
+        stepKey: key,
+        taskQueue: 'refunds-test',
+      }),
     );
 
   it('202 with Location and the refund; the order shows refundedAmount; list and GET show it', async () => {

@@ -85,6 +85,8 @@ async function orderIn(
         chargeId: null,
         receiptId: null,
         lastError: null,
+        stepKey: stepKeys.status(workflowId, to),
+        taskQueue: 'webhook-outage-test',
       }),
     );
   }

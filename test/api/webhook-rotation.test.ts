@@ -5,7 +5,8 @@
  * is never accepted as the previous secret where the API may be exposed.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig, PUBLISHED_CREDENTIALS } from '../../src/config.ts';
+import { ConfigError, loadConfig } from '../../src/config.ts';
+import { PUBLISHED_CREDENTIALS } from '../../src/config/credentials.ts';
 import { signWebhook } from '../../src/providers/webhook-signature.ts';
 import { uniq } from '../support/env.ts';
 import { PROBLEM, call, startApi, type TestApi } from './support.ts';

@@ -5,11 +5,13 @@
  */
 import { describe, expect, it } from 'vitest';
 import {
+  checkMerchantEvents,
   checkMoney,
   checkRefunds,
   checkReplays,
   checkScenario,
   type Facts,
+  type MerchantDelivery,
   type MoneyEffect,
   type OrderFact,
   type ProviderRefundEffect,
@@ -341,6 +343,75 @@ describe('restore drill verdict', () => {
     // The same two orders with only one of them charged is a duplicate order, not a double charge.
     w.facts = { ...w.facts, charges: [charge('o1'), charge('o2', 'failed'), charge('o3', 'failed')] };
     expect(kinds(checkScenario(w.submissions, w.facts))).not.toContain('double_charge');
+  });
+});
+
+describe('merchant webhook invariants', () => {
+  const delivery = (orderId: string, type: string, eventId: string, processed = true): MerchantDelivery => ({
+    eventId,
+    orderId,
+    type,
+    processed,
+  });
+  /** o1 completed and o2 rejected, each event delivered; o1's event once more (absorbed by the dedupe). */
+  const delivered = (): MerchantDelivery[] => [
+    delivery('o1', 'order.completed', 'evt_1'),
+    delivery('o2', 'order.rejected', 'evt_2'),
+    delivery('o1', 'order.completed', 'evt_1', false),
+  ];
+
+  it('passes every terminal event delivered, and counts the redeliveries its dedupe absorbed', () => {
+    const { submissions, facts } = healthy();
+    const verdict = checkScenario(submissions, {
+      ...facts,
+      merchant: { deliveries: delivered(), rejected: [] },
+    });
+    expect(verdict.violations).toEqual([]);
+    expect(verdict.webhooks).toEqual({ events: 2, redeliveries: 1, missing: 0 });
+    // Without the receiver's facts the rule is not applied (and nothing is counted).
+    expect(checkScenario(submissions, facts).webhooks).toBeUndefined();
+  });
+
+  it("flags a settled order whose terminal event never arrived, and ignores other scenarios' orders", () => {
+    const { facts } = healthy();
+    const only = [delivery('o1', 'order.completed', 'evt_1'), delivery('o9', 'order.rejected', 'evt_9')];
+    const { violations, counts } = checkMerchantEvents(new Set(['o1', 'o2']), facts.orders, {
+      deliveries: only,
+      rejected: [],
+    });
+    expect(violations).toEqual([expect.objectContaining({ kind: 'missing_event', subject: 'o2' })]);
+    expect(counts).toEqual({ events: 1, redeliveries: 0, missing: 1 });
+
+    // An event of another status is not the terminal one.
+    facts.orders.set('o2', order('o2', 'needs_attention', 'provider down'));
+    const wrong = checkMerchantEvents(new Set(['o2']), facts.orders, {
+      deliveries: [delivery('o2', 'order.rejected', 'evt_2')],
+      rejected: [],
+    });
+    expect(kinds(wrong)).toEqual(['missing_event']);
+    // A stuck order owes no event yet (its own rule reports it).
+    facts.orders.set('o2', order('o2', 'charging'));
+    expect(
+      checkMerchantEvents(new Set(['o2']), facts.orders, { deliveries: [], rejected: [] }).violations,
+    ).toEqual([]);
+  });
+
+  it('flags two event IDs for one transition, an event processed twice, and a refused delivery', () => {
+    const { facts } = healthy();
+    const scope = new Set(['o1', 'o2']);
+    const twoIds = [...delivered(), delivery('o1', 'order.completed', 'evt_1b')];
+    expect(checkMerchantEvents(scope, facts.orders, { deliveries: twoIds, rejected: [] }).violations).toEqual(
+      [expect.objectContaining({ kind: 'double_event', subject: 'o1 order.completed' })],
+    );
+    const twice = [...delivered(), delivery('o2', 'order.rejected', 'evt_2')];
+    expect(checkMerchantEvents(scope, facts.orders, { deliveries: twice, rejected: [] }).violations).toEqual([
+      expect.objectContaining({ kind: 'double_event', subject: 'evt_2' }),
+    ]);
+    const bad = checkMerchantEvents(scope, facts.orders, {
+      deliveries: delivered(),
+      rejected: ['evt_3: No matching signature found'],
+    });
+    expect(kinds(bad)).toEqual(['bad_delivery']);
   });
 });
 

@@ -1,12 +1,13 @@
 /**
  * The client package (packages/client, `@onceflow/client`) as its users get it:
  * `npm pack` it, install the tarball into an empty project, and look at what
- * arrived. openapi-fetch and nothing of the app or the core (no server, no
- * Temporal, no Postgres), the build working in plain Node from dist/, and
- * declarations a TypeScript user can compile against.
+ * arrived. openapi-fetch, standardwebhooks (the webhook verifier) and nothing
+ * of the app or the core (no server, no Temporal, no Postgres), the build
+ * working in plain Node from dist/, and declarations a TypeScript user can
+ * compile against.
  *
- * Needs the npm registry for openapi-fetch (--prefer-offline uses the local
- * cache first). `npm pack` runs `prepack`, which rebuilds the package's dist/;
+ * Needs the npm registry for openapi-fetch and standardwebhooks
+ * (--prefer-offline uses the local cache first). `npm pack` runs `prepack`, which rebuilds the package's dist/;
  * nothing else in the suite reads that folder.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -24,11 +25,15 @@ const PUBLIC_NAMES = [
   'NetworkError',
   'ProblemError',
   'TERMINAL_ORDER_STATUSES',
+  'WEBHOOK_EVENT_TYPES',
   'WaitTimeoutError',
+  'Webhook',
+  'WebhookVerificationError',
   'backoffDelayMs',
   'createOnceflowClient',
   'isRetryableStatus',
   'parseRetryAfter',
+  'verifyWebhook',
 ];
 
 /** The app's and the core's dependencies: none may reach a user of the client. */
@@ -109,7 +114,7 @@ describe('the packed tarball', () => {
       .split('\n')
       .filter(Boolean)
       .map((f) => f.replace(/^package\//, ''));
-    for (const name of ['index', 'errors', 'retry']) {
+    for (const name of ['index', 'errors', 'retry', 'webhooks']) {
       expect(files).toContain(`dist/${name}.js`);
       expect(files).toContain(`dist/${name}.d.ts`);
     }
@@ -120,13 +125,14 @@ describe('the packed tarball', () => {
 });
 
 describe('installed into an empty project', () => {
-  it('brings openapi-fetch and none of the server dependencies (npm ls --all --omit=dev)', async () => {
+  it('brings openapi-fetch, standardwebhooks and none of the server dependencies (npm ls --all --omit=dev)', async () => {
     const installed = (await run('npm', ['ls', '--all', '--omit=dev', '--parseable'], project, 120_000))
       .split('\n')
       .filter((p) => p.includes(`${path.sep}node_modules${path.sep}`))
       .map((p) => p.slice(p.lastIndexOf(`node_modules${path.sep}`) + 'node_modules/'.length));
     expect(installed).toContain('@onceflow/client');
     expect(installed).toContain('openapi-fetch');
+    expect(installed).toContain('standardwebhooks');
     const serverOnly = installed.filter(
       (name) => SERVER_ONLY.includes(name) || SERVER_ONLY_PATTERNS.some((re) => re.test(name)),
     );
@@ -135,7 +141,7 @@ describe('installed into an empty project', () => {
     const manifest = JSON.parse(
       fs.readFileSync(path.join(project, 'node_modules/@onceflow/client/package.json'), 'utf8'),
     ) as { dependencies?: Record<string, string>; peerDependencies?: Record<string, string> };
-    expect(Object.keys(manifest.dependencies ?? {})).toEqual(['openapi-fetch']);
+    expect(Object.keys(manifest.dependencies ?? {}).sort()).toEqual(['openapi-fetch', 'standardwebhooks']);
     expect(manifest.peerDependencies).toBeUndefined();
   });
 
@@ -182,6 +188,24 @@ const body = {
 };
 const result = await api.createOrder(body);
 const doc = JSON.parse(fs.readFileSync(fileURLToPath(import.meta.resolve('@onceflow/client/openapi.json')), 'utf8'));
+
+// A webhook delivery signed the Standard Webhooks way, verified with the re-exported library (CommonJS, from ESM).
+const secret = 'whsec_' + Buffer.from('0123456789abcdef0123456789abcdef').toString('base64');
+const event = { id: 'evt_1', type: 'order.completed', createdAt: new Date().toISOString(), data: { object: { id: 'ord_1' }, version: 3 } };
+const payload = JSON.stringify(event);
+const now = new Date();
+const hookHeaders = {
+  'webhook-id': 'evt_1',
+  'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
+  'webhook-signature': new client.Webhook(secret).sign('evt_1', now, payload),
+};
+const verified = client.verifyWebhook(secret, payload, hookHeaders);
+let refused = null;
+try {
+  client.verifyWebhook(secret, payload.replace('"version":3', '"version":4'), hookHeaders);
+} catch (err) {
+  refused = err instanceof client.WebhookVerificationError ? err.message : String(err);
+}
 console.log(JSON.stringify({
   names: Object.keys(client).sort(),
   resolved: import.meta.resolve('@onceflow/client'),
@@ -190,6 +214,8 @@ console.log(JSON.stringify({
   result,
   seen,
   hasOrdersPath: '/v1/orders' in doc.paths,
+  verified,
+  refused,
 }));
 `,
     );
@@ -201,6 +227,8 @@ console.log(JSON.stringify({
       result: { idempotencyKey: string };
       seen: { key: string }[];
       hasOrdersPath: boolean;
+      verified: unknown;
+      refused: string | null;
     };
     expect(out.names).toEqual(PUBLIC_NAMES);
     expect(out.resolved).toMatch(/\/node_modules\/@onceflow\/client\/dist\/index\.js$/);
@@ -215,6 +243,8 @@ console.log(JSON.stringify({
         { method: 'POST', url: 'http://orders.invalid/v1/orders', key, auth: 'Bearer sk_test_x' },
       ],
       hasOrdersPath: true,
+      verified: { id: 'evt_1', type: 'order.completed', data: { version: 3 } },
+      refused: 'No matching signature found',
     });
   });
 
@@ -229,6 +259,9 @@ import {
   type CreateOrderBody,
   type OrderStatus,
   type paths,
+  verifyWebhook,
+  WebhookVerificationError,
+  type WebhookEvent,
 } from '@onceflow/client';
 
 export const client = createOnceflowClient({ baseUrl: 'http://127.0.0.1:3000', apiKey: 'sk_test_acme_local' });
@@ -246,6 +279,24 @@ export const noKey = createOnceflowClient({ baseUrl: 'http://127.0.0.1:3000' });
 export const notAStatus: OrderStatus = 'shipped';
 export const terminal: readonly OrderStatus[] = TERMINAL_ORDER_STATUSES;
 export type CreateOrderPath = paths['/v1/orders']['post'];
+// A delivery's event, narrowed on its type: an order event carries an order, a refund event a refund.
+export function onEvent(secret: string, body: string, headers: Record<string, string>): string {
+  let event: WebhookEvent;
+  try {
+    event = verifyWebhook(secret, body, headers);
+  } catch (err) {
+    if (err instanceof WebhookVerificationError) return 'refused';
+    throw err;
+  }
+  if (event.type === 'refund.succeeded') return event.data.object.orderId + event.data.version;
+  if (event.type === 'order.completed') {
+    // @ts-expect-error: an order has no orderId (were the event untyped, this would compile)
+    return event.data.object.orderId;
+  }
+  // @ts-expect-error: not an event type
+  if (event.type === 'order.shipped') return 'never';
+  return event.data.object.status;
+}
 export async function place(): Promise<string> {
   try {
     const { order } = await client.createOrder(body);

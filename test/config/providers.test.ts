@@ -1,6 +1,7 @@
 /** PAYMENT_PROVIDER / EMAIL_PROVIDER and their settings (src/config.ts): defaults, and what is refused. */
 import { describe, expect, it } from 'vitest';
-import { ConfigError, SANDBOX_STRIPE_KEY, loadConfig } from '../../src/config.ts';
+import { ConfigError, loadConfig } from '../../src/config.ts';
+import { SANDBOX_STRIPE_KEY } from '../../src/config/providers.ts';
 
 const refused = (env: NodeJS.ProcessEnv) => {
   try {

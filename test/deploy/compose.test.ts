@@ -104,7 +104,10 @@ function workerDrainSeconds(): number {
 function composeConfig() {
   const env = compose['x-onceflow-env'];
   const resolved = Object.fromEntries(
-    Object.entries(env).map(([k, v]) => [k, /^\$\{\w+:\?/.test(v) ? randomBytes(32).toString('hex') : v]),
+    Object.entries(env).map(([k, v]) => [
+      k,
+      /^\$\{\w+:\?/.test(v) ? randomBytes(32).toString('hex') : interpolate(v, () => undefined),
+    ]),
   );
   return loadConfig(resolved, '/app');
 }

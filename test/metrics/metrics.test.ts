@@ -167,6 +167,9 @@ describe('backlog gauges', () => {
     await pool.query(`create table ${schema}.orders (like public.orders including all)`);
     await pool.query(`create table ${schema}.workflow_outbox (like public.workflow_outbox including all)`);
     await pool.query(`create table ${schema}.refunds (like public.refunds including all)`);
+    await pool.query(
+      `create table ${schema}.webhook_deliveries (like public.webhook_deliveries including all)`,
+    );
     scoped = createPool(testDatabaseUrl(), { max: 2, options: `-c search_path=${schema}` });
     metrics = createMetrics({ pool: scoped, defaultMetrics: false });
   });
@@ -185,6 +188,8 @@ describe('backlog gauges', () => {
     expect(await gauge('onceflow_outbox_unstarted_rows')).toBe(0);
     expect(await gauge('onceflow_outbox_oldest_unstarted_age_seconds')).toBe(0);
     expect(await gauge('onceflow_refunds_in_status', { status: 'refund_unknown' })).toBe(0);
+    expect(await gauge('onceflow_webhook_deliveries_pending')).toBe(0);
+    expect(await gauge('onceflow_webhook_oldest_pending_age_seconds')).toBe(0);
   });
 
   it('report the oldest in_progress and unknown ages, backlog counts and parked orders', async () => {

@@ -7,7 +7,8 @@
  *
  *   PAYMENT_PROVIDER=stripe EMAIL_PROVIDER=smtp npx vitest run test/orders/order-workflow.test.ts
  */
-import { SANDBOX_STRIPE_KEY, loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config.ts';
+import { SANDBOX_STRIPE_KEY } from '../../src/config/providers.ts';
 import { createSmtpEmailProvider } from '../../src/providers/smtp.ts';
 import { createStripePaymentProvider } from '../../src/providers/stripe.ts';
 import type { EmailProvider, PaymentProvider } from '../../src/providers/types.ts';

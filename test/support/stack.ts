@@ -93,6 +93,8 @@ export async function startOrderStack(
     sandboxKeyRetentionMs?: number;
     /** Replaces some of the worker's activities (each given the real set to delegate to). */
     wrapActivities?: (real: OrderActivities, deps: ActivityDeps) => Partial<OrderActivities>;
+    /** The worker's merchant webhook settings (activities/delivery.ts). */
+    webhooks?: ActivityDeps['webhooks'];
   } = {},
 ): Promise<OrderStack> {
   const pool = testPool(20);
@@ -126,6 +128,7 @@ export async function startOrderStack(
     ledger,
     payments: real.payments ?? createSandboxPaymentProvider(providerOptions),
     email: real.email ?? createSandboxEmailProvider(providerOptions),
+    ...(opts.webhooks ? { webhooks: opts.webhooks } : {}),
   });
   const stack: OrderStack = {
     taskQueue,

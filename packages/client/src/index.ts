@@ -31,6 +31,19 @@ export {
   type RetryOptions,
 } from './retry.ts';
 export type { components, operations, paths } from './schema.d.ts';
+export {
+  WEBHOOK_EVENT_TYPES,
+  Webhook,
+  WebhookVerificationError,
+  verifyWebhook,
+  type OrderEvent,
+  type OrderEventType,
+  type RefundEvent,
+  type RefundEventType,
+  type WebhookEvent,
+  type WebhookEventType,
+  type WebhookHeaders,
+} from './webhooks.ts';
 
 type Schemas = components['schemas'];
 export type CreateOrderBody = Schemas['CreateOrderRequest'];
@@ -43,6 +56,12 @@ export type CreateRefundBody = Schemas['CreateRefundRequest'];
 export type Refund = Schemas['Refund'];
 export type RefundList = Schemas['RefundList'];
 export type ListOrdersQuery = NonNullable<operations['listOrders']['parameters']['query']>;
+export type CreateWebhookEndpointBody = NonNullable<
+  operations['createWebhookEndpoint']['requestBody']
+>['content']['application/json'];
+export type WebhookEndpoint = Schemas['WebhookEndpoint'];
+export type WebhookEndpointWithSecret = Schemas['WebhookEndpointWithSecret'];
+export type WebhookDelivery = Schemas['WebhookDelivery'];
 
 /**
  * The statuses in which an order has no more automatic work to do: what waitForOrder waits for.

@@ -144,6 +144,81 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/v1/webhook-endpoints': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The tenant's endpoints (without secrets) */
+    get: operations['listWebhookEndpoints'];
+    put?: never;
+    /**
+     * Register an endpoint for order and refund events (idempotent)
+     * @description Requires an Idempotency-Key, with the same contract as createOrder. The answer carries the signing secret, shown only here and on rotation. docs/API.md "Events" has the delivery contract.
+     */
+    post: operations['createWebhookEndpoint'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/webhook-endpoints/{id}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    post?: never;
+    /** Remove an endpoint: its pending deliveries stop */
+    delete: operations['deleteWebhookEndpoint'];
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/webhook-endpoints/{id}/rotate-secret': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /**
+     * Issue a new signing secret; the previous one keeps signing during the overlap
+     * @description Deliveries carry one signature per live secret (space-separated), so a receiver verifying with either secret accepts them until the overlap ends. Not idempotent: each call issues a new secret.
+     */
+    post: operations['rotateWebhookSecret'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/webhook-endpoints/{id}/deliveries': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** An endpoint's deliveries, newest first (the last 100) */
+    get: operations['listWebhookDeliveries'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/admin/operations': {
     parameters: {
       query?: never;
@@ -314,6 +389,77 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/admin/webhooks/endpoints': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Every tenant's webhook endpoints (never their secrets) */
+    get: operations['adminListWebhookEndpoints'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/admin/webhooks/deliveries': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Deliveries, newest first, by status, tenant or endpoint */
+    get: operations['adminListWebhookDeliveries'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/admin/webhooks/delivery': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** One delivery with every attempt: status, latency, response excerpt */
+    get: operations['adminGetWebhookDelivery'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/admin/webhooks/redeliver': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /**
+     * Send one event (endpoint and event) or every failed delivery (status=failed) again
+     * @description With preview (the default) nothing changes: the answer lists what would be sent and to whom. Otherwise each delivery gets a new workflow (its `/r<n>`), and one audit row. The receiver sees the same event ID again and dedupes on it.
+     */
+    post: operations['adminRedeliverWebhooks'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -366,6 +512,77 @@ export interface components {
       temporalUiUrl: string;
       steps: components['schemas']['AdminOrderStep'][];
     };
+    /** AdminRedeliverRequest */
+    AdminRedeliverRequest: {
+      endpoint?: string;
+      event?: string;
+      /** @description Every failed delivery (of `endpoint` if given) */
+      failed?: boolean;
+      /** @default true */
+      preview: boolean;
+      reason?: string;
+    };
+    /** AdminRedeliveryPlan */
+    AdminRedeliveryPlan: {
+      preview: boolean;
+      deliveries: components['schemas']['AdminRedeliveryTarget'][];
+      auditIds: string[];
+    };
+    /** AdminRedeliveryTarget */
+    AdminRedeliveryTarget: {
+      endpointId: string;
+      eventId: string;
+      tenantId: string;
+      eventType: string;
+      url: string;
+      workflowId: string | null;
+    };
+    /** AdminWebhookAttempt */
+    AdminWebhookAttempt: {
+      attempt: number;
+      startedAt: string;
+      latencyMs: number;
+      statusCode: number | null;
+      error: string | null;
+      responseExcerpt: string | null;
+    };
+    /** AdminWebhookDelivery */
+    AdminWebhookDelivery: {
+      endpointId: string;
+      eventId: string;
+      tenantId: string;
+      eventType: string;
+      url: string;
+      workflowId: string;
+      status: 'pending' | 'succeeded' | 'failed';
+      attempts: number;
+      lastStatus: number | null;
+      lastError: string | null;
+      redeliveries: number;
+      createdAt: string;
+      deliveredAt: string | null;
+    };
+    /** AdminWebhookDeliveryList */
+    AdminWebhookDeliveryList: {
+      data: components['schemas']['AdminWebhookDelivery'][];
+    };
+    /** AdminWebhookDeliveryStory */
+    AdminWebhookDeliveryStory: {
+      delivery: components['schemas']['AdminWebhookDelivery'];
+      attempts: components['schemas']['AdminWebhookAttempt'][];
+    };
+    /** AdminWebhookEndpoint */
+    AdminWebhookEndpoint: {
+      id: string;
+      tenantId: string;
+      url: string;
+      events: string[];
+      createdAt: string;
+    };
+    /** AdminWebhookEndpointList */
+    AdminWebhookEndpointList: {
+      data: components['schemas']['AdminWebhookEndpoint'][];
+    };
     /** AttentionItem */
     AttentionItem: {
       tenantId: string;
@@ -411,7 +628,8 @@ export interface components {
         | 'redrive_requested'
         | 'redrive_refused'
         | 'redrive_unknown'
-        | 'restore';
+        | 'restore'
+        | 'webhook_redeliver';
       reason: string | null;
       tenantId: string;
       operationType: string | null;
@@ -441,6 +659,19 @@ export interface components {
       amount: number;
       /** @description Optional, 1-200 characters of printable text: spaces and any script, no control characters (e.g. "customer request"). Stored normalized to Unicode NFC. */
       reason?: string;
+    };
+    /** CreateWebhookEndpoint */
+    CreateWebhookEndpoint: {
+      /** @description https URL of a public address (http and loopback only in local development) */
+      url: string;
+      events: (
+        | 'order.completed'
+        | 'order.rejected'
+        | 'order.needs_attention'
+        | 'refund.succeeded'
+        | 'refund.failed'
+        | 'refund.needs_attention'
+      )[];
     };
     /** Customer */
     Customer: {
@@ -837,6 +1068,11 @@ export interface components {
       /** @description The provider's object ID (charge or message), if known */
       providerRef?: string;
     };
+    /** RotateWebhookSecret */
+    RotateWebhookSecret: {
+      /** @description How long the previous secret keeps signing too (default one day; 0: not at all) */
+      overlapSeconds?: number;
+    };
     /** StepState */
     StepState: 'in_progress' | 'succeeded' | 'failed' | 'unknown';
     /** WebhookAck */
@@ -847,6 +1083,74 @@ export interface components {
       duplicate: boolean;
       /** @description signalled, charge_settled (the charge already has its definite outcome; nothing to signal), duplicate, workflow_closed, ignored_event_type, ignored_unknown_order or ignored_mismatch (the event does not name the charge of the order by its key or recorded id, with its amount and currency; nothing was done). Refund events: refund_settled (the refund already has its definite outcome), ignored_not_final (a pending refund, or a type its object contradicts), ignored_unknown_refund, or ignored_mismatch (it does not name the refund's provider refund by its key or recorded id, with its amount and currency) */
       outcome: string;
+    };
+    /** WebhookDelivery */
+    WebhookDelivery: {
+      eventId: string;
+      /** @description An event type */
+      eventType:
+        | 'order.completed'
+        | 'order.rejected'
+        | 'order.needs_attention'
+        | 'refund.succeeded'
+        | 'refund.failed'
+        | 'refund.needs_attention';
+      status: 'pending' | 'succeeded' | 'failed';
+      attempts: number;
+      lastStatus: number | null;
+      /** Format: date-time */
+      createdAt: string;
+      deliveredAt: string | null;
+    };
+    /** WebhookDeliveryList */
+    WebhookDeliveryList: {
+      /** @enum {string} */
+      object: 'list';
+      data: components['schemas']['WebhookDelivery'][];
+    };
+    /** WebhookEndpoint */
+    WebhookEndpoint: {
+      id: string;
+      /** @enum {string} */
+      object: 'webhook_endpoint';
+      url: string;
+      events: (
+        | 'order.completed'
+        | 'order.rejected'
+        | 'order.needs_attention'
+        | 'refund.succeeded'
+        | 'refund.failed'
+        | 'refund.needs_attention'
+      )[];
+      /** Format: date-time */
+      createdAt: string;
+    };
+    /** WebhookEndpointList */
+    WebhookEndpointList: {
+      /** @enum {string} */
+      object: 'list';
+      data: components['schemas']['WebhookEndpoint'][];
+    };
+    /** WebhookEndpointWithSecret */
+    WebhookEndpointWithSecret: {
+      id: string;
+      /** @enum {string} */
+      object: 'webhook_endpoint';
+      url: string;
+      events: (
+        | 'order.completed'
+        | 'order.rejected'
+        | 'order.needs_attention'
+        | 'refund.succeeded'
+        | 'refund.failed'
+        | 'refund.needs_attention'
+      )[];
+      /** Format: date-time */
+      createdAt: string;
+      /** @description The Standard Webhooks signing secret: shown here once. Keep it; verify every delivery with it. */
+      secret: string;
+      /** @description After a rotation, deliveries are signed with the previous secret too until then */
+      previousSecretExpiresAt: string | null;
     };
   };
   responses: never;
@@ -961,6 +1265,23 @@ export interface operations {
       };
       /** @description Rate limited (nothing stored); retry after Retry-After */
       429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Postgres or Temporal did not answer in time (unavailable); retry after Retry-After */
+      503: {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
           'Retry-After': number;
@@ -1135,11 +1456,17 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description A recovery after a database restore is pending (recovery-pending; nothing stored): retry after Retry-After with the same Idempotency-Key */
+      /** @description Postgres or Temporal did not answer in time (unavailable), or a recovery after a database restore is pending (recovery-pending; nothing stored): retry after Retry-After with the same Idempotency-Key, which never creates twice */
       503: {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
           'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
           [name: string]: unknown;
         };
         content: {
@@ -1233,6 +1560,23 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
+      /** @description Postgres or Temporal did not answer in time (unavailable); retry after Retry-After */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
     };
   };
   listRefunds: {
@@ -1302,6 +1646,23 @@ export interface operations {
       };
       /** @description Rate limited (nothing stored); retry after Retry-After */
       429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Postgres or Temporal did not answer in time (unavailable); retry after Retry-After */
+      503: {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
           'Retry-After': number;
@@ -1462,11 +1823,17 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
-      /** @description A recovery after a database restore is pending (recovery-pending; nothing stored): retry after Retry-After with the same Idempotency-Key */
+      /** @description Postgres or Temporal did not answer in time (unavailable), or a recovery after a database restore is pending (recovery-pending; nothing stored): retry after Retry-After with the same Idempotency-Key, which never creates twice */
       503: {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
           'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
           [name: string]: unknown;
         };
         content: {
@@ -1561,6 +1928,23 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
+      /** @description Postgres or Temporal did not answer in time (unavailable); retry after Retry-After */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
     };
   };
   receivePaymentWebhook: {
@@ -1604,6 +1988,387 @@ export interface operations {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
           'Retry-After'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  listWebhookEndpoints: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description The endpoints, oldest first */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['WebhookEndpointList'];
+        };
+      };
+      /** @description Missing or invalid API key */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited (nothing stored); retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  createWebhookEndpoint: {
+    parameters: {
+      query?: never;
+      header: {
+        /** @description Required. One key per intent, reused on every retry of it. 1-255 visible ASCII characters (0x21-0x7E), sent once; the structured-field string form (`"abc"`, RFC 8941) is the same key as `abc`. */
+        'idempotency-key': string;
+      };
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['CreateWebhookEndpoint'];
+      };
+    };
+    responses: {
+      /** @description The endpoint, with its signing secret */
+      201: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['WebhookEndpointWithSecret'];
+        };
+      };
+      /** @description Schema violation or a missing/invalid Idempotency-Key (nothing stored) */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing or invalid API key (nothing stored) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description The first request with this key is still in progress */
+      409: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Body larger than 64 KiB */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description The body is not application/json */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description The key was used with another request, the URL is not allowed (webhook-url-refused), or the tenant has the most endpoints allowed (nothing stored) */
+      422: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited (nothing stored); retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Postgres or Temporal did not answer in time (unavailable), or a recovery after a database restore is pending (recovery-pending; nothing stored): retry after Retry-After with the same Idempotency-Key, which never creates twice */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  deleteWebhookEndpoint: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Removed */
+      204: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description Missing or invalid API key */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description No such endpoint for this tenant */
+      404: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited (nothing stored); retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  rotateWebhookSecret: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['RotateWebhookSecret'];
+      };
+    };
+    responses: {
+      /** @description The endpoint with its new secret */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['WebhookEndpointWithSecret'];
+        };
+      };
+      /** @description Missing or invalid API key */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description No such endpoint for this tenant */
+      404: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited (nothing stored); retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  listWebhookDeliveries: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description The deliveries */
+      200: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['WebhookDeliveryList'];
+        };
+      };
+      /** @description Missing or invalid API key */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited (nothing stored); retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
           [name: string]: unknown;
         };
         content: {
@@ -1674,6 +2439,23 @@ export interface operations {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
           'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Postgres or Temporal did not answer in time (unavailable); retry after Retry-After when it is sent */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
           /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
           'x-ratelimit-limit'?: number;
           /** @description Requests left in the current window */
@@ -1763,6 +2545,23 @@ export interface operations {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
           'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Postgres or Temporal did not answer in time (unavailable); retry after Retry-After when it is sent */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
           /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
           'x-ratelimit-limit'?: number;
           /** @description Requests left in the current window */
@@ -1881,6 +2680,14 @@ export interface operations {
       /** @description The provider or Temporal is unavailable; nothing was changed */
       503: {
         headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
           [name: string]: unknown;
         };
         content: {
@@ -1993,6 +2800,14 @@ export interface operations {
       /** @description The provider or Temporal is unavailable; nothing was changed */
       503: {
         headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
           [name: string]: unknown;
         };
         content: {
@@ -2110,6 +2925,14 @@ export interface operations {
       /** @description The provider or Temporal is unavailable; nothing was changed */
       503: {
         headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
           [name: string]: unknown;
         };
         content: {
@@ -2203,6 +3026,23 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
+      /** @description Postgres or Temporal did not answer in time (unavailable); retry after Retry-After when it is sent */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
     };
   };
   previewRedrive: {
@@ -2278,6 +3118,23 @@ export interface operations {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
           'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Postgres or Temporal did not answer in time (unavailable); retry after Retry-After when it is sent */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
           /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
           'x-ratelimit-limit'?: number;
           /** @description Requests left in the current window */
@@ -2401,6 +3258,14 @@ export interface operations {
       /** @description The provider or Temporal is unavailable; nothing was changed */
       503: {
         headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
           [name: string]: unknown;
         };
         content: {
@@ -2478,6 +3343,23 @@ export interface operations {
           'application/problem+json': components['schemas']['Problem'];
         };
       };
+      /** @description Postgres or Temporal did not answer in time (unavailable); retry after Retry-After when it is sent */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
     };
   };
   listAudit: {
@@ -2498,7 +3380,8 @@ export interface operations {
           | 'redrive_requested'
           | 'redrive_refused'
           | 'redrive_unknown'
-          | 'restore';
+          | 'restore'
+          | 'webhook_redeliver';
         /** @description Only entries with this text in the reason, operation key or workflow ID (case ignored) */
         q?: string;
         limit?: number;
@@ -2553,6 +3436,347 @@ export interface operations {
         headers: {
           /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
           'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Postgres or Temporal did not answer in time (unavailable); retry after Retry-After when it is sent */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  adminListWebhookEndpoints: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Endpoints, oldest first */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['AdminWebhookEndpointList'];
+        };
+      };
+      /** @description A parameter or body field is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing, wrong or revoked admin credential (admin-unauthorized) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited, or too many failed admin credentials; retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Postgres or Temporal did not answer in time (unavailable); retry after Retry-After when it is sent */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  adminListWebhookDeliveries: {
+    parameters: {
+      query?: {
+        status?: 'pending' | 'succeeded' | 'failed';
+        tenant?: string;
+        endpoint?: string;
+        limit?: number;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Deliveries */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['AdminWebhookDeliveryList'];
+        };
+      };
+      /** @description A parameter or body field is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing, wrong or revoked admin credential (admin-unauthorized) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited, or too many failed admin credentials; retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Postgres or Temporal did not answer in time (unavailable); retry after Retry-After when it is sent */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  adminGetWebhookDelivery: {
+    parameters: {
+      query: {
+        endpoint: string;
+        event: string;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description The delivery */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['AdminWebhookDeliveryStory'];
+        };
+      };
+      /** @description A parameter or body field is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing, wrong or revoked admin credential (admin-unauthorized) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited, or too many failed admin credentials; retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Postgres or Temporal did not answer in time (unavailable); retry after Retry-After when it is sent */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+    };
+  };
+  adminRedeliverWebhooks: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['AdminRedeliverRequest'];
+      };
+    };
+    responses: {
+      /** @description What was (or would be) sent */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['AdminRedeliveryPlan'];
+        };
+      };
+      /** @description A parameter or body field is not valid */
+      400: {
+        headers: {
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Missing, wrong or revoked admin credential (admin-unauthorized) */
+      401: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Rate limited, or too many failed admin credentials; retry after Retry-After */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After': number;
+          /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the current window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Seconds until the current window ends */
+          'x-ratelimit-reset'?: number;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/problem+json': components['schemas']['Problem'];
+        };
+      };
+      /** @description Postgres or Temporal did not answer in time (unavailable); retry after Retry-After when it is sent */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying (with the same Idempotency-Key) */
+          'Retry-After'?: number;
           /** @description Requests allowed per window (API_RATE_LIMIT_MAX) */
           'x-ratelimit-limit'?: number;
           /** @description Requests left in the current window */

@@ -9,13 +9,11 @@ import { randomBytes } from 'node:crypto';
 import { Type, type FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { withClient } from '../../db/index.ts';
-import type { OperationRecord } from 'onceflow';
 import {
   OPERATION_TYPES,
   TERMINAL_STATUSES,
   orderTotal,
   orderWorkflowId,
-  publicReason,
   type OrderItem,
 } from '../../orders/model.ts';
 import type { ApiContext } from '../context.ts';
@@ -38,6 +36,7 @@ import {
   VARY_PREFER_HEADER,
   IDEMPOTENT_CREATE_PROBLEMS,
   TOO_MANY_REQUESTS,
+  UNAVAILABLE,
 } from '../schemas.ts';
 import {
   RATE_LIMIT_HEADERS,
@@ -46,7 +45,7 @@ import {
   jsonResponse,
   problemResponse,
 } from '../../http/openapi.ts';
-import { readOrderStepRecords } from '../../orders/step-records.ts';
+import { orderDetail, orderView } from '../../orders/view.ts';
 import { getOrder, insertAcceptedOrder, listOrders, type OrderRow } from '../../orders/sql.ts';
 import { insertOutbox, type OutboxRow } from '../../outbox/sql.ts';
 import { createMemo } from '../../restore/memo.ts';
@@ -106,43 +105,6 @@ export function normalizeCreateOrder(body: CreateOrderBody) {
   };
 }
 
-function iso(d: Date | string | null): string | null {
-  if (d === null) return null;
-  return (d instanceof Date ? d : new Date(d)).toISOString();
-}
-
-function orderView(row: OrderRow) {
-  return {
-    id: row.id,
-    object: 'order' as const,
-    status: row.status,
-    amount: Number(row.amount),
-    currency: row.currency,
-    workflowId: row.workflow_id,
-    customer: { id: row.customer_id, email: row.customer_email },
-    items: row.items.map((i) => ({ sku: i.sku, quantity: i.quantity, unitAmount: i.unitAmount })),
-    paymentMethod: row.payment_method,
-    merchantReference: row.merchant_reference,
-    refundedAmount: Number(row.refunded_amount),
-    createdAt: row.created_at.toISOString(),
-  };
-}
-
-/** GET /v1/orders/{id}'s body, which POST /v1/orders answers too when a `Prefer: wait` sees the order finish. */
-async function orderDetail(ledger: ApiContext['ledger'], tenantId: string, row: OrderRow) {
-  // Only the workflow's own step keys: a client's Idempotency-Key (http.create_order) is never read.
-  const steps = await readSteps(ledger, tenantId, row.workflow_id);
-  return {
-    ...orderView(row),
-    chargeId: row.charge_id,
-    receiptId: row.receipt_id,
-    // Never row.last_error: raw error text (internal addresses, database messages) is for operators.
-    ...publicReason(row.status, row.reason),
-    updatedAt: row.updated_at.toISOString(),
-    steps,
-  };
-}
-
 /**
  * Aborts when the client hangs up. Not request.raw's 'close': a request with a body emits it once the body
  * is read.
@@ -159,24 +121,6 @@ function clientGone(request: FastifyRequest, reply: FastifyReply): AbortSignal {
  * A `Prefer: wait` ends this long before the idle timeout, so the client gets its 202, not a closed socket.
  */
 const IDLE_MARGIN_MS = 1000;
-
-function stepView(workflowId: string, r: OperationRecord) {
-  return {
-    name: r.key.startsWith(`${workflowId}/`) ? r.key.slice(workflowId.length + 1) : r.key,
-    operationType: r.operationType,
-    operationKey: r.key,
-    state: r.state,
-    attempts: r.attempts,
-    providerRef: r.providerRef,
-    createdAt: iso(r.createdAt)!,
-    updatedAt: iso(r.updatedAt)!,
-    completedAt: iso(r.completedAt),
-  };
-}
-
-async function readSteps(ledger: ApiContext['ledger'], tenantId: string, workflowId: string) {
-  return (await readOrderStepRecords(ledger, tenantId, workflowId)).map((r) => stepView(workflowId, r));
-}
 
 function encodeCursor(row: OrderRow): string {
   return Buffer.from(`${row.created_us}.${row.id}`, 'utf8').toString('base64url');
@@ -418,6 +362,7 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
           401: problemResponse('Missing or invalid API key'),
           404: problemResponse('No such order for this tenant', RATE_LIMIT_HEADERS),
           429: TOO_MANY_REQUESTS,
+          503: UNAVAILABLE,
         },
       },
     },
@@ -453,6 +398,7 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
           400: problemResponse('A query parameter or the cursor is not valid', RATE_LIMIT_HEADERS),
           401: problemResponse('Missing or invalid API key'),
           429: TOO_MANY_REQUESTS,
+          503: UNAVAILABLE,
         },
       },
     },

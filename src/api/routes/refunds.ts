@@ -22,6 +22,7 @@ import {
   RefundList,
   IDEMPOTENT_CREATE_PROBLEMS,
   TOO_MANY_REQUESTS,
+  UNAVAILABLE,
 } from '../schemas.ts';
 import {
   RATE_LIMIT_HEADERS,
@@ -36,14 +37,9 @@ import {
   REFUND_WORKFLOW_TYPE,
   refundWorkflowId,
 } from '../../refunds/contract.ts';
-import {
-  getRefund,
-  insertPendingRefund,
-  listRefunds,
-  reserveRefund,
-  type RefundRow,
-} from '../../refunds/sql.ts';
+import { getRefund, insertPendingRefund, listRefunds, reserveRefund } from '../../refunds/sql.ts';
 import { getOrder } from '../../orders/sql.ts';
+import { refundView } from '../../refunds/view.ts';
 import { createMemo } from '../../restore/memo.ts';
 import { insertOutbox, type OutboxRow } from '../../outbox/sql.ts';
 import { requestSpan, requestTraceCarrier } from '../../tracing/index.ts';
@@ -81,22 +77,6 @@ function normalizeReason(reason: string | undefined): string | undefined {
     });
   }
   return normalized;
-}
-
-function refundView(row: RefundRow) {
-  return {
-    id: row.id,
-    object: 'refund' as const,
-    orderId: row.order_id,
-    amount: Number(row.amount),
-    currency: row.currency,
-    status: row.status,
-    reason: row.reason,
-    workflowId: row.workflow_id,
-    providerRefundId: row.provider_refund_id,
-    createdAt: row.created_at.toISOString(),
-    updatedAt: row.updated_at.toISOString(),
-  };
 }
 
 export const refundRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async (app, { ctx }) => {
@@ -259,6 +239,7 @@ export const refundRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = asyn
           401: problemResponse('Missing or invalid API key'),
           404: problemResponse('No such order for this tenant', RATE_LIMIT_HEADERS),
           429: TOO_MANY_REQUESTS,
+          503: UNAVAILABLE,
         },
       },
     },
@@ -294,6 +275,7 @@ export const refundRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = asyn
           401: problemResponse('Missing or invalid API key'),
           404: problemResponse('No such refund of this order for this tenant', RATE_LIMIT_HEADERS),
           429: TOO_MANY_REQUESTS,
+          503: UNAVAILABLE,
         },
       },
     },

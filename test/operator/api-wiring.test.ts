@@ -79,7 +79,7 @@ it('the OpenAPI document lists the admin routes under the adminToken scheme, and
     const doc = res.json<{ paths: Record<string, Record<string, { security?: unknown }>> }>();
     expect(Object.keys(doc.paths)).toContain('/v1/orders');
     const admin = Object.entries(doc.paths).filter(([p]) => p.startsWith('/admin'));
-    expect(admin.length, url).toBe(10); // paths; the console's order view and re-drive preview included
+    expect(admin.length, url).toBe(14); // paths; the console's order view, re-drive preview and webhooks included
     for (const [, item] of admin) {
       for (const op of Object.values(item)) expect(op.security).toEqual([{ adminToken: [] }]);
     }

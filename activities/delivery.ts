@@ -8,7 +8,7 @@
  * fails the attempt; it is retried with exponential backoff and jitter until the retry window
  * passes, then the delivery is marked failed (an operator can redeliver it).
  */
-import { ApplicationFailure, Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/activity';
 import { backoffMs } from 'onceflow/postgres';
 import { externalStep, type Ledger } from 'onceflow';
 import type { Pool } from '../src/db/index.ts';
@@ -22,9 +22,7 @@ import {
 import { eventBody } from '../src/merchant-events/payload.ts';
 import { sendEvent, type UrlPolicy } from '../src/merchant-events/send.ts';
 import {
-  getDelivery,
-  getEndpoint,
-  getEvent,
+  deliveryContext,
   recordAttempt,
   settleDelivery,
   signingSecrets,
@@ -89,16 +87,15 @@ export function createDeliveryActivities(deps: DeliveryActivityDeps) {
 
   return {
     async deliverEvent(input: DeliveryWorkflowInput): Promise<DeliveryOutcome> {
-      const delivery = await getDelivery(pool, input.endpointId, input.eventId);
-      const endpoint = await getEndpoint(pool, input.tenantId, input.endpointId);
-      const event = await getEvent(pool, input.eventId);
-      if (!delivery || !endpoint || !event) {
+      const delivery = await deliveryContext(pool, input);
+      if (!delivery) {
         throw ApplicationFailure.create({
           type: 'DeliveryNotFound',
           message: `no delivery of ${input.eventId} to ${input.endpointId} for tenant ${input.tenantId}`,
           nonRetryable: true,
         });
       }
+      const { endpoint, event } = delivery;
       if (delivery.status === 'succeeded') return 'succeeded';
       if (endpoint.deleted_at) {
         await settleDelivery(pool, input.endpointId, input.eventId, 'failed');
@@ -112,14 +109,13 @@ export function createDeliveryActivities(deps: DeliveryActivityDeps) {
           nextRetryDelay: 500 + Math.round(Math.random() * 1500),
         });
       }
-      const info = Context.current().info;
+      let before = 0;
       try {
         const body = await eventBody(pool, ledger, event);
         await externalStep(ledger, 'deliver', {
           tenant: input.tenantId,
           type: DELIVERY_OPERATION_TYPE,
           input: { endpointId: input.endpointId, eventId: input.eventId },
-          log: { info: () => undefined, warn: () => undefined },
           // Sending again is always allowed (at least once): the window only has to outlast the retries.
           keyWindowMs: settings.retryWindowMs * 2,
           reconcile: () => Promise.resolve({ state: 'not_found' }),
@@ -133,7 +129,7 @@ export function createDeliveryActivities(deps: DeliveryActivityDeps) {
               policy: settings,
               at: startedAt,
             });
-            await recordAttempt(pool, {
+            before = await recordAttempt(pool, {
               endpointId: input.endpointId,
               eventId: input.eventId,
               startedAt,
@@ -149,7 +145,7 @@ export function createDeliveryActivities(deps: DeliveryActivityDeps) {
       } catch (err) {
         if (!(err instanceof AttemptFailed)) throw err;
         // A redelivery gets a whole window of its own.
-        const age = Date.now() - (delivery.redelivered_at ?? delivery.created_at).getTime();
+        const age = Date.now() - delivery.window_start.getTime();
         if (age >= settings.retryWindowMs) {
           throw ApplicationFailure.create({
             type: DELIVERY_FAILURE.expired,
@@ -159,7 +155,7 @@ export function createDeliveryActivities(deps: DeliveryActivityDeps) {
         }
         const delay = backoffMs(
           { initialMs: settings.firstRetryMs, maxMs: settings.maxRetryMs, jitter: 0.5 },
-          info.attempt - 1,
+          before,
         );
         throw ApplicationFailure.create({
           type: 'DeliveryAttemptFailed',

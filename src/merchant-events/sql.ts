@@ -92,19 +92,6 @@ export async function listAllEndpoints(db: Queryable, limit: number): Promise<En
   return rows;
 }
 
-/** One endpoint, deleted or not; `tenantId` null: any tenant's (the worker's read). */
-export async function getEndpoint(
-  db: Queryable,
-  tenantId: string | null,
-  id: string,
-): Promise<EndpointRow | null> {
-  const { rows } = await db.query<EndpointRow>(
-    `select ${ENDPOINT_COLUMNS} from webhook_endpoints where id = $2 and ($1::text is null or tenant_id = $1)`,
-    [tenantId, id],
-  );
-  return rows[0] ?? null;
-}
-
 /** Soft delete: deliveries already planned see it deleted and stop. False when there was none live. */
 export async function deleteEndpoint(db: Queryable, tenantId: string, id: string): Promise<boolean> {
   const { rowCount } = await db.query(
@@ -151,12 +138,45 @@ export interface EventRow {
   created_at: Date;
 }
 
-export async function getEvent(db: Queryable, id: string): Promise<EventRow | null> {
-  const { rows } = await db.query<EventRow>(
-    `select id, tenant_id, type, object_id, order_id, version, object, created_at from merchant_events where id = $1`,
-    [id],
+const EVENT_COLUMNS = 'id, tenant_id, type, object_id, order_id, version, object, created_at';
+
+/** `'col', alias.col, ...` for jsonb_build_object. */
+const jsonPairs = (columns: string, alias: string) =>
+  columns
+    .split(', ')
+    .map((c) => `'${c}', ${alias}.${c}`)
+    .join(', ');
+
+/** What one delivery attempt needs, in one read: the delivery, its endpoint (deleted or not) and its event. */
+export interface DeliveryContext {
+  status: DeliveryStatus;
+  /** When this delivery's retry window began: its redelivery, else its creation. */
+  window_start: Date;
+  endpoint: EndpointRow;
+  event: EventRow;
+}
+
+export async function deliveryContext(
+  db: Queryable,
+  r: { tenantId: string; endpointId: string; eventId: string },
+): Promise<DeliveryContext | null> {
+  const { rows } = await db.query<DeliveryContext>(
+    `select d.status, coalesce(d.redelivered_at, d.created_at) as window_start,
+            jsonb_build_object(${jsonPairs(ENDPOINT_COLUMNS, 'e')}) as endpoint,
+            jsonb_build_object(${jsonPairs(EVENT_COLUMNS, 'ev')}) as event
+       from ${DELIVERY_FROM}
+      where d.endpoint_id = $2 and d.event_id = $3 and d.tenant_id = $1`,
+    [r.tenantId, r.endpointId, r.eventId],
   );
-  return rows[0] ?? null;
+  const row = rows[0];
+  if (!row) return null;
+  // jsonb carries timestamps as strings.
+  const e = row.endpoint as unknown as Record<string, string | null>;
+  row.endpoint.previous_expires_at = e.previous_expires_at ? new Date(e.previous_expires_at) : null;
+  row.endpoint.created_at = new Date(e.created_at!);
+  row.endpoint.deleted_at = e.deleted_at ? new Date(e.deleted_at) : null;
+  row.event.created_at = new Date(row.event.created_at as unknown as string);
+  return row;
 }
 
 export type DeliveryStatus = 'pending' | 'succeeded' | 'failed';
@@ -221,19 +241,29 @@ export interface AttemptRecord {
   responseExcerpt: string | null;
 }
 
-/** Records one HTTP attempt and counts it on its delivery, in one statement. */
-export async function recordAttempt(db: Queryable, a: AttemptRecord): Promise<void> {
-  await db.query(
+/**
+ * Records one HTTP attempt and counts it on its delivery, in one statement. Returns how many
+ * attempts this retry window saw before this one (the backoff's exponent: refusals that never
+ * sent, and attempts before a redelivery, don't count).
+ */
+export async function recordAttempt(db: Queryable, a: AttemptRecord): Promise<number> {
+  const { rows } = await db.query<{ before: number }>(
     `with counted as (
-       update webhook_deliveries
+       update webhook_deliveries d
           set attempts = attempts + 1, last_status = $6, last_error = $7, updated_at = now()
         where endpoint_id = $1 and event_id = $2
-        returning attempts)
-     insert into webhook_delivery_attempts
-            (endpoint_id, event_id, attempt, started_at, latency_ms, status_code, error, response_excerpt)
-     select $1, $2, attempts, $3, $4, $6, $7, $5 from counted`,
+        returning attempts, coalesce(d.redelivered_at, d.created_at) as window_start),
+     recorded as (
+       insert into webhook_delivery_attempts
+              (endpoint_id, event_id, attempt, started_at, latency_ms, status_code, error, response_excerpt)
+       select $1, $2, attempts, $3, $4, $6, $7, $5 from counted)
+     select count(a.*)::integer as before
+       from counted c left join webhook_delivery_attempts a
+         on a.endpoint_id = $1 and a.event_id = $2 and a.started_at >= c.window_start
+      group by c.attempts`,
     [a.endpointId, a.eventId, a.startedAt, Math.round(a.latencyMs), a.responseExcerpt, a.statusCode, a.error],
   );
+  return rows[0]?.before ?? 0;
 }
 
 export async function attemptsOf(

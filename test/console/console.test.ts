@@ -13,11 +13,9 @@
  * UPDATE_DOCS_IMAGES=1 also to docs/images/ (docs/OPERATIONS.md shows them).
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import fs from 'node:fs';
 import http from 'node:http';
-import path from 'node:path';
 import type { AddressInfo } from 'node:net';
-import type { Browser, Page } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import type { FastifyInstance } from 'fastify';
 import { buildApiServer } from '../../src/api/server.ts';
 import { hashApiKey } from '../../src/api/auth.ts';
@@ -34,13 +32,9 @@ import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { startRefund } from '../support/refunds.ts';
 import { until } from '../support/wait.ts';
 import { launchChromium } from '../support/chromium.ts';
+import { axe, openConsole, shoot, signIn } from '../support/console.ts';
 import { testConfig } from '../api/support.ts';
 import { uniq } from '../support/env.ts';
-
-const root = path.resolve(import.meta.dirname, '../..');
-const artifacts = path.join(root, 'test-results');
-const docsImages = path.join(root, 'docs/images');
-const AXE = fs.readFileSync(path.join(root, 'node_modules/axe-core/axe.min.js'), 'utf8');
 
 let stack: OrderStack;
 let browser: Browser;
@@ -60,7 +54,6 @@ beforeAll(async () => {
   operatorToken = generateOperatorToken();
   await insertOperator(stack.pool, { name: operatorName, tokenHash: hashOperatorToken(operatorToken) });
   browser = await launchChromium();
-  fs.mkdirSync(artifacts, { recursive: true });
 });
 
 afterAll(async () => {
@@ -69,43 +62,6 @@ afterAll(async () => {
   await app?.close();
   await stack?.close();
 });
-
-/** A page of its own context; CSP violations and page errors fail the test that made them. */
-async function openConsole(opts: { axe?: boolean } = {}): Promise<{ page: Page; problems: string[] }> {
-  // axe is injected as a script, which the console's CSP (rightly) blocks: only its own context bypasses it.
-  const context = await browser.newContext({
-    viewport: { width: 1300, height: 900 },
-    bypassCSP: opts.axe === true,
-  });
-  const page = await context.newPage();
-  const problems: string[] = [];
-  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
-  page.on('console', (m) => {
-    if (m.type() === 'error' && !/status of 40[19]/.test(m.text())) problems.push(`console: ${m.text()}`);
-  });
-  await page.goto(`${base}/console`);
-  return { page, problems };
-}
-
-async function signIn(page: Page, token: string): Promise<void> {
-  await page.getByLabel(/Operator token/).fill(token);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-}
-
-async function axe(page: Page, what: string): Promise<void> {
-  await page.addScriptTag({ content: AXE });
-  // A string: it runs in the page (no DOM types in this Node project).
-  const violations = (await page.evaluate(
-    'axe.run(document).then((r) => r.violations.map((v) => `${v.id} (${v.impact}, ${v.nodes.length} nodes)`))',
-  )) as string[];
-  expect(violations, `axe on ${what}`).toEqual([]);
-}
-
-async function shoot(page: Page, name: string): Promise<void> {
-  await page.screenshot({ path: path.join(artifacts, `${name}.png`), fullPage: true });
-  if (process.env.UPDATE_DOCS_IMAGES === '1')
-    await page.screenshot({ path: path.join(docsImages, `${name}.png`) });
-}
 
 async function parkedOnReceipt(): Promise<{ orderId: string; workflowId: string }> {
   await stack.fault('messages.create', 'fail_before', 1000);
@@ -136,7 +92,7 @@ it('serves its own files only, under a strict CSP, and nothing inline', async ()
 
 it('takes a parked order from the Attention page to completed: preview, confirm, audit row', async () => {
   const { orderId, workflowId } = await parkedOnReceipt();
-  const { page, problems } = await openConsole();
+  const { page, problems } = await openConsole(browser, base);
   await signIn(page, operatorToken);
   const link = page.getByRole('link', { name: orderId });
   await link.waitFor({ timeout: 30_000 });
@@ -194,7 +150,7 @@ it('resolves an unknown charge with a reason, shown with its audit row, and the 
   const charged = await stack.charges(input.orderId);
   expect(charged).toHaveLength(1);
 
-  const { page, problems } = await openConsole();
+  const { page, problems } = await openConsole(browser, base);
   await signIn(page, operatorToken);
   await page.goto(`${base}/console#/order/${input.tenantId}/${input.orderId}`);
   await page.getByRole('button', { name: 'Reconcile now' }).waitFor();
@@ -226,7 +182,7 @@ it('refuses a missing, wrong, revoked or tenant credential', async () => {
   await insertOperator(stack.pool, { name: revokedName, tokenHash: hashOperatorToken(revokedToken) });
   await revokeOperator(stack.pool, revokedName);
 
-  const { page } = await openConsole();
+  const { page } = await openConsole(browser, base);
   for (const [what, token] of [
     ['a tenant API key', tenantKey],
     ['a revoked operator token', revokedToken],
@@ -316,7 +272,7 @@ it('a parked refund is on the Attention page: filtered, previewed, re-driven wit
 
   // First, with axe (its context bypasses the CSP to inject it): the page with refunds and the refund's actions.
   {
-    const { page } = await openConsole({ axe: true });
+    const { page } = await openConsole(browser, base, { axe: true });
     await signIn(page, operatorToken);
     await page.getByRole('button', { name: refund.refundId }).waitFor({ timeout: 30_000 });
     await axe(page, 'attention with refunds');
@@ -328,7 +284,7 @@ it('a parked refund is on the Attention page: filtered, previewed, re-driven wit
     await page.context().close();
   }
 
-  const { page, problems } = await openConsole();
+  const { page, problems } = await openConsole(browser, base);
   await signIn(page, operatorToken);
   const row = page.locator(`tr[data-refund-id="${refund.refundId}"]`);
   await row.waitFor({ timeout: 30_000 });
@@ -405,7 +361,7 @@ it('a parked refund is on the Attention page: filtered, previewed, re-driven wit
 });
 
 it('every page passes axe-core, and the Audit page lists actions with their actors', async () => {
-  const { page } = await openConsole({ axe: true });
+  const { page } = await openConsole(browser, base, { axe: true });
   await axe(page, 'sign in');
   await signIn(page, operatorToken);
   await page.getByRole('heading', { name: 'Attention' }).waitFor();

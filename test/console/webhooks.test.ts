@@ -8,9 +8,7 @@
  * receiver gets the same webhook-id again. The page passes axe-core.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import fs from 'node:fs';
 import http from 'node:http';
-import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { Browser, Page } from 'playwright-core';
 import type { FastifyInstance } from 'fastify';
@@ -20,14 +18,10 @@ import { CONSOLE_CSP } from '../../src/console/routes.ts';
 import { generateOperatorToken, hashOperatorToken, insertOperator } from '../../src/operator/accounts-sql.ts';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { launchChromium } from '../support/chromium.ts';
+import { axe, openConsole, shoot, signIn } from '../support/console.ts';
 import { call, newTenant, testConfig, validOrder } from '../api/support.ts';
 import { uniq } from '../support/env.ts';
 import { until } from '../support/wait.ts';
-
-const root = path.resolve(import.meta.dirname, '../..');
-const artifacts = path.join(root, 'test-results');
-const docsImages = path.join(root, 'docs/images');
-const AXE = fs.readFileSync(path.join(root, 'node_modules/axe-core/axe.min.js'), 'utf8');
 
 let stack: OrderStack;
 let browser: Browser;
@@ -77,7 +71,6 @@ beforeAll(async () => {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   receiverUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`;
   browser = await launchChromium();
-  fs.mkdirSync(artifacts, { recursive: true });
 });
 
 afterAll(async () => {
@@ -89,41 +82,14 @@ afterAll(async () => {
   await stack?.close();
 });
 
-/** A page of its own context; CSP violations and page errors fail the test that made them. */
-async function openConsole(opts: { axe?: boolean } = {}): Promise<{ page: Page; problems: string[] }> {
-  // axe is injected as a script, which the console's CSP (rightly) blocks: only its own context bypasses it.
-  const context = await browser.newContext({
-    viewport: { width: 1300, height: 900 },
-    bypassCSP: opts.axe === true,
-  });
-  const page = await context.newPage();
-  const problems: string[] = [];
-  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
-  page.on('console', (m) => {
-    if (m.type() === 'error' && !/status of 40[19]/.test(m.text())) problems.push(`console: ${m.text()}`);
-  });
-  await page.goto(`${base}/console`);
-  await page.getByLabel(/Operator token/).fill(operatorToken);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.getByRole('heading', { name: 'Attention' }).waitFor();
-  await page.getByRole('link', { name: 'Webhooks' }).click();
-  await page.getByRole('heading', { name: 'Webhooks' }).waitFor();
-  return { page, problems };
-}
-
-async function axe(page: Page, what: string): Promise<void> {
-  await page.addScriptTag({ content: AXE });
-  // A string: it runs in the page (no DOM types in this Node project).
-  const violations = (await page.evaluate(
-    'axe.run(document).then((r) => r.violations.map((v) => `${v.id} (${v.impact}, ${v.nodes.length} nodes)`))',
-  )) as string[];
-  expect(violations, `axe on ${what}`).toEqual([]);
-}
-
-async function shoot(page: Page, name: string): Promise<void> {
-  await page.screenshot({ path: path.join(artifacts, `${name}.png`), fullPage: true });
-  if (process.env.UPDATE_DOCS_IMAGES === '1')
-    await page.screenshot({ path: path.join(docsImages, `${name}.png`) });
+/** The console, signed in, on its Webhooks page. */
+async function openWebhooks(opts: { axe?: boolean } = {}): Promise<{ page: Page; problems: string[] }> {
+  const opened = await openConsole(browser, base, opts);
+  await signIn(opened.page, operatorToken);
+  await opened.page.getByRole('heading', { name: 'Attention' }).waitFor();
+  await opened.page.getByRole('link', { name: 'Webhooks' }).click();
+  await opened.page.getByRole('heading', { name: 'Webhooks' }).waitFor();
+  return opened;
 }
 
 /** Refreshes the page's lists until the delivery's row shows `status`. */
@@ -191,7 +157,7 @@ it('a failed delivery: found by its status with its attempts, previewed, redeliv
 
   // First with axe (its context bypasses the CSP to inject it): the lists, the attempts, a preview.
   {
-    const { page } = await openConsole({ axe: true });
+    const { page } = await openWebhooks({ axe: true });
     await page.getByLabel('Status').selectOption('failed');
     await rowWithStatus(page, endpointId, eventId, 'failed');
     await axe(page, 'webhooks');
@@ -204,7 +170,7 @@ it('a failed delivery: found by its status with its attempts, previewed, redeliv
     await page.context().close();
   }
 
-  const { page, problems } = await openConsole();
+  const { page, problems } = await openWebhooks();
   // The endpoint, with its tenant, URL and events (never its secret).
   const epRow = page.locator(`table.endpoints tbody tr[data-endpoint-id="${endpointId}"]`);
   await epRow.waitFor();

@@ -15,6 +15,7 @@ import { uniq } from '../support/env.ts';
 import { stepKeys } from '../../src/orders/model.ts';
 import { until } from '../support/wait.ts';
 import { freePort } from '../../src/process/ports.ts';
+import { recordAttempt } from '../../src/merchant-events/sql.ts';
 
 interface Received {
   id: string;
@@ -161,6 +162,39 @@ describe('merchant webhooks', () => {
     // Nothing more arrives for this event once it succeeded.
     await new Promise((r) => setTimeout(r, 1_500));
     expect(flaky.received.filter((r) => r.id === second!.id)).toHaveLength(2);
+  });
+
+  it("counts toward the backoff only the attempts sent in the delivery's current window", async () => {
+    const tenant = await newTenant(api.pool, 'window');
+    const ok = await receiver(() => 200);
+    closers.push(ok.close);
+    const ep = await endpoint(tenant, ok.url);
+    await completedOrder(tenant);
+    await until('delivered', () => ok.received.length === 1, { timeoutMs: 15_000 });
+    const eventId = ok.received[0]!.id;
+    await until('recorded', async () => (await delivery(ep.id, eventId))?.status === 'succeeded', {
+      timeoutMs: 10_000,
+    });
+    const attempt = () =>
+      recordAttempt(api.pool, {
+        endpointId: ep.id,
+        eventId,
+        startedAt: new Date(),
+        latencyMs: 1,
+        statusCode: 500,
+        error: null,
+        responseExcerpt: null,
+      });
+    expect(await attempt()).toBe(1);
+    expect(await attempt()).toBe(2);
+    // A redelivery starts a window of its own: its first failure waits the first retry's delay again.
+    await api.pool.query(
+      'update webhook_deliveries set redelivered_at = now() where endpoint_id = $1 and event_id = $2',
+      [ep.id, eventId],
+    );
+    expect(await attempt()).toBe(0);
+    expect(await attempt()).toBe(1);
+    expect((await delivery(ep.id, eventId))?.attempts).toBe(5);
   });
 
   it('a hanging endpoint does not hold up another endpoint of the same tenant', async () => {

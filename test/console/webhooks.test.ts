@@ -8,84 +8,43 @@
  * receiver gets the same webhook-id again. The page passes axe-core.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { Browser, Page } from 'playwright-core';
-import type { FastifyInstance } from 'fastify';
-import { buildApiServer } from '../../src/api/server.ts';
-import { OutboxRelay } from '../../src/api/outbox.ts';
 import { CONSOLE_CSP } from '../../src/console/routes.ts';
-import { generateOperatorToken, hashOperatorToken, insertOperator } from '../../src/operator/accounts-sql.ts';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
 import { launchChromium } from '../support/chromium.ts';
+import { startAdminApi, startReceiver, type AdminApi, type Receiver } from '../support/webhooks.ts';
 import { axe, openConsole, shoot, signIn } from '../support/console.ts';
-import { call, newTenant, testConfig, validOrder } from '../api/support.ts';
+import { call, newTenant, validOrder } from '../api/support.ts';
 import { uniq } from '../support/env.ts';
 import { until } from '../support/wait.ts';
 
 let stack: OrderStack;
 let browser: Browser;
-let app: FastifyInstance;
-let relay: OutboxRelay;
-let base: string;
-let operatorName: string;
-let operatorToken: string;
-let server: http.Server;
-let receiverUrl: string;
-const received: string[] = [];
+let api: AdminApi;
+let receiver: Receiver;
 const answer = { status: 500 };
+const ids = () => receiver.received.map((r) => r.id);
 
 beforeAll(async () => {
   stack = await startOrderStack({
     webhooks: { allowPrivate: true, firstRetryMs: 200, maxRetryMs: 500, retryWindowMs: 3_000 },
   });
-  const config = testConfig({
-    SANDBOX_URL: stack.sandbox.url,
-    TEMPORAL_TASK_QUEUE: stack.taskQueue,
-    WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
-  });
-  relay = new OutboxRelay({ pool: stack.pool, temporal: stack.client, enabled: true, pollMs: 100 });
-  app = await buildApiServer({
-    pool: stack.pool,
-    ledger: stack.ledger,
-    temporal: stack.client,
-    config,
-    relay,
-  });
-  await app.listen({ host: '127.0.0.1', port: 0 });
-  // The API process's relay loop: it starts delivery workflows, first ones and redeliveries.
-  relay.start();
-  base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
-  operatorName = uniq('hooks').toLowerCase();
-  operatorToken = generateOperatorToken();
-  await insertOperator(stack.pool, { name: operatorName, tokenHash: hashOperatorToken(operatorToken) });
-  server = http.createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      received.push(String(req.headers['webhook-id']));
-      res
-        .writeHead(answer.status, { 'content-type': 'text/plain' })
-        .end(answer.status < 300 ? 'ok' : 'receiver down for maintenance');
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  receiverUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`;
+  api = await startAdminApi(stack);
+  receiver = await startReceiver(() => answer.status);
   browser = await launchChromium();
 });
 
 afterAll(async () => {
-  server?.closeAllConnections();
-  server?.close();
+  await receiver?.close();
   await browser?.close();
-  await app?.close();
-  await relay?.stop();
+  await api?.close();
   await stack?.close();
 });
 
 /** The console, signed in, on its Webhooks page. */
 async function openWebhooks(opts: { axe?: boolean } = {}): Promise<{ page: Page; problems: string[] }> {
-  const opened = await openConsole(browser, base, opts);
-  await signIn(opened.page, operatorToken);
+  const opened = await openConsole(browser, api.url, opts);
+  await signIn(opened.page, api.operatorToken);
   await opened.page.getByRole('heading', { name: 'Attention' }).waitFor();
   await opened.page.getByRole('link', { name: 'Webhooks' }).click();
   await opened.page.getByRole('heading', { name: 'Webhooks' }).waitFor();
@@ -114,7 +73,7 @@ let endpointId: string;
 let eventId: string;
 
 it('serves the Webhooks module under the console CSP', async () => {
-  const res = await fetch(`${base}/console/webhooks.js`);
+  const res = await fetch(`${api.url}/console/webhooks.js`);
   expect(res.status).toBe(200);
   expect(res.headers.get('content-type')).toMatch(/^text\/javascript/);
   expect(res.headers.get('content-security-policy')).toBe(CONSOLE_CSP);
@@ -124,21 +83,21 @@ it('serves the Webhooks module under the console CSP', async () => {
 
 it('a failed delivery: found by its status with its attempts, previewed, redelivered with a reason and audited', async () => {
   tenant = await newTenant(stack.pool, 'hooks');
-  const created = await call({ url: base }, 'POST', '/v1/webhook-endpoints', {
+  const created = await call(api, 'POST', '/v1/webhook-endpoints', {
     key: tenant.key,
     idem: uniq('we'),
-    body: { url: receiverUrl, events: ['order.completed'] },
+    body: { url: receiver.url, events: ['order.completed'] },
   });
   expect(created.status, created.text).toBe(201);
   endpointId = (created.body as { id: string }).id;
-  const order = await call({ url: base }, 'POST', '/v1/orders', {
+  const order = await call(api, 'POST', '/v1/orders', {
     key: tenant.key,
     idem: uniq('o'),
     body: validOrder(),
   });
   expect(order.status, order.text).toBe(202);
   const { id: orderId } = order.body as { id: string };
-  const done = await call({ url: base }, 'GET', `/v1/orders/${orderId}?wait=30`, { key: tenant.key });
+  const done = await call(api, 'GET', `/v1/orders/${orderId}?wait=30`, { key: tenant.key });
   expect((done.body as { status: string }).status).toBe('completed');
   eventId = await until(
     'the delivery failed',
@@ -151,9 +110,9 @@ it('a failed delivery: found by its status with its attempts, previewed, redeliv
     },
     { timeoutMs: 60_000, intervalMs: 250 },
   );
-  const failedAttempts = received.length;
+  const failedAttempts = ids().length;
   expect(failedAttempts).toBeGreaterThanOrEqual(2);
-  expect(new Set(received)).toEqual(new Set([eventId]));
+  expect(new Set(ids())).toEqual(new Set([eventId]));
 
   // First with axe (its context bypasses the CSP to inject it): the lists, the attempts, a preview.
   {
@@ -177,7 +136,7 @@ it('a failed delivery: found by its status with its attempts, previewed, redeliv
   expect(await epRow.locator('td').allTextContents()).toEqual([
     endpointId,
     tenant.tenantId,
-    receiverUrl,
+    receiver.url,
     'order.completed',
     expect.any(String),
   ]);
@@ -193,7 +152,7 @@ it('a failed delivery: found by its status with its attempts, previewed, redeliv
     eventId,
     'order.completed',
     tenant.tenantId,
-    receiverUrl,
+    receiver.url,
     'failed',
     String(failedAttempts),
     'HTTP 500',
@@ -220,7 +179,7 @@ it('a failed delivery: found by its status with its attempts, previewed, redeliv
     tenant.tenantId,
     'order.completed',
     eventId,
-    receiverUrl,
+    receiver.url,
   ]);
   const confirm = page.getByRole('button', { name: 'Confirm redelivery' });
   expect(await confirm.isDisabled()).toBe(true); // no reason yet
@@ -233,7 +192,7 @@ it('a failed delivery: found by its status with its attempts, previewed, redeliv
       [tenant.tenantId],
     );
   expect((await audited()).rows).toEqual([]);
-  expect(received).toHaveLength(failedAttempts);
+  expect(ids()).toHaveLength(failedAttempts);
   await shoot(page, 'console-webhook-preview');
 
   // The receiver is fixed; confirm with a reason.
@@ -247,7 +206,7 @@ it('a failed delivery: found by its status with its attempts, previewed, redeliv
   expect(audit).toEqual([
     {
       id: shownAudit[0],
-      actor: operatorName,
+      actor: api.operatorName,
       actor_credential: 'operator_token',
       reason: 'receiver back after maintenance (console test)',
     },
@@ -257,8 +216,8 @@ it('a failed delivery: found by its status with its attempts, previewed, redeliv
   );
 
   // Delivered: the same webhook-id again, and the page shows it succeeded with its new attempt.
-  await until('redelivered', () => received.length > failedAttempts, { timeoutMs: 30_000 });
-  expect(received.slice(failedAttempts)).toEqual([eventId]);
+  await until('redelivered', () => ids().length > failedAttempts, { timeoutMs: 30_000 });
+  expect(ids().slice(failedAttempts)).toEqual([eventId]);
   await page.getByLabel('Status').selectOption('succeeded');
   const deliveredRow = await rowWithStatus(page, endpointId, eventId, 'succeeded');
   expect((await deliveredRow.locator('td').allTextContents()).slice(6, 8)).toEqual(['HTTP 200', '1']);

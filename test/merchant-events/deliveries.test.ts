@@ -5,8 +5,6 @@
  * stand in for the production schedule (5 s doubling to 1 h, for 3 days).
  */
 import { createHash } from 'node:crypto';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Webhook } from 'standardwebhooks';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
@@ -16,46 +14,7 @@ import { stepKeys } from '../../src/orders/model.ts';
 import { until } from '../support/wait.ts';
 import { freePort } from '../../src/process/ports.ts';
 import { recordAttempt } from '../../src/merchant-events/sql.ts';
-
-interface Received {
-  id: string;
-  headers: http.IncomingHttpHeaders;
-  body: string;
-}
-
-/** A receiver whose answer per request `answer` decides; it records every request. */
-async function receiver(
-  answer: (n: number, req: http.IncomingMessage) => number | 'hang' | 'redirect',
-  port = 0,
-) {
-  const received: Received[] = [];
-  const hanging: http.ServerResponse[] = [];
-  let redirectTo = '';
-  const server = http.createServer((req, res) => {
-    let body = '';
-    req.on('data', (c: Buffer) => (body += c.toString('utf8')));
-    req.on('end', () => {
-      received.push({ id: String(req.headers['webhook-id']), headers: req.headers, body });
-      const a = answer(received.length, req);
-      if (a === 'hang') return void hanging.push(res);
-      if (a === 'redirect') return void res.writeHead(302, { location: redirectTo }).end();
-      res.writeHead(a, { 'content-type': 'text/plain' }).end(a < 300 ? 'ok' : 'not now');
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`;
-  return {
-    url,
-    received,
-    redirectTo: (u: string) => (redirectTo = u),
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const r of hanging) r.destroy();
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
+import { startReceiver } from '../support/webhooks.ts';
 
 describe('merchant webhooks', () => {
   let stack: OrderStack;
@@ -118,7 +77,7 @@ describe('merchant webhooks', () => {
     ).rows[0] as { status: string; attempts: number; last_status: number | null } | undefined;
 
   it('delivers a signed order.completed carrying the order as GET shows it, after a 500, once per event ID', async () => {
-    const flaky = await receiver((n) => (n === 1 ? 500 : 200));
+    const flaky = await startReceiver((n) => (n === 1 ? 500 : 200));
     closers.push(flaky.close);
     const ep = await endpoint(acme, flaky.url);
     expect(ep.secret).toMatch(/^whsec_[A-Za-z0-9+/=]+$/);
@@ -166,7 +125,7 @@ describe('merchant webhooks', () => {
 
   it("counts toward the backoff only the attempts sent in the delivery's current window", async () => {
     const tenant = await newTenant(api.pool, 'window');
-    const ok = await receiver(() => 200);
+    const ok = await startReceiver(() => 200);
     closers.push(ok.close);
     const ep = await endpoint(tenant, ok.url);
     await completedOrder(tenant);
@@ -199,8 +158,8 @@ describe('merchant webhooks', () => {
 
   it('a hanging endpoint does not hold up another endpoint of the same tenant', async () => {
     const tenant = await newTenant(api.pool, 'hang');
-    const hang = await receiver(() => 'hang');
-    const fine = await receiver(() => 204);
+    const hang = await startReceiver(() => 'hang');
+    const fine = await startReceiver(() => 204);
     closers.push(hang.close, fine.close);
     await endpoint(tenant, hang.url);
     await endpoint(tenant, fine.url);
@@ -227,7 +186,7 @@ describe('merchant webhooks', () => {
       },
       { timeoutMs: 15_000 },
     );
-    const back = await receiver(() => 200, port);
+    const back = await startReceiver(() => 200, port);
     closers.push(back.close);
     await until(
       'delivered after the outage',
@@ -239,8 +198,8 @@ describe('merchant webhooks', () => {
 
   it('never follows a redirect: the target is not contacted and the delivery fails after its window', async () => {
     const tenant = await newTenant(api.pool, 'redir');
-    const target = await receiver(() => 200);
-    const redirecting = await receiver(() => 'redirect');
+    const target = await startReceiver(() => 200);
+    const redirecting = await startReceiver(() => 'redirect');
     redirecting.redirectTo(target.url);
     closers.push(target.close, redirecting.close);
     const ep = await endpoint(tenant, redirecting.url);
@@ -256,7 +215,7 @@ describe('merchant webhooks', () => {
 
   it('a refund that succeeds is delivered as refund.succeeded, carrying the refund as GET shows it', async () => {
     const tenant = await newTenant(api.pool, 'refund');
-    const rec = await receiver(() => 200);
+    const rec = await startReceiver(() => 200);
     closers.push(rec.close);
     await endpoint(tenant, rec.url, ['refund.succeeded']);
     const order = await completedOrder(tenant);
@@ -310,7 +269,7 @@ describe('merchant webhooks', () => {
     });
     expect(other.status).toBe(422);
 
-    const rec = await receiver(() => 200);
+    const rec = await startReceiver(() => 200);
     closers.push(rec.close);
     const tenant = await newTenant(api.pool, 'rot');
     const ep = await endpoint(tenant, rec.url);

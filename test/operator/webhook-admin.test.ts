@@ -7,42 +7,25 @@
  * actor from the credential, and each receiver gets the event again under the same webhook-id. A
  * tenant's API key opens none of these routes.
  */
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WorkflowNotFoundError } from '@temporalio/client';
-import type { FastifyInstance } from 'fastify';
-import { buildApiServer } from '../../src/api/server.ts';
-import { OutboxRelay } from '../../src/api/outbox.ts';
-import { generateOperatorToken, hashOperatorToken, insertOperator } from '../../src/operator/accounts-sql.ts';
 import { startOrderStack, type OrderStack } from '../support/stack.ts';
-import { call, newTenant, testConfig, validOrder } from '../api/support.ts';
+import { call, newTenant, validOrder } from '../api/support.ts';
+import { startAdminApi, startReceiver, type AdminApi } from '../support/webhooks.ts';
 import { uniq } from '../support/env.ts';
 import { until } from '../support/wait.ts';
 
-/** A receiver that answers `status` (changeable) and records every request's webhook-id. */
+/** A receiver that answers `status` (changeable); `received` lists each request's webhook-id. */
 async function receiver() {
-  const received: string[] = [];
   const state = { status: 500 };
-  const server = http.createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      received.push(String(req.headers['webhook-id']));
-      res
-        .writeHead(state.status, { 'content-type': 'text/plain' })
-        .end(state.status < 300 ? 'ok' : 'not now');
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const r = await startReceiver(() => state.status);
   return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`,
-    received,
+    url: r.url,
+    get received() {
+      return r.received.map((x) => x.id);
+    },
     answer: (status: number) => (state.status = status),
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
+    close: r.close,
   };
 }
 
@@ -63,11 +46,7 @@ interface Plan {
 
 describe('admin webhook routes', () => {
   let stack: OrderStack;
-  let app: FastifyInstance;
-  let relay: OutboxRelay;
-  let api: { url: string };
-  let operatorName: string;
-  let operatorToken: string;
+  let api: AdminApi;
   let tenant: { tenantId: string; key: string };
   const receivers: Receiver[] = [];
   let endpoints: { id: string; url: string; receiver: Receiver }[] = [];
@@ -77,28 +56,8 @@ describe('admin webhook routes', () => {
     stack = await startOrderStack({
       webhooks: { allowPrivate: true, firstRetryMs: 200, maxRetryMs: 500, retryWindowMs: 3_000 },
     });
-    const config = testConfig({
-      SANDBOX_URL: stack.sandbox.url,
-      TEMPORAL_TASK_QUEUE: stack.taskQueue,
-      WEBHOOK_ALLOW_PRIVATE_URLS: 'true',
-      // The last test's refused credentials must stay 401s, not turn into 429s.
-      API_ADMIN_AUTH_FAILURE_MAX: '100',
-    });
-    relay = new OutboxRelay({ pool: stack.pool, temporal: stack.client, enabled: true, pollMs: 100 });
-    app = await buildApiServer({
-      pool: stack.pool,
-      ledger: stack.ledger,
-      temporal: stack.client,
-      config,
-      relay,
-    });
-    await app.listen({ host: '127.0.0.1', port: 0 });
-    // The API process's relay loop: it starts delivery workflows, first ones and redeliveries.
-    relay.start();
-    api = { url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}` };
-    operatorName = uniq('hooks').toLowerCase();
-    operatorToken = generateOperatorToken();
-    await insertOperator(stack.pool, { name: operatorName, tokenHash: hashOperatorToken(operatorToken) });
+    // The last test's refused credentials must stay 401s, not turn into 429s.
+    api = await startAdminApi(stack, { API_ADMIN_AUTH_FAILURE_MAX: '100' });
     tenant = await newTenant(stack.pool, 'whadmin');
 
     // Three endpoints, each failing: one event, three deliveries, all failed after the window.
@@ -137,13 +96,12 @@ describe('admin webhook routes', () => {
   });
 
   afterAll(async () => {
-    await app?.close();
-    await relay?.stop();
+    await api?.close();
     for (const r of receivers) await r.close();
     await stack?.close();
   });
 
-  const admin = (method: string, path: string, body?: unknown, token = operatorToken) =>
+  const admin = (method: string, path: string, body?: unknown, token = api.operatorToken) =>
     call(api, method, path, { key: token, ...(body !== undefined ? { body } : {}) });
 
   const redeliverAudit = async () =>
@@ -204,7 +162,7 @@ describe('admin webhook routes', () => {
     expect(attempts.length).toBeGreaterThanOrEqual(2);
     for (const a of attempts) {
       expect(a.statusCode).toBe(500);
-      expect(a.responseExcerpt).toBe('not now');
+      expect(a.responseExcerpt).toBe('receiver down for maintenance');
       expect(a.latencyMs).toBeGreaterThanOrEqual(0);
     }
     expect(ep.receiver.received.length).toBe(attempts.length);
@@ -293,7 +251,7 @@ describe('admin webhook routes', () => {
     expect(audit).toEqual([
       {
         id: plan.auditIds[0],
-        actor: operatorName,
+        actor: api.operatorName,
         actor_credential: 'operator_token',
         reason: 'receiver fixed (admin test)',
         tenant_id: tenant.tenantId,
@@ -342,7 +300,7 @@ describe('admin webhook routes', () => {
     );
     for (const a of audit) {
       expect(a).toMatchObject({
-        actor: operatorName,
+        actor: api.operatorName,
         actor_credential: 'operator_token',
         reason: 'all receivers back (admin test)',
         tenant_id: tenant.tenantId,

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # README command 2: the whole test suite. Installs what is missing, builds the
-# Temporal CLI on first use, then lint, typecheck and vitest (whose global
-# setup starts a dev server and creates a throwaway database). Then, for a
-# whole-suite run (no arguments), the order, fault and UI tests again on the
-# Temporal server on Postgres (scripts/test-postgres.sh; TEST_POSTGRES=0 skips it),
-# and through the real provider adapters, Stripe and SMTP (scripts/test-providers.sh;
+# Temporal CLI on first use, then lint, typecheck with the model check, and the
+# core package's own tests side by side; then vitest (whose global setup starts a
+# dev server and creates a throwaway database). Then, for a whole-suite run (no
+# arguments), side by side: the order, fault and UI tests again on the Temporal
+# server on Postgres (scripts/test-postgres.sh; TEST_POSTGRES=0 skips it), and
+# through the real provider adapters, Stripe and SMTP (scripts/test-providers.sh;
 # TEST_PROVIDERS=0 skips it).
 source "$(dirname "$0")/lib.sh"
 ensure_node_modules
@@ -13,24 +14,53 @@ if [ $# -eq 0 ] && [ "${TEST_POSTGRES:-1}" != 0 ]; then
   ensure_temporal_server
 fi
 ensure_chromium
-echo "[test] lint"
-npm run --silent lint
-echo "[test] typecheck"
-npm run --silent typecheck
-echo "[test] model check (SPIN, docs/MODEL.md)" && npm run --silent model:check
+# Runs "label" "command" pairs side by side, each one's output printed whole when it ends (in the
+# order given); fails when any fails. For steps that wait more than they compute, or that each take
+# one core, on a machine with two.
+side_by_side() {
+  local logs pids=() labels=() failed=0 i status
+  logs="$(mktemp -d)"
+  while [ $# -gt 0 ]; do
+    labels+=("$1")
+    echo "[test] ${1} (output when it ends)"
+    bash -c "$2" >"$logs/${#pids[@]}.log" 2>&1 &
+    pids+=($!)
+    shift 2
+  done
+  # Background jobs of a script ignore Ctrl-C: stop them with the script.
+  trap 'kill "${pids[@]}" 2>/dev/null || true' INT TERM
+  for i in "${!pids[@]}"; do
+    status=0
+    wait "${pids[$i]}" || status=$?
+    echo "[test] ---- ${labels[$i]} (exit ${status}) ----"
+    cat "$logs/$i.log"
+    [ "$status" = 0 ] || failed=1
+  done
+  trap - INT TERM
+  rm -rf "$logs"
+  return "$failed"
+}
+
+checks=(
+  "lint" "npm run --silent lint"
+  "typecheck, then the SPIN model check (docs/MODEL.md)" "npm run --silent typecheck && npm run --silent model:check"
+)
 if [ $# -eq 0 ]; then
   # The core package on its own, as a user installs it: its API reference must build without
   # warnings, and its tests need only Postgres and the Temporal CLI, no part of the app.
-  echo "[test] the core package (packages/onceflow): API reference and its own tests"
-  (cd packages/onceflow && npx typedoc --logLevel Warn && npx vitest run)
+  checks+=("the core package (packages/onceflow): API reference and its own tests"
+    "cd packages/onceflow && npx typedoc --logLevel Warn && npx vitest run")
 fi
+side_by_side "${checks[@]}"
 echo "[test] vitest"
 npx vitest run "$@"
+# The re-runs wait on timers and processes more than they compute, and each has its own databases,
+# Temporal server and ports.
+reruns=()
 if [ $# -eq 0 ] && [ "${TEST_POSTGRES:-1}" != 0 ]; then
-  echo "[test] vitest on the Temporal server on Postgres (scripts/test-postgres.sh)"
-  bash scripts/test-postgres.sh
+  reruns+=("vitest on the Temporal server on Postgres (scripts/test-postgres.sh)" "bash scripts/test-postgres.sh")
 fi
 if [ $# -eq 0 ] && [ "${TEST_PROVIDERS:-1}" != 0 ]; then
-  echo "[test] vitest through the Stripe and SMTP adapters (scripts/test-providers.sh)"
-  bash scripts/test-providers.sh
+  reruns+=("vitest through the Stripe and SMTP adapters (scripts/test-providers.sh)" "bash scripts/test-providers.sh")
 fi
+if [ ${#reruns[@]} -gt 0 ]; then side_by_side "${reruns[@]}"; fi

@@ -45,6 +45,33 @@ export function eventCtes(p: {
                from merchant_delivery d join merchant_event ev on ev.id = d.event_id)`;
 }
 
+/**
+ * Records the event of a terminal status that `ops recover-after-restore` wrote to a restored row
+ * (src/restore/recover.ts): the restore lost the one its transition recorded. Same CTEs, same step
+ * key, so the same event ID; a no-op (false) if the event is there already or the status is not
+ * terminal.
+ */
+export async function recordRestoredEvent(
+  db: Queryable,
+  p: {
+    kind: 'order' | 'refund';
+    terminal: readonly string[];
+    tenantId: string;
+    id: string;
+    stepKey: string;
+    taskQueue: string;
+  },
+): Promise<boolean> {
+  const table = p.kind === 'order' ? 'orders' : 'refunds';
+  const { rows } = await db.query(
+    `with updated as (select * from ${table} where tenant_id = $1 and id = $2),
+           ${eventCtes({ kind: p.kind, terminal: p.terminal, tenant: '$1', stepKey: '$3', taskQueue: '$4' })}
+     select id from merchant_event`,
+    [p.tenantId, p.id, p.stepKey, p.taskQueue],
+  );
+  return rows.length > 0;
+}
+
 // --- endpoints ----------------------------------------------------------------
 
 export interface EndpointRow {

@@ -250,3 +250,31 @@ const SETTLED_BY: Record<string, AnyStep> = {
   reconcileRefund: refundStep,
   settleRefund: refundStep,
 };
+
+/**
+ * The key of the last status write that the history shows for a status, given the key in each
+ * re-drive epoch (stepKeys.status): a terminal status's merchant event ID derives from it. The
+ * workflow names every status write's key in its local activity's summary ("status -> X (key K)",
+ * carried writes included), which the marker keeps. Epoch 0's key when no summary names one (a
+ * history older than summaries).
+ */
+export function lastStatusKey(
+  events: Event[],
+  decode: (payloads: Payloads) => unknown,
+  keyIn: (epoch: number) => string,
+): string {
+  const summaries: string[] = [];
+  for (const e of events) {
+    const summary = e.markerRecordedEventAttributes ? e.userMetadata?.summary : undefined;
+    if (!summary) continue;
+    const text = decode({ payloads: [summary] });
+    if (typeof text === 'string') summaries.push(text);
+  }
+  // Each re-drive is an event of its own (an update, a signal), so no epoch lies beyond the history's length.
+  let epoch = 0;
+  for (let n = 1; n <= events.length && summaries.length > 0; n++) {
+    const named = `(key ${keyIn(n)})`;
+    if (summaries.some((s) => s.includes(named))) epoch = n;
+  }
+  return keyIn(epoch);
+}

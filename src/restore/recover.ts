@@ -51,11 +51,20 @@ import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
 import { withClient, withTransaction, type Pool, type PoolClient } from '../db/index.ts';
 import type { Ledger, OperationRecord, Scope } from 'onceflow';
-import { OPERATION_TYPES, type OrderWorkflowInput } from '../orders/model.ts';
+import {
+  OPERATION_TYPES,
+  TERMINAL_STATUSES,
+  stepKeys,
+  type OrderStatus,
+  type OrderWorkflowInput,
+} from '../orders/model.ts';
 import { OrderLastErrorKey, OrderStatusKey } from '../orders/contract.ts';
 import {
   REFUND_OPERATION_TYPES,
+  REFUND_TERMINAL_STATUSES,
   REFUND_WORKFLOW_TYPE,
+  refundStepKeys,
+  type RefundStatus,
   type RefundWorkflowInput,
 } from '../refunds/contract.ts';
 import { insertAudit } from '../audit/sql.ts';
@@ -66,7 +75,15 @@ import { insertRestoredOrder, syncOrderFromWorkflow } from '../orders/sql.ts';
 import { insertRestoredRefund, recomputeRefundedAmounts, syncRefundFromWorkflow } from '../refunds/sql.ts';
 import type { PaymentProvider } from '../providers/types.ts';
 import { reconcileStep } from '../steps/descriptor.ts';
-import { orderLocalSteps, readStepTraces, rejectionReason, type StepTrace } from './history.ts';
+import {
+  lastStatusKey,
+  orderLocalSteps,
+  readStepTraces,
+  rejectionReason,
+  type Payloads,
+  type StepTrace,
+} from './history.ts';
+import { recordRestoredEvent } from '../merchant-events/sql.ts';
 
 const ORDER_WORKFLOW_TYPE = 'orderWorkflow';
 /** What the SDK names the history marker of a finished local activity. */
@@ -106,6 +123,8 @@ export interface RecoverySummary {
    */
   otherDatabase: { skipped: number; example: string | null };
   rows: { restored: number; broughtForward: number; unchanged: number };
+  /** Merchant events of terminal statuses written to restored rows (the restore lost them with the rows). */
+  events: { recorded: number };
   createRecords: { restored: number; present: number; noMemo: number };
   outbox: { restored: number };
   steps: { final: number; unknown: number; present: number; settledExisting: number };
@@ -187,6 +206,7 @@ export class Recovery {
       workflows: { orders: orders.length, refunds: refunds.length },
       otherDatabase: { skipped: skipped.length, example: skipped[0]?.workflowId ?? null },
       rows: { restored: 0, broughtForward: 0, unchanged: 0 },
+      events: { recorded: 0 },
       createRecords: { restored: 0, present: 0, noMemo: 0 },
       outbox: { restored: 0 },
       steps: { final: 0, unknown: 0, present: 0, settledExisting: 0 },
@@ -265,15 +285,16 @@ export class Recovery {
     const saStatus = described.typedSearchAttributes.get(OrderStatusKey);
     const lastError = described.typedSearchAttributes.get(OrderLastErrorKey) ?? null;
     const tenantId = input.tenantId;
+    const decode = (payloads: Payloads) => this.#decode(payloads);
     const steps = readStepTraces(
       events,
       tenantId,
-      (payloads) => this.#decode(payloads),
+      decode,
       kind === 'order' ? orderLocalSteps(wf, input as OrderWorkflowInput) : undefined,
     );
     const done: string[] = [];
 
-    let rowChanged: 'restored' | 'broughtForward' | 'unchanged';
+    let rowChanged: RestoredRow;
     let refundOf: { tenantId: string; orderId: string } | undefined;
     if (kind === 'order') {
       const o = input as OrderWorkflowInput;
@@ -303,6 +324,17 @@ export class Recovery {
         pool,
         (c) => insertRestoredOrder(c, row),
         (c) => syncOrderFromWorkflow(c, row),
+        (c) =>
+          recordRestoredEvent(c, {
+            kind: 'order',
+            terminal: TERMINAL_STATUSES,
+            tenantId,
+            id: o.orderId,
+            stepKey: lastStatusKey(events, decode, (n) =>
+              stepKeys.status(wf.workflowId, status as OrderStatus, n),
+            ),
+            taskQueue: wf.taskQueue,
+          }),
       );
     } else {
       const r = input as RefundWorkflowInput;
@@ -325,11 +357,26 @@ export class Recovery {
         pool,
         (c) => insertRestoredRefund(c, row),
         (c) => syncRefundFromWorkflow(c, row),
+        (c) =>
+          recordRestoredEvent(c, {
+            kind: 'refund',
+            terminal: REFUND_TERMINAL_STATUSES,
+            tenantId,
+            id: r.refundId,
+            stepKey: lastStatusKey(events, decode, (n) =>
+              refundStepKeys.status(wf.workflowId, status as RefundStatus, n),
+            ),
+            taskQueue: wf.taskQueue,
+          }),
       );
       refundOf = { tenantId, orderId: r.orderId };
     }
-    summary.rows[rowChanged]++;
-    if (rowChanged !== 'unchanged') done.push(rowChanged === 'restored' ? 'row' : 'status');
+    summary.rows[rowChanged.row]++;
+    if (rowChanged.row !== 'unchanged') done.push(rowChanged.row === 'restored' ? 'row' : 'status');
+    if (rowChanged.event) {
+      summary.events.recorded++;
+      done.push('merchant event');
+    }
 
     if (memo) {
       const restored = await ledger.restore(
@@ -512,15 +559,26 @@ export class Recovery {
   }
 }
 
-/** A row inserted where a restore lost it, else brought forward to its workflow (what changed). */
+interface RestoredRow {
+  row: 'restored' | 'broughtForward' | 'unchanged';
+  /** The terminal status's merchant event was recorded (the restore had lost it). */
+  event: boolean;
+}
+
+/**
+ * A row inserted where a restore lost it, else brought forward to its workflow; with it, in the same
+ * transaction as a transition records it, the event of a terminal status it was given. A row the
+ * restore kept as it was has its event already (recorded with its status).
+ */
 async function restoreRow(
   pool: Pool,
   insert: (c: PoolClient) => Promise<boolean>,
   sync: (c: PoolClient) => Promise<boolean>,
-): Promise<'restored' | 'broughtForward' | 'unchanged'> {
-  return withClient(pool, async (c) => {
-    if (await insert(c)) return 'restored';
-    return (await sync(c)) ? 'broughtForward' : 'unchanged';
+  recordEvent: (c: PoolClient) => Promise<boolean>,
+): Promise<RestoredRow> {
+  return withTransaction(pool, async (c) => {
+    const row = (await insert(c)) ? 'restored' : (await sync(c)) ? 'broughtForward' : 'unchanged';
+    return { row, event: row !== 'unchanged' && (await recordEvent(c)) };
   });
 }
 

@@ -25,6 +25,9 @@ import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../
 import { runCharge } from '../../src/steps/payment.ts';
 import { runReceipt } from '../../src/steps/receipt.ts';
 import { OPERATION_TYPES } from '../../src/orders/model.ts';
+import { redriveUpdate } from '../../src/orders/contract.ts';
+import { insertEndpoint } from '../../src/merchant-events/sql.ts';
+import { DELIVERY_WORKFLOW_TYPE } from '../../src/merchant-events/contract.ts';
 
 let stack: OrderStack;
 let api: TestApi;
@@ -68,6 +71,9 @@ async function dbNow(): Promise<Date> {
 
 /** What a restore to a backup taken at `t0` leaves of the product's tables. */
 async function restoreTo(t0: Date): Promise<void> {
+  await api.pool.query('delete from webhook_delivery_attempts where started_at >= $1', [t0]);
+  await api.pool.query('delete from webhook_deliveries where created_at >= $1', [t0]);
+  await api.pool.query('delete from merchant_events where created_at >= $1', [t0]);
   await api.pool.query('delete from workflow_outbox where created_at >= $1', [t0]);
   await api.pool.query('delete from refunds where created_at >= $1', [t0]);
   await api.pool.query('delete from orders where created_at >= $1', [t0]);
@@ -211,6 +217,66 @@ describe('recover-after-restore', () => {
     await stack.startWorker();
     const next = await placeAndFinish('rr-next');
     expect(await stack.charges(next.created.id)).toHaveLength(1);
+  }, 120_000);
+
+  it('records again, under its own ID, the terminal event the restore lost, in the re-drive epoch it came in', async () => {
+    await insertEndpoint(api.pool, {
+      tenantId: tenant.tenantId,
+      id: 'we_rr',
+      url: 'http://127.0.0.1:9/hooks',
+      events: ['order.completed', 'order.needs_attention'],
+      secret: 'whsec_cnJzZWNyZXQ=',
+    });
+    const t0 = await dbNow();
+    // Parked on its receipt (an order.needs_attention event), re-driven, then completed: its
+    // completed status writes under epoch 1's key, and so its event ID derives from that key.
+    await stack.fault('messages.create', 'fail_before', 1000);
+    let started: Awaited<ReturnType<OrderStack['startOrder']>>;
+    try {
+      started = await stack.startOrder({ tenantId: tenant.tenantId });
+      await until(
+        'order parked',
+        async () => (await stack.orderRow(started.input))?.status === 'needs_attention',
+      );
+    } finally {
+      await stack.clearFaults();
+    }
+    const { input, workflowId, handle } = started;
+    const created = { id: input.orderId, workflowId };
+    await handle.executeUpdate(redriveUpdate, { args: [{ actor: 'test', reason: 'email is back' }] });
+    expect(await handle.result()).toMatchObject({ status: 'completed' });
+    const events = async () =>
+      (
+        await api.pool.query<{ id: string; type: string }>(
+          'select id, type from merchant_events where object_id = $1 order by created_at',
+          [created.id],
+        )
+      ).rows;
+    const recorded = await events();
+    expect(recorded.map((e) => e.type)).toEqual(['order.needs_attention', 'order.completed']);
+    const completed = recorded[1]!;
+
+    await stack.stopWorker();
+    await restoreTo(t0);
+    expect(await events()).toEqual([]);
+    const { summary, progress } = await recoverSince(t0);
+    expect(summary.errors).toEqual([]);
+    expect(summary.events.recorded).toBe(1);
+    expect(progress.some((l) => l.includes(created.workflowId) && l.includes('merchant event'))).toBe(true);
+    // The status the row ends in gets its event back, with the ID its transition gave it.
+    expect(await events()).toEqual([completed]);
+    const deliveries = await api.pool.query(
+      `select d.endpoint_id, o.workflow_type from webhook_deliveries d
+         join workflow_outbox o on o.workflow_id = d.workflow_id where d.event_id = $1`,
+      [completed.id],
+    );
+    expect(deliveries.rows).toEqual([{ endpoint_id: 'we_rr', workflow_type: DELIVERY_WORKFLOW_TYPE }]);
+
+    const { summary: again } = await recoverSince(t0);
+    expect(again.events.recorded).toBe(0);
+    expect(await events()).toEqual([completed]);
+    await api.pool.query(`update webhook_endpoints set deleted_at = now() where id = 'we_rr'`);
+    await stack.startWorker();
   }, 120_000);
 
   it('restores the charge of a running order whose first workflow task never finished as unknown, and charges it once', async () => {

@@ -22,6 +22,10 @@
  * start of an ID that ever ran (even one that has completed) fails with
  * WorkflowExecutionAlreadyStartedError, which we count as success. The default
  * policy (ALLOW_DUPLICATE) would start a second run of a completed order.
+ * A merchant delivery is the exception: a closed run of it is started again, because a delivery
+ * row can outlive its run's outcome (a database restore brings it back pending), and a second run
+ * only replays the step the ledger recorded, or, if the ledger lost it too, sends the event again
+ * under its ID, which the receiver dedupes.
  */
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client } from '@temporalio/client';
 import { context } from '@opentelemetry/api';
@@ -30,6 +34,7 @@ import type { Pool } from '../db/index.ts';
 import { contextFromCarrier } from '../tracing/index.ts';
 import { errorFields, log } from '../log.ts';
 import { orderStartSearchAttributes } from '../orders/contract.ts';
+import { DELIVERY_WORKFLOW_TYPE } from '../merchant-events/contract.ts';
 import {
   claimDueOutbox,
   claimOutboxRow,
@@ -170,7 +175,10 @@ export class OutboxRelay {
             args: [row.input],
             // What a recovery after a database restore rebuilds the order's create record from.
             memo,
-            workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+            workflowIdReusePolicy:
+              row.workflow_type === DELIVERY_WORKFLOW_TYPE
+                ? WorkflowIdReusePolicy.ALLOW_DUPLICATE
+                : WorkflowIdReusePolicy.REJECT_DUPLICATE,
             ...(row.workflow_type === ORDER_WORKFLOW_TYPE
               ? { typedSearchAttributes: orderStartSearchAttributes(row.tenant_id) }
               : {}),

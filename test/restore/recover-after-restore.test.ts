@@ -27,23 +27,31 @@ import { runReceipt } from '../../src/steps/receipt.ts';
 import { OPERATION_TYPES } from '../../src/orders/model.ts';
 import { redriveUpdate } from '../../src/orders/contract.ts';
 import { insertEndpoint } from '../../src/merchant-events/sql.ts';
+import { startReceiver, type Receiver } from '../support/webhooks.ts';
 import { DELIVERY_WORKFLOW_TYPE } from '../../src/merchant-events/contract.ts';
 
 let stack: OrderStack;
 let api: TestApi;
 let tenant: { tenantId: string; key: string };
+let merchant: Receiver | undefined;
 
 beforeAll(async () => {
-  stack = await startOrderStack({ startWorker: true });
+  stack = await startOrderStack({
+    startWorker: true,
+    webhooks: { allowPrivate: true, firstRetryMs: 300, maxRetryMs: 1_000 },
+  });
   // A gate that reads on every request, so the test needs no wait for its once-a-second read.
   api = await startApi({
-    env: { TEMPORAL_TASK_QUEUE: stack.taskQueue },
+    env: { TEMPORAL_TASK_QUEUE: stack.taskQueue, WEBHOOK_ALLOW_PRIVATE_URLS: 'true' },
     recovery: (pool) => new RecoveryGate(pool, 0),
   });
+  // The loop that starts what transitions record besides the order (merchant deliveries).
+  api.relay.start();
   tenant = await newTenant(api.pool, 'rr');
 }, 60_000);
 
 afterAll(async () => {
+  await merchant?.close();
   await api?.close();
   await stack?.close();
 });
@@ -223,7 +231,7 @@ describe('recover-after-restore', () => {
     await insertEndpoint(api.pool, {
       tenantId: tenant.tenantId,
       id: 'we_rr',
-      url: 'http://127.0.0.1:9/hooks',
+      url: (merchant = await startReceiver(() => 200)).url,
       events: ['order.completed', 'order.needs_attention'],
       secret: 'whsec_cnJzZWNyZXQ=',
     });
@@ -255,6 +263,14 @@ describe('recover-after-restore', () => {
     const recorded = await events();
     expect(recorded.map((e) => e.type)).toEqual(['order.needs_attention', 'order.completed']);
     const completed = recorded[1]!;
+    const delivery = async () =>
+      (
+        await api.pool.query<{ status: string }>(
+          `select status from webhook_deliveries where endpoint_id = 'we_rr' and event_id = $1`,
+          [completed.id],
+        )
+      ).rows[0]?.status;
+    await until('completed event delivered', async () => (await delivery()) === 'succeeded');
 
     await stack.stopWorker();
     await restoreTo(t0);
@@ -275,8 +291,15 @@ describe('recover-after-restore', () => {
     const { summary: again } = await recoverSince(t0);
     expect(again.events.recorded).toBe(0);
     expect(await events()).toEqual([completed]);
-    await api.pool.query(`update webhook_endpoints set deleted_at = now() where id = 'we_rr'`);
+
+    // Its delivery workflow ran before the restore: a second run settles the restored delivery
+    // (sending it again under the same event ID, as the ledger lost its record), not left pending.
     await stack.startWorker();
+    await until('restored delivery settled', async () => (await delivery()) === 'succeeded');
+    const ids = merchant!.received.map((r) => r.id);
+    expect(ids.filter((id) => id === completed.id).length).toBeGreaterThanOrEqual(2);
+    expect(new Set(ids)).toEqual(new Set(recorded.map((e) => e.id)));
+    await api.pool.query(`update webhook_endpoints set deleted_at = now() where id = 'we_rr'`);
   }, 120_000);
 
   it('restores the charge of a running order whose first workflow task never finished as unknown, and charges it once', async () => {

@@ -12,6 +12,7 @@ import {
   selectOrderIdsByCustomerPrefix,
   selectOrderOutcomes,
   selectOutboxWorkflowIds,
+  selectPendingDeliveries,
   selectRefundOutcomes,
 } from './sql.ts';
 import { selectAllChargeEffects, selectAllMessageEffects } from '../sandbox/sql.ts';
@@ -53,6 +54,10 @@ export async function readOrders(
 
 export async function readOrdersForCustomers(db: pg.Client, customerPrefix: string): Promise<string[]> {
   return selectOrderIdsByCustomerPrefix(db, customerPrefix);
+}
+
+export async function readPendingDeliveries(db: pg.Client, orderIds: readonly string[]): Promise<string[]> {
+  return selectPendingDeliveries(db, orderIds);
 }
 
 export async function readOutbox(db: pg.Client, workflowIds: readonly string[]): Promise<Set<string>> {

@@ -53,7 +53,9 @@ export type ViolationKind =
   /** Two event IDs for one transition (order, type), or one event ID processed twice by the receiver. */
   | 'double_event'
   /** A delivery the receiver refused: a bad signature, or a body that is no order event. */
-  | 'bad_delivery';
+  | 'bad_delivery'
+  /** A delivery row still pending after its event reached the receiver (its workflow will never settle it). */
+  | 'stuck_delivery';
 
 export interface Violation {
   kind: ViolationKind;
@@ -168,6 +170,8 @@ export interface MerchantFacts {
   deliveries: readonly MerchantDelivery[];
   /** Deliveries it refused since the last scenario. */
   rejected: readonly string[];
+  /** This scenario's delivery rows still pending once every terminal event has arrived. */
+  pending: readonly string[];
 }
 
 /** What the receiver saw of this scenario's orders: distinct events, and redeliveries its dedupe absorbed. */
@@ -520,6 +524,13 @@ export function checkMerchantEvents(
   }
   for (const r of merchant.rejected) {
     violations.push({ kind: 'bad_delivery', subject: 'merchant', detail: r });
+  }
+  for (const d of merchant.pending) {
+    violations.push({
+      kind: 'stuck_delivery',
+      subject: d,
+      detail: 'still pending after the merchant got its events',
+    });
   }
   return {
     violations,

@@ -60,6 +60,7 @@ export function formatTable(results: readonly ScenarioResult[], settleSeconds: n
           'replay_mismatch',
           'recovery_failed',
           'bad_delivery',
+          'stuck_delivery',
         ),
       ),
       String(r.seconds),

@@ -20,6 +20,7 @@ import {
   readOrders,
   readOrdersForCustomers,
   readOutbox,
+  readPendingDeliveries,
   readProviderRefunds,
   readRefunds,
   readWorkflows,
@@ -265,7 +266,8 @@ export async function runScenario(
 }
 
 /**
- * Polls until the merchant's receiver has processed every settled order's terminal event, or
+ * Polls until the merchant's receiver has processed every settled order's terminal event and no
+ * delivery row is left pending, or
  * `boundMs` passes. Returns the seconds it took, or null.
  */
 async function waitForDeliveries(
@@ -278,8 +280,11 @@ async function waitForDeliveries(
   const started = Date.now();
   for (;;) {
     try {
-      const orders = await withDb(stack.db.url, (db) => readOrders(db, ids));
-      if (missingEvents(ids, orders, stack.merchant.deliveries).length === 0) {
+      const [orders, pending] = await withDb(
+        stack.db.url,
+        async (db) => [await readOrders(db, ids), await readPendingDeliveries(db, ids)] as const,
+      );
+      if (missingEvents(ids, orders, stack.merchant.deliveries).length === 0 && pending.length === 0) {
         return Math.round((Date.now() - started) / 1000);
       }
     } catch {
@@ -342,6 +347,7 @@ async function judge(
       orders,
       workflowIds,
       outbox: await readOutbox(db, workflowIds),
+      pendingDeliveries: await readPendingDeliveries(db, ids),
       ordersForScenario: await readOrdersForCustomers(db, prefix),
       charges: money.charges,
       // Refund receipts name their order too; they are checked once per key, apart from order receipts.
@@ -350,7 +356,11 @@ async function judge(
       refunds,
     };
   });
-  const merchant = { deliveries: stack.merchant.deliveries, rejected: stack.merchant.takeRejected() };
+  const merchant = {
+    deliveries: stack.merchant.deliveries,
+    rejected: stack.merchant.takeRejected(),
+    pending: facts.pendingDeliveries,
+  };
   const providerRefunds = await readProviderRefunds(stack.sandboxUrl);
   const connection = await stack.temporalConnection();
   let workflows: Set<string>;

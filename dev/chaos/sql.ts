@@ -45,6 +45,17 @@ export async function selectOrderIdsByCustomerPrefix(
 }
 
 /** Which of these workflows have an outbox row (started or not). */
+/** This scenario's orders' merchant deliveries still pending: "<order> <event type> -> <endpoint>". */
+export async function selectPendingDeliveries(db: Queryable, orderIds: readonly string[]): Promise<string[]> {
+  const { rows } = await db.query<{ d: string }>(
+    `select e.order_id || ' ' || e.type || ' -> ' || d.endpoint_id as d
+       from webhook_deliveries d join merchant_events e on e.id = d.event_id
+      where e.order_id = any($1::text[]) and d.status = 'pending'`,
+    [orderIds],
+  );
+  return rows.map((r) => r.d);
+}
+
 export async function selectOutboxWorkflowIds(
   db: Queryable,
   workflowIds: readonly string[],

@@ -364,7 +364,7 @@ describe('merchant webhook invariants', () => {
     const { submissions, facts } = healthy();
     const verdict = checkScenario(submissions, {
       ...facts,
-      merchant: { deliveries: delivered(), rejected: [] },
+      merchant: { deliveries: delivered(), rejected: [], pending: [] },
     });
     expect(verdict.violations).toEqual([]);
     expect(verdict.webhooks).toEqual({ events: 2, redeliveries: 1, missing: 0 });
@@ -378,6 +378,7 @@ describe('merchant webhook invariants', () => {
     const { violations, counts } = checkMerchantEvents(new Set(['o1', 'o2']), facts.orders, {
       deliveries: only,
       rejected: [],
+      pending: [],
     });
     expect(violations).toEqual([expect.objectContaining({ kind: 'missing_event', subject: 'o2' })]);
     expect(counts).toEqual({ events: 1, redeliveries: 0, missing: 1 });
@@ -387,31 +388,43 @@ describe('merchant webhook invariants', () => {
     const wrong = checkMerchantEvents(new Set(['o2']), facts.orders, {
       deliveries: [delivery('o2', 'order.rejected', 'evt_2')],
       rejected: [],
+      pending: [],
     });
     expect(kinds(wrong)).toEqual(['missing_event']);
     // A stuck order owes no event yet (its own rule reports it).
     facts.orders.set('o2', order('o2', 'charging'));
     expect(
-      checkMerchantEvents(new Set(['o2']), facts.orders, { deliveries: [], rejected: [] }).violations,
+      checkMerchantEvents(new Set(['o2']), facts.orders, { deliveries: [], rejected: [], pending: [] })
+        .violations,
     ).toEqual([]);
   });
 
-  it('flags two event IDs for one transition, an event processed twice, and a refused delivery', () => {
+  it('flags two event IDs for one transition, an event processed twice, a refused delivery and one left pending', () => {
     const { facts } = healthy();
     const scope = new Set(['o1', 'o2']);
     const twoIds = [...delivered(), delivery('o1', 'order.completed', 'evt_1b')];
-    expect(checkMerchantEvents(scope, facts.orders, { deliveries: twoIds, rejected: [] }).violations).toEqual(
-      [expect.objectContaining({ kind: 'double_event', subject: 'o1 order.completed' })],
-    );
+    expect(
+      checkMerchantEvents(scope, facts.orders, { deliveries: twoIds, rejected: [], pending: [] }).violations,
+    ).toEqual([expect.objectContaining({ kind: 'double_event', subject: 'o1 order.completed' })]);
     const twice = [...delivered(), delivery('o2', 'order.rejected', 'evt_2')];
-    expect(checkMerchantEvents(scope, facts.orders, { deliveries: twice, rejected: [] }).violations).toEqual([
-      expect.objectContaining({ kind: 'double_event', subject: 'evt_2' }),
-    ]);
+    expect(
+      checkMerchantEvents(scope, facts.orders, { deliveries: twice, rejected: [], pending: [] }).violations,
+    ).toEqual([expect.objectContaining({ kind: 'double_event', subject: 'evt_2' })]);
     const bad = checkMerchantEvents(scope, facts.orders, {
       deliveries: delivered(),
       rejected: ['evt_3: No matching signature found'],
+      pending: [],
     });
     expect(kinds(bad)).toEqual(['bad_delivery']);
+    // A delivery row its workflow will never settle (a closed run the relay would not start again).
+    const stuck = checkMerchantEvents(scope, facts.orders, {
+      deliveries: delivered(),
+      rejected: [],
+      pending: ['o1 order.completed -> we_1'],
+    });
+    expect(stuck.violations).toEqual([
+      expect.objectContaining({ kind: 'stuck_delivery', subject: 'o1 order.completed -> we_1' }),
+    ]);
   });
 });
 

@@ -270,9 +270,12 @@ export function lastStatusKey(
     const text = decode({ payloads: [summary] });
     if (typeof text === 'string') summaries.push(text);
   }
-  // Each re-drive is an event of its own (an update, a signal), so no epoch lies beyond the history's length.
+  // An epoch opens only when a parked run wakes to an update or a signal: no more epochs than those.
+  const wakes = events.filter(
+    (e) => e.workflowExecutionSignaledEventAttributes || e.workflowExecutionUpdateAcceptedEventAttributes,
+  ).length;
   let epoch = 0;
-  for (let n = 1; n <= events.length && summaries.length > 0; n++) {
+  for (let n = 1; n <= wakes && summaries.length > 0; n++) {
     const named = `(key ${keyIn(n)})`;
     if (summaries.some((s) => s.includes(named))) epoch = n;
   }

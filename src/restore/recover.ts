@@ -86,7 +86,6 @@ import {
 import { recordRestoredEvent } from '../merchant-events/sql.ts';
 
 const ORDER_WORKFLOW_TYPE = 'orderWorkflow';
-/** What the SDK names the history marker of a finished local activity. */
 /** Default margin before T0: a backup's "taken at" is rarely exact to the second. */
 const DEFAULT_RESTORE_MARGIN_MS = 5 * 60_000;
 

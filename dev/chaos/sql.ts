@@ -44,7 +44,6 @@ export async function selectOrderIdsByCustomerPrefix(
   return rows.map((r) => r.id);
 }
 
-/** Which of these workflows have an outbox row (started or not). */
 /** This scenario's orders' merchant deliveries still pending: "<order> <event type> -> <endpoint>". */
 export async function selectPendingDeliveries(db: Queryable, orderIds: readonly string[]): Promise<string[]> {
   const { rows } = await db.query<{ d: string }>(
@@ -56,6 +55,7 @@ export async function selectPendingDeliveries(db: Queryable, orderIds: readonly 
   return rows.map((r) => r.d);
 }
 
+/** Which of these workflows have an outbox row (started or not). */
 export async function selectOutboxWorkflowIds(
   db: Queryable,
   workflowIds: readonly string[],

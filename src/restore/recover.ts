@@ -565,8 +565,8 @@ interface RestoredRow {
 }
 
 /**
- * A row inserted where a restore lost it, else brought forward to its workflow; with it, in the same
- * transaction as a transition records it, the event of a terminal status it was given. A row the
+ * A row inserted where a restore lost it, else brought forward to its workflow; in the same
+ * transaction, as its transition would have, the event of the terminal status it now has. A row the
  * restore kept as it was has its event already (recorded with its status).
  */
 async function restoreRow(

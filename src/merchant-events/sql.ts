@@ -284,9 +284,12 @@ export async function recordAttempt(db: Queryable, a: AttemptRecord): Promise<nu
        insert into webhook_delivery_attempts
               (endpoint_id, event_id, attempt, started_at, latency_ms, status_code, error, response_excerpt)
        select $1, $2, attempts, $3, $4, $6, $7, $5 from counted)
+     -- started_at comes from the worker's clock in milliseconds, window_start from now() in microseconds:
+     -- an attempt in the window's first millisecond belongs to it.
      select count(a.*)::integer as before
        from counted c left join webhook_delivery_attempts a
-         on a.endpoint_id = $1 and a.event_id = $2 and a.started_at >= c.window_start
+         on a.endpoint_id = $1 and a.event_id = $2
+        and a.started_at >= date_trunc('milliseconds', c.window_start)
       group by c.attempts`,
     [a.endpointId, a.eventId, a.startedAt, Math.round(a.latencyMs), a.responseExcerpt, a.statusCode, a.error],
   );

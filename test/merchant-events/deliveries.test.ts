@@ -134,11 +134,11 @@ describe('merchant webhooks', () => {
     await until('recorded', async () => (await delivery(ep.id, eventId))?.status === 'succeeded', {
       timeoutMs: 10_000,
     });
-    const attempt = () =>
+    const attempt = (startedAt = new Date()) =>
       recordAttempt(api.pool, {
         endpointId: ep.id,
         eventId,
-        startedAt: new Date(),
+        startedAt,
         latencyMs: 1,
         statusCode: 500,
         error: null,
@@ -147,12 +147,15 @@ describe('merchant webhooks', () => {
     expect(await attempt()).toBe(1);
     expect(await attempt()).toBe(2);
     // A redelivery starts a window of its own: its first failure waits the first retry's delay again.
-    await api.pool.query(
-      'update webhook_deliveries set redelivered_at = now() where endpoint_id = $1 and event_id = $2',
+    // Its attempts may start in the same millisecond as the redelivery's microsecond timestamp.
+    const { rows } = await api.pool.query<{ at: Date }>(
+      `update webhook_deliveries set redelivered_at = date_trunc('milliseconds', now()) + interval '500 microseconds'
+        where endpoint_id = $1 and event_id = $2 returning redelivered_at as at`,
       [ep.id, eventId],
     );
-    expect(await attempt()).toBe(0);
-    expect(await attempt()).toBe(1);
+    const sameMillisecond = rows[0]!.at;
+    expect(await attempt(sameMillisecond)).toBe(0);
+    expect(await attempt(sameMillisecond)).toBe(1);
     expect((await delivery(ep.id, eventId))?.attempts).toBe(5);
   });
 

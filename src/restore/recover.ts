@@ -292,6 +292,17 @@ export class Recovery {
       kind === 'order' ? orderLocalSteps(wf, input as OrderWorkflowInput) : undefined,
     );
     const done: string[] = [];
+    // The event of the terminal status a restored row now has, under its status write's key.
+    const terminalEvent =
+      (kind: 'order' | 'refund', id: string, keyIn: (epoch: number) => string) => (c: PoolClient) =>
+        recordRestoredEvent(c, {
+          kind,
+          terminal: kind === 'order' ? TERMINAL_STATUSES : REFUND_TERMINAL_STATUSES,
+          tenantId,
+          id,
+          stepKey: lastStatusKey(events, decode, keyIn),
+          taskQueue: wf.taskQueue,
+        });
 
     let rowChanged: RestoredRow;
     let refundOf: { tenantId: string; orderId: string } | undefined;
@@ -323,17 +334,7 @@ export class Recovery {
         pool,
         (c) => insertRestoredOrder(c, row),
         (c) => syncOrderFromWorkflow(c, row),
-        (c) =>
-          recordRestoredEvent(c, {
-            kind: 'order',
-            terminal: TERMINAL_STATUSES,
-            tenantId,
-            id: o.orderId,
-            stepKey: lastStatusKey(events, decode, (n) =>
-              stepKeys.status(wf.workflowId, status as OrderStatus, n),
-            ),
-            taskQueue: wf.taskQueue,
-          }),
+        terminalEvent('order', o.orderId, (n) => stepKeys.status(wf.workflowId, status as OrderStatus, n)),
       );
     } else {
       const r = input as RefundWorkflowInput;
@@ -356,17 +357,9 @@ export class Recovery {
         pool,
         (c) => insertRestoredRefund(c, row),
         (c) => syncRefundFromWorkflow(c, row),
-        (c) =>
-          recordRestoredEvent(c, {
-            kind: 'refund',
-            terminal: REFUND_TERMINAL_STATUSES,
-            tenantId,
-            id: r.refundId,
-            stepKey: lastStatusKey(events, decode, (n) =>
-              refundStepKeys.status(wf.workflowId, status as RefundStatus, n),
-            ),
-            taskQueue: wf.taskQueue,
-          }),
+        terminalEvent('refund', r.refundId, (n) =>
+          refundStepKeys.status(wf.workflowId, status as RefundStatus, n),
+        ),
       );
       refundOf = { tenantId, orderId: r.orderId };
     }

@@ -15,7 +15,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.ts';
-import { assertPortFree, freePort } from '../../src/process/ports.ts';
+import { assertPortFree, freePortRange } from '../../src/process/ports.ts';
 import { ensureTemporalCli } from '../../dev/devserver/temporal.ts';
 import { closedToOthers } from '../../dev/postgres/embedded.ts';
 import { isRunning, spawnNode, waitOutput, type Proc } from '../support/processes.ts';
@@ -59,7 +59,9 @@ function service(name, command, args, env) {
     stopGraceMs: 1000,
   });
   services.push(s);
-  return s.start().then(() => {
+  // A child that fails to come up shows its own output (an EADDRINUSE, a stack trace).
+  const failed = (err) => { throw new Error(err.message + '; its output:\\n' + lines.join('\\n')); };
+  return s.start().catch(failed).then(() => {
     const [, pid, grandchild] = lines.find((l) => l.startsWith('ready')).split(' ');
     pids[name] = Number(pid);
     if (grandchild) pids.grandchild = Number(grandchild);
@@ -96,13 +98,17 @@ const supervisors: Proc[] = [];
 const seen = new Set<number>();
 
 beforeAll(async () => {
+  // Below the ephemeral range: the second supervisor takes the same ports after the first one's
+  // kill -9, and meanwhile an outgoing connection or another test's freePort could take an
+  // ephemeral one (seen in CI: the stubborn child's listen failed on the way back up).
+  const base = await freePortRange(6);
   const port = {
-    serve: await freePort(),
-    stubborn: await freePort(),
-    grandchild: await freePort(),
-    temporal: await freePort(),
-    temporalMetrics: await freePort(),
-    postgres: await freePort(),
+    serve: base,
+    stubborn: base + 1,
+    grandchild: base + 2,
+    temporal: base + 3,
+    temporalMetrics: base + 4,
+    postgres: base + 5,
   };
   ports = Object.values(port).filter((p) => withPostgres || p !== port.postgres);
   env = {

@@ -49,7 +49,8 @@ const DEV_SERVER_SQLITE_PRAGMAS: Readonly<Record<string, string>> = {
  * default; the server flag is off unless set). Worker Versioning (Worker
  * Deployments, docs/UPGRADING.md) as on the Postgres-backed server
  * (deploy/temporal/dynamicconfig.yaml): on by default in server 1.29, set
- * explicitly because the deploy story depends on it.
+ * explicitly because the deploy story depends on it. The transfer queue's
+ * poll rate as there too (that file says why).
  */
 const DEV_SERVER_DYNAMIC_CONFIG: Readonly<Record<string, string>> = {
   'system.enableActivityEagerExecution': 'true',
@@ -57,6 +58,7 @@ const DEV_SERVER_DYNAMIC_CONFIG: Readonly<Record<string, string>> = {
   'frontend.workerVersioningWorkflowAPIs': 'true',
   'matching.numTaskqueueReadPartitions': '1',
   'matching.numTaskqueueWritePartitions': '1',
+  'history.transferProcessorMaxPollRPS': '1000',
 };
 
 type Log = (line: string) => void;

@@ -154,6 +154,8 @@ describe('Temporal server on Postgres: config', () => {
     // One task queue partition for one worker deployment (docs/DEPLOYING.md).
     expect(dynamic['matching.numTaskqueueReadPartitions'][0].value).toBe(1);
     expect(dynamic['matching.numTaskqueueWritePartitions'][0].value).toBe(1);
+    // The transfer queue loads new tasks without waiting for a 20/s token (docs/BENCHMARKS.md).
+    expect(dynamic['history.transferProcessorMaxPollRPS'][0].value).toBe(1000);
     expect(config.dynamicConfigClient.filepath).toBe(files.dynamicConfigFile);
     // The same file compose mounts (test/deploy/compose.test.ts), byte for byte.
     expect(fs.readFileSync(files.dynamicConfigFile, 'utf8')).toBe(

@@ -250,7 +250,7 @@ export interface DevServerOptions {
   log?: Log;
   /** SQLite pragmas for the state file; DEV_SERVER_SQLITE_PRAGMAS unless given. */
   sqlitePragmas?: Readonly<Record<string, string>>;
-  /** Dynamic config values; DEV_SERVER_DYNAMIC_CONFIG unless given. */
+  /** Dynamic config values set on top of DEV_SERVER_DYNAMIC_CONFIG (a bench's lever changes one key). */
   dynamicConfig?: Readonly<Record<string, string>>;
   /** Where the server serves its own Prometheus metrics (loopback); a random port unless given. */
   metricsPort?: number;
@@ -286,7 +286,7 @@ export async function startDevServer(opts: DevServerOptions): Promise<DevServer>
       '--sqlite-pragma',
       `${k}=${v}`,
     ]),
-    ...Object.entries(opts.dynamicConfig ?? DEV_SERVER_DYNAMIC_CONFIG).flatMap(([k, v]) => [
+    ...Object.entries({ ...DEV_SERVER_DYNAMIC_CONFIG, ...opts.dynamicConfig }).flatMap(([k, v]) => [
       '--dynamic-config-value',
       `${k}=${v}`,
     ]),

@@ -8,6 +8,27 @@
 # through the real provider adapters, Stripe and SMTP (scripts/test-providers.sh;
 # TEST_PROVIDERS=0 skips it).
 source "$(dirname "$0")/lib.sh"
+# One line per step, printed last whether the run passed or not, so a CI log ends with the whole
+# run's outcome (each vitest run's own summary is above, with its output).
+summary="$(mktemp)"
+started=$SECONDS
+print_summary() {
+  local status=$?
+  echo "[test] ==== summary: $([ "$status" = 0 ] && echo passed || echo "FAILED (exit ${status})") in $((SECONDS - started)) s ===="
+  cat "$summary"
+  rm -f "$summary"
+}
+trap print_summary EXIT
+# record LABEL STATUS [TESTS]: TESTS is vitest's "Tests ..." line, when the step ran vitest.
+record() {
+  local verdict=passed
+  [ "$2" = 0 ] || verdict="FAILED (exit $2)"
+  echo "  ${verdict}: $1${3:+ -- $3}" >>"$summary"
+}
+# The last "Tests ..." line of a vitest output, without colours.
+tests_line() {
+  sed 's/\x1b\[[0-9;]*m//g' "$1" | grep -E '^ +Tests +[0-9]' | sed -E 's/^ +//; s/ +/ /g' | tail -1 || true
+}
 ensure_node_modules
 ensure_temporal_cli
 if [ $# -eq 0 ] && [ "${TEST_POSTGRES:-1}" != 0 ]; then
@@ -34,6 +55,7 @@ side_by_side() {
     wait "${pids[$i]}" || status=$?
     echo "[test] ---- ${labels[$i]} (exit ${status}) ----"
     cat "$logs/$i.log"
+    record "${labels[$i]}" "$status" "$(tests_line "$logs/$i.log")"
     [ "$status" = 0 ] || failed=1
   done
   trap - INT TERM
@@ -53,7 +75,17 @@ if [ $# -eq 0 ]; then
 fi
 side_by_side "${checks[@]}"
 echo "[test] vitest"
-npx vitest run "$@"
+# Its output stays on the terminal (a TTY keeps vitest's live view); the counts come from its JSON.
+counts="$(mktemp)"
+status=0
+npx vitest run --reporter=default --reporter=json --outputFile.json="$counts" "$@" || status=$?
+record "vitest on the Temporal dev server" "$status" "$(node -e '
+  const r = JSON.parse(require("node:fs").readFileSync(process.argv[1], "utf8"));
+  const skipped = r.numPendingTests + r.numTodoTests;
+  console.log(`Tests ${r.numPassedTests} passed, ${r.numFailedTests} failed, ${skipped} skipped (${r.numTotalTests})`);
+' "$counts" 2>/dev/null || true)"
+rm -f "$counts"
+[ "$status" = 0 ] || exit "$status"
 # The re-runs wait on timers and processes more than they compute, and each has its own databases,
 # Temporal server and ports.
 reruns=()

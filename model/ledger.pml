@@ -292,15 +292,20 @@ T_RECONCILE_OWNED:
 #endif
          :: else -> skip
          fi;
-         /* heartbeat renewal before acting: Ledger.extend / sql.extendOwnedLease */
+         /* renewal before acting after a takeover (Ledger.extend / sql.extendOwnedLease); a fresh
+            claim's own answer is its proof, like a renewal's (a zombie past either relies on A3) */
+         if
+         :: takeover ->
 T_EXTEND_PERFORM:
-         atomic {
-           if
-           :: owner == tok && rs == R_INPROG -> lease = L_LIVE
-           :: else -> r = A_RETRY               /* ownership_lost: stop before acting */
-           fi;
-           BAIL
-         };
+           atomic {
+             if
+             :: owner == tok && rs == R_INPROG -> lease = L_LIVE
+             :: else -> r = A_RETRY             /* ownership_lost: stop before acting */
+             fi;
+             BAIL
+           }
+         :: else -> skip
+         fi;
 T_PERFORM:
          atomic {
            inflight[w] = false;

@@ -653,8 +653,9 @@ export class Ledger {
   /**
    * External mode: replay, or claim -> (takeover: reconcile first) -> perform under the downstream
    * key -> complete, all fenced.
-   * - The lease is renewed while the claim is held, and once more right before perform: a refused
-   *   renewal throws ownership_lost without performing.
+   * - The lease is renewed while the claim is held, and once more right before perform unless the
+   *   claim is fresh and younger than a renewal interval: a refused renewal throws ownership_lost
+   *   without performing.
    * - After a `not_found` reconcile it performs under the SAME key only inside `opts.keyWindowMs`;
    *   outside, the record stays unknown (outcome_unknown).
    * - A definite failure from perform releases the claim and rethrows; any other error marks the
@@ -677,9 +678,14 @@ export class Ledger {
     // No replay probe: external replays are rare, and the claim's conflict path answers them.
     const claim = await this.#claim(scope, input.schemaVersion, fp, leaseMs);
     if (claim.kind === 'replay') return this.#externalResult<T>(claim.record, true, false);
+    const claimedAt = performance.now();
     const lease = this.#keepAlive(scope, claim.ownerToken, leaseMs, renewEveryMs, opts.heartbeat);
+    // A fresh claim's own answer proves ownership as a renewal would, while less than a renewal
+    // interval has passed since; a takeover reconciled first, so it renews (docs/MODEL.md).
+    const stillOwned = () =>
+      !claim.takeover && performance.now() - claimedAt < renewEveryMs ? Promise.resolve() : lease.check();
     try {
-      return await this.#runClaimed(scope, claim, handlers, lease.check, keyWindowMs);
+      return await this.#runClaimed(scope, claim, handlers, stillOwned, keyWindowMs);
     } finally {
       lease.stop();
     }
@@ -922,11 +928,15 @@ export class Ledger {
   async getMany(
     tenantId: string,
     refs: readonly { operationType: string; key: string }[],
+    /** Where to read: a transaction, or a client sending it with others (onceflow/postgres `pipelined`). */
+    db?: Queryable,
   ): Promise<OperationRecord[]> {
     if (refs.length > MAX_LIST_LIMIT) {
       throw new LedgerError('invalid_input', `at most ${MAX_LIST_LIMIT} keys per read`);
     }
-    const rows = await withClient(this.#pool, (c) => sql.selectOperationsByKeys(c, tenantId, refs));
+    const rows = db
+      ? await sql.selectOperationsByKeys(db, tenantId, refs)
+      : await withClient(this.#pool, (c) => sql.selectOperationsByKeys(c, tenantId, refs));
     return rows.map(sql.toRecord);
   }
 

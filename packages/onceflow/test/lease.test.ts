@@ -199,6 +199,45 @@ describe('runExternal renews its lease while the attempt runs', () => {
     expect(await leaseRow(scope)).toMatchObject({ state: 'succeeded', lease_expires_at: null });
   });
 
+  it("a fresh claim performs on its claim's own lease (no renewal first); a takeover renews before it performs", async () => {
+    const ledger = new Ledger(pool);
+    // The lease when perform starts, past the claim's own `now() + lease` (a claim or a takeover sets
+    // updated_at, a renewal does not): 0 when nobody renewed.
+    const renewedBy = async (scope: Scope) => {
+      const { rows } = await pool.query<{ ms: number }>(
+        `select extract(epoch from lease_expires_at - updated_at) * 1000 - 60000 as ms from operations
+          where tenant_id = $1 and operation_type = $2 and key = $3`,
+        [scope.tenantId, scope.operationType, scope.key],
+      );
+      return Number(rows[0]!.ms);
+    };
+    const run = (scope: Scope, seen: number[]) =>
+      ledger.runExternal<Charge>(
+        scope,
+        input,
+        {
+          perform: async () => {
+            seen.push(await renewedBy(scope));
+            return { state: 'succeeded', result: { chargeId: 'ch_lease' } };
+          },
+          reconcile: async () => ({ state: 'not_found' }),
+        },
+        { leaseMs: 60_000 },
+      );
+    const fresh = scopeFor('renew-fresh');
+    const freshSeen: number[] = [];
+    await run(fresh, freshSeen);
+    expect(freshSeen).toEqual([0]);
+
+    const taken = scopeFor('renew-takeover');
+    const first = await claimed(ledger, taken, 60_000);
+    await ledger.markUnknown(taken, first.ownerToken, { reason: 'perform_error' });
+    const takenSeen: number[] = [];
+    await run(taken, takenSeen);
+    expect(takenSeen).toHaveLength(1);
+    expect(takenSeen[0]).toBeGreaterThan(0);
+  });
+
   it('a claim lost while reconciling stops the attempt before it performs, and it does not complete', async () => {
     const log = eventLog();
     const ledger = new Ledger(pool, { hooks: log });

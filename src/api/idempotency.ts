@@ -6,6 +6,7 @@
  * a malformed sf-string is a 400, never guessed at.
  */
 import type { FastifyRequest } from 'fastify';
+import type pg from 'pg';
 import type { PoolClient } from '../db/index.ts';
 import { ProblemError } from '../http/problems.ts';
 import { isLedgerError, type Json, type Ledger, type Scope } from 'onceflow';
@@ -105,10 +106,12 @@ export async function idempotentTransaction<T extends Json>(
   ledger: Ledger,
   scope: Scope,
   request: IdempotentRequest,
-  body: (tx: PoolClient) => Promise<T>,
+  body: (tx: PoolClient, first: pg.QueryResult[]) => Promise<T>,
+  /** Sent with BEGIN and the claim, in one write (the ledger's `first`); their results are body's second argument. */
+  first?: readonly pg.QueryConfig[],
 ): Promise<{ result: T; replayed: boolean }> {
   try {
-    return await ledger.runLocal<T>(scope, idempotentLedgerInput(request), body);
+    return await ledger.runLocal<T>(scope, idempotentLedgerInput(request), body, first ? { first } : {});
   } catch (err) {
     throw asProblem(err);
   }

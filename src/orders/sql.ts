@@ -66,8 +66,11 @@ export interface NewOrder {
 export async function insertAcceptedOrder(
   db: Queryable,
   o: NewOrder,
+  /** insertAcceptedOrderStatement's result, when the caller already sent it (pipelined, in `db`'s transaction). */
+  sent?: pg.QueryResult,
 ): Promise<{ row: OrderRow; duplicateOf?: undefined } | { row?: undefined; duplicateOf: string }> {
-  const row = (await db.query<OrderRow>(insertAcceptedOrderStatement(o))).rows[0];
+  const row = (sent ?? (await db.query<OrderRow>(insertAcceptedOrderStatement(o)))).rows[0] as
+    OrderRow | undefined;
   if (row) return { row };
   const { rows } = await db.query<{ id: string }>(
     'select id from orders where tenant_id = $1 and merchant_reference = $2',
@@ -78,7 +81,7 @@ export async function insertAcceptedOrder(
 }
 
 /** insertAcceptedOrder's statement; the result's one row is the OrderRow. */
-function insertAcceptedOrderStatement(o: NewOrder): pg.QueryConfig {
+export function insertAcceptedOrderStatement(o: NewOrder): pg.QueryConfig {
   return {
     text: `insert into orders (tenant_id, id, workflow_id, status, amount, currency, customer_id, customer_email,
                                items, payment_method, merchant_reference)

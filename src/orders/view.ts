@@ -3,8 +3,9 @@
  * (src/merchant-events), so both read the same function.
  */
 import type { Ledger, OperationRecord } from 'onceflow';
-import { publicReason } from './model.ts';
-import type { OrderRow } from './sql.ts';
+import { pipelined, withClient, type Pool } from 'onceflow/postgres';
+import { orderWorkflowId, publicReason } from './model.ts';
+import { getOrder, type OrderRow } from './sql.ts';
 import { readOrderStepRecords } from './step-records.ts';
 
 function iso(d: Date | string | null): string | null {
@@ -43,14 +44,49 @@ function stepView(workflowId: string, r: OperationRecord) {
   };
 }
 
-async function readSteps(ledger: Ledger, tenantId: string, workflowId: string) {
-  return (await readOrderStepRecords(ledger, tenantId, workflowId)).map((r) => stepView(workflowId, r));
+/**
+ * An order and its steps' records in one round trip: both reads leave in one write on one
+ * connection and run in that order, so the records are at least as new as the row. Null: no order.
+ */
+export async function readOrderWithSteps(
+  pool: Pool,
+  ledger: Ledger,
+  tenantId: string,
+  orderId: string,
+): Promise<{ row: OrderRow; records: OperationRecord[] } | null> {
+  const workflowId = orderWorkflowId(tenantId, orderId);
+  const read = await withClient(pool, async (c) => {
+    const [row, records] = await pipelined<[OrderRow | null, OperationRecord[]]>(c, () => [
+      getOrder(c, tenantId, orderId),
+      readOrderStepRecords(ledger, tenantId, workflowId, c),
+    ]);
+    // Thrown inside withClient, so a client whose read failed is discarded.
+    if (row.status === 'rejected') throw row.reason;
+    if (records.status === 'rejected') throw records.reason;
+    return { row: row.value, records: records.value };
+  });
+  if (!read.row) return null;
+  // Every order's workflow ID is derived so; a row that says otherwise is read by its own.
+  if (read.row.workflow_id !== workflowId) {
+    return { row: read.row, records: await readOrderStepRecords(ledger, tenantId, read.row.workflow_id) };
+  }
+  return { row: read.row, records: read.records };
 }
 
-/** GET /v1/orders/{id}'s body, which POST /v1/orders answers too when a `Prefer: wait` sees the order finish. */
-export async function orderDetail(ledger: Ledger, tenantId: string, row: OrderRow) {
+/**
+ * GET /v1/orders/{id}'s body, which POST /v1/orders answers too when a `Prefer: wait` sees the order
+ * finish, and a merchant event carries. `records`: the steps' records when already read with the row.
+ */
+export async function orderDetail(
+  ledger: Ledger,
+  tenantId: string,
+  row: OrderRow,
+  records?: OperationRecord[],
+) {
   // Only the workflow's own step keys: a client's Idempotency-Key (http.create_order) is never read.
-  const steps = await readSteps(ledger, tenantId, row.workflow_id);
+  const steps = (records ?? (await readOrderStepRecords(ledger, tenantId, row.workflow_id))).map((r) =>
+    stepView(row.workflow_id, r),
+  );
   return {
     ...orderView(row),
     chargeId: row.charge_id,

@@ -168,6 +168,30 @@ export function inOneWrite<T>(client: Queryable, send: () => T): T {
 }
 
 /**
+ * Sends several statements in one network write (pg's pipeline mode, on for this client only while
+ * they are in flight). Each keeps its own Sync, so they run as if sent separately: an error does
+ * not skip the next (inside a transaction the next fails with 25P02; a COMMIT there rolls back).
+ */
+export async function pipelined<T extends readonly unknown[]>(
+  client: Queryable,
+  send: () => { readonly [K in keyof T]: Promise<T[K]> },
+): Promise<{ -readonly [K in keyof T]: PromiseSettledResult<T[K]> }> {
+  // pg reads this field at every send, so it can be set per client (its typings say read-only).
+  const mode = client as unknown as { pipeline?: boolean };
+  if (typeof mode.pipeline !== 'boolean' || mode.pipeline) {
+    // Not a node-postgres client (or one that pipelines anyway): plain sends, same results.
+    return Promise.allSettled(send()) as never;
+  }
+  mode.pipeline = true;
+  try {
+    return (await Promise.allSettled(inOneWrite(client, send))) as never;
+  } finally {
+    // Every statement has answered, so nothing left on the wire confuses the non-pipelined mode.
+    mode.pipeline = false;
+  }
+}
+
+/**
  * The one retry loop for database work that may be run again as a whole: a
  * transaction that lost a serialization race or a deadlock, or a ledger
  * step whose record changed between two of its statements.

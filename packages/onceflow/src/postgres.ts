@@ -8,6 +8,7 @@
 export {
   withClient,
   withTransaction,
+  pipelined,
   isSqlState,
   SQLSTATE,
   backoffMs,

@@ -10,7 +10,7 @@
  * who may take over.
  */
 import type pg from 'pg';
-import { inOneWrite, type Queryable } from './db.ts';
+import { pipelined, type Queryable } from './db.ts';
 import type { FinalState, Json, ListFilter, OperationRecord, OperationState, Scope } from './types.ts';
 
 const COLUMNS = `tenant_id, operation_type, key, fingerprint, schema_version, state, owner_token,
@@ -109,30 +109,6 @@ export async function selectOperationForUpdate(db: Queryable, scope: Scope): Pro
       pk(scope),
     ),
   );
-}
-
-/**
- * Sends several statements in one network write (pg's pipeline mode, on for this client only while
- * they are in flight). Each keeps its own Sync, so they run as if sent separately: an error does
- * not skip the next (inside a transaction the next fails with 25P02; a COMMIT there rolls back).
- */
-async function pipelined<T extends readonly unknown[]>(
-  client: Queryable,
-  send: () => { readonly [K in keyof T]: Promise<T[K]> },
-): Promise<{ -readonly [K in keyof T]: PromiseSettledResult<T[K]> }> {
-  // pg reads this field at every send, so it can be set per client (its typings say read-only).
-  const mode = client as unknown as { pipeline?: boolean };
-  if (typeof mode.pipeline !== 'boolean' || mode.pipeline) {
-    // Not a node-postgres client (or one that pipelines anyway): plain sends, same results.
-    return Promise.allSettled(send()) as never;
-  }
-  mode.pipeline = true;
-  try {
-    return (await Promise.allSettled(inOneWrite(client, send))) as never;
-  } finally {
-    // Every statement has answered, so nothing left on the wire confuses the non-pipelined mode.
-    mode.pipeline = false;
-  }
 }
 
 function settledValue<T>(outcome: PromiseSettledResult<T>): T {

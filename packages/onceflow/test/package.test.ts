@@ -201,6 +201,7 @@ try {
         'SQLSTATE',
         'backoffMs',
         'isSqlState',
+        'pipelined',
         'withClient',
         'withTransaction',
       ]);

@@ -45,8 +45,15 @@ import {
   jsonResponse,
   problemResponse,
 } from '../../http/openapi.ts';
-import { orderDetail, orderView } from '../../orders/view.ts';
-import { getOrder, insertAcceptedOrder, listOrders, type OrderRow } from '../../orders/sql.ts';
+import { orderDetail, orderView, readOrderWithSteps } from '../../orders/view.ts';
+import type { OperationRecord } from 'onceflow';
+import {
+  getOrder,
+  insertAcceptedOrder,
+  insertAcceptedOrderStatement,
+  listOrders,
+  type OrderRow,
+} from '../../orders/sql.ts';
 import { insertOutbox, type OutboxRow } from '../../outbox/sql.ts';
 import { createMemo } from '../../restore/memo.ts';
 import { ORDER_WORKFLOW_TYPE } from '../outbox.ts';
@@ -137,8 +144,8 @@ function decodeCursor(cursor: string): { createdUs: string; id: string } {
 
 /**
  * The whole transaction of POST /v1/orders: the idempotency record, the order row and its start
- * intent commit together or not at all. A retried transaction runs the body again with a new order
- * ID, so `startIntent` is the one that committed.
+ * intent commit together or not at all. A retried transaction runs the body again (same order ID:
+ * the try before rolled back), so `startIntent` is the one that committed.
  */
 async function createOrderOnce(
   { ledger, relay, config }: ApiContext,
@@ -154,25 +161,26 @@ async function createOrderOnce(
     path: CREATE_ORDER_PATH,
     body: order,
   };
+  const orderId = newOrderId();
+  const workflowId = orderWorkflowId(tenantId, orderId);
+  const newOrder = {
+    tenantId,
+    orderId,
+    workflowId,
+    amount: order.amount,
+    currency: order.currency,
+    customerId: order.customer.id,
+    customerEmail: order.customer.email,
+    items: order.items,
+    paymentMethod: order.paymentMethod,
+    merchantReference: order.merchantReference ?? null,
+  };
   const { result, replayed } = await idempotentTransaction<StoredResponse>(
     ledger,
     { tenantId, operationType: OPERATION_TYPES.createOrder, key },
     createRequest,
-    async (tx) => {
-      const orderId = newOrderId();
-      const workflowId = orderWorkflowId(tenantId, orderId);
-      const inserted = await insertAcceptedOrder(tx, {
-        tenantId,
-        orderId,
-        workflowId,
-        amount: order.amount,
-        currency: order.currency,
-        customerId: order.customer.id,
-        customerEmail: order.customer.email,
-        items: order.items,
-        paymentMethod: order.paymentMethod,
-        merchantReference: order.merchantReference ?? null,
-      });
+    async (tx, [sent]) => {
+      const inserted = await insertAcceptedOrder(tx, newOrder, sent);
       if (inserted.duplicateOf !== undefined) {
         // Thrown, so nothing is written, not even the idempotency record: a retry gets the same 409.
         const location = `/v1/orders/${inserted.duplicateOf}`;
@@ -218,6 +226,8 @@ async function createOrderOnce(
       });
       return response;
     },
+    // The order row goes with BEGIN and the claim: one round trip fewer (docs/BENCHMARKS.md).
+    [insertAcceptedOrderStatement(newOrder)],
   );
   return replayed ? { result, replayed } : { result, replayed, startIntent };
 }
@@ -326,16 +336,25 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
         void reply.header('preference-applied', `wait=${appliedS}`);
         // The stored response stays the 202; this only reads the order now, holding no connection.
         const tenantId = request.tenantId!;
-        const row = await orderWaits.readUntil(
-          result.body.id,
+        const orderId = result.body.id;
+        // The first read, right after the commit, finds the order just begun; the ones after a
+        // wake-up read its steps with it, for the answer.
+        let reads = 0;
+        const read = async (): Promise<{ row: OrderRow; records?: OperationRecord[] } | null> => {
+          if (reads++ > 0) return readOrderWithSteps(pool, ledger, tenantId, orderId);
+          const row = await withClient(pool, (c) => getOrder(c, tenantId, orderId));
+          return row && { row };
+        };
+        const last = await orderWaits.readUntil(
+          orderId,
           Math.min(appliedS * 1000, receivedAt + idleMs - Date.now()),
-          () => withClient(pool, (c) => getOrder(c, tenantId, result.body.id)),
-          (r) => TERMINAL_STATUSES.includes(r.status),
+          read,
+          (r) => TERMINAL_STATUSES.includes(r.row.status),
           () => gone.aborted,
           gone,
         );
-        if (row && TERMINAL_STATUSES.includes(row.status) && !gone.aborted) {
-          return reply.code(200).send(await orderDetail(ledger, tenantId, row));
+        if (last && TERMINAL_STATUSES.includes(last.row.status) && !gone.aborted) {
+          return reply.code(200).send(await orderDetail(ledger, tenantId, last.row, last.records));
         }
       }
       return reply.code(result.statusCode as 202).send(result.body);
@@ -370,16 +389,15 @@ export const orderRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = async
       const tenantId = request.tenantId!;
       const { id } = request.params;
       const waitMs = (request.query.wait ?? 0) * 1000;
-      const read = () => withClient(pool, (c) => getOrder(c, tenantId, id));
-      const row = await orderWaits.readUntil(
+      const last = await orderWaits.readUntil(
         id,
         waitMs,
-        read,
-        (r) => TERMINAL_STATUSES.includes(r.status),
+        () => readOrderWithSteps(pool, ledger, tenantId, id),
+        (r) => TERMINAL_STATUSES.includes(r.row.status),
         () => request.raw.destroyed,
       );
-      if (!row) throw new ProblemError('notFound', 'No order with this ID.');
-      return reply.send(await orderDetail(ledger, tenantId, row));
+      if (!last) throw new ProblemError('notFound', 'No order with this ID.');
+      return reply.send(await orderDetail(ledger, tenantId, last.row, last.records));
     },
   );
 

@@ -226,6 +226,18 @@ export function createOrderActivities(deps: OrderActivityDeps) {
     }
   }
 
+  /**
+   * Starts the status a step writes before it acts, to run beside the step's claim (one round trip,
+   * not two): the step calls its provider only once it is written (runStep's `before`), and awaits
+   * it in any case, so its failure is the step's.
+   */
+  function carriedBeside(args: StatusArgs | undefined): Promise<StatusResult> | undefined {
+    if (!args) return undefined;
+    const written = writeStatus(args, true);
+    written.catch(() => undefined); // awaited by the step; this only keeps it from counting as unhandled
+    return written;
+  }
+
   /** The status a step carries, with the IDs the order has by then. */
   const carriedArgs = (
     step: StepRef,
@@ -236,11 +248,13 @@ export function createOrderActivities(deps: OrderActivityDeps) {
   return {
     /** Charges once per key; heartbeats and renews its claim while the provider call runs. */
     async chargePayment(args: ChargeArgs): Promise<payment.ChargeResult> {
-      if (args.before)
-        await writeStatus(carriedArgs(args, args.before, { chargeId: null, receiptId: null }), true);
+      const status = carriedBeside(
+        args.before && carriedArgs(args, args.before, { chargeId: null, receiptId: null }),
+      );
       const log = stepLog(args);
       try {
-        const r = await payment.runCharge(paymentDeps, args, heartbeatRenewal());
+        const r = await payment.runCharge(paymentDeps, args, { ...heartbeatRenewal(), before: status });
+        await status; // a replay calls no provider, so nothing above waited for it
         log.info('step finished', {
           outcome: r.outcome,
           chargeId: r.chargeId,
@@ -249,6 +263,7 @@ export function createOrderActivities(deps: OrderActivityDeps) {
         });
         return r;
       } catch (err) {
+        await status; // not written: this attempt charged nothing (FAILURE.statusNotRecorded)
         throw failed(log, err, FAILURE.paymentOutcomeUnknown, FAILURE.paymentRejected);
       }
     },
@@ -287,13 +302,17 @@ export function createOrderActivities(deps: OrderActivityDeps) {
     /** Sends the receipt once per key; heartbeats and renews its claim like chargePayment. */
     async sendReceipt(args: ReceiptArgs): Promise<receipt.ReceiptResult> {
       const chargeId = args.chargeId || null;
-      if (args.before) await writeStatus(carriedArgs(args, args.before, { chargeId, receiptId: null }), true);
+      const status = carriedBeside(
+        args.before && carriedArgs(args, args.before, { chargeId, receiptId: null }),
+      );
       const log = stepLog(args);
       let r: receipt.ReceiptResult;
       try {
-        r = await receipt.runReceipt(receiptDeps, args, heartbeatRenewal());
+        r = await receipt.runReceipt(receiptDeps, args, { ...heartbeatRenewal(), before: status });
+        await status;
         log.info('step finished', { ...r });
       } catch (err) {
+        await status;
         throw failed(log, err, FAILURE.receiptOutcomeUnknown);
       }
       if (args.after)

@@ -147,23 +147,45 @@ export function providerMissing(what: string): never {
   });
 }
 
+export interface RunStepOptions extends Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> {
+  /**
+   * A write that must commit before the provider is called (a status the step carries), started
+   * by the caller so that it runs beside the claim. The provider is called only once it resolves;
+   * if it rejects, nothing is called and runStep throws NotPerformed (a definite failure).
+   */
+  before?: Promise<unknown> | undefined;
+}
+
+/** The step's `before` write failed, so the provider was not called. */
+export class NotPerformed extends Error {
+  /** What the ledger releases a claim on (onceflow's isDefiniteFailure): nothing was sent. */
+  readonly definite = true;
+  constructor(cause: unknown) {
+    super('the write before the provider call failed; the provider was not called', { cause });
+    this.name = 'NotPerformed';
+  }
+}
+
 /**
  * Performs the step once per operation key. Throws the ledger's errors
  * (outcome_unknown, in_progress, ownership_lost, conflict) and a definite
- * ProviderError (the claim was released) unchanged; the caller maps them.
+ * ProviderError or NotPerformed (the claim was released) unchanged; the caller maps them.
  */
 export async function runStep<K extends ProviderName, R extends Json, I extends StepRef>(
   step: StepDescriptor<K, R, I>,
   deps: StepDeps<K>,
   input: I,
-  opts: Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> = {},
+  { before, ...opts }: RunStepOptions = {},
 ): Promise<ExternalRunResult<R>> {
   const keyWindowMs = step.keyWindowMs(deps.provider, deps.keyWindowMs);
   return deps.ledger.runExternal<R>(
     stepScope(step, input),
     stepLedgerInput(step, input),
     {
-      perform: ({ downstreamKey: dk }) => step.perform(deps.provider, input, dk),
+      perform: async ({ downstreamKey: dk }) => {
+        if (before) await before.catch((err: unknown) => Promise.reject(new NotPerformed(err)));
+        return step.perform(deps.provider, input, dk);
+      },
       reconcile: step.reconciler(deps.provider, input, { keyWindowMs, input }),
     },
     { ...opts, ...(keyWindowMs !== undefined ? { keyWindowMs } : {}) },

@@ -21,7 +21,7 @@
  *   inside the window, or search with a lag, where a young "not found"
  *   proves nothing.
  */
-import type { ExternalOutcome, ExternalRunOptions, Ledger, OperationRecord, Scope } from 'onceflow';
+import type { ExternalOutcome, Ledger, OperationRecord, Scope } from 'onceflow';
 import type { Charge, ChargeRequest, PaymentProvider } from '../providers/types.ts';
 import { OPERATION_TYPES } from '../orders/model.ts';
 import {
@@ -29,6 +29,7 @@ import {
   providerMissing,
   reconcileStep,
   runStep,
+  type RunStepOptions,
   settleStep,
   stepScope,
   stepState,
@@ -184,7 +185,7 @@ export function chargeScope(ref: { tenantId: string; key: string }): Scope {
 export async function runCharge(
   deps: ChargeStepDeps,
   input: ChargeInput,
-  opts: Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> = {},
+  opts: RunStepOptions = {},
 ): Promise<ChargeResult> {
   const run = await runStep(chargeStep, chargeDeps(deps), input, opts);
   return {

@@ -14,11 +14,11 @@
  * the same Message-ID (derived from the operation key), `at_most_once`
  * leaves the receipt unknown, so the order goes to an operator.
  */
-import type { ExternalOutcome, ExternalRunOptions, Ledger } from 'onceflow';
+import type { ExternalOutcome, Ledger } from 'onceflow';
 import type { EmailProvider, Message, MessageRequest } from '../providers/types.ts';
 import { OPERATION_TYPES } from '../orders/model.ts';
 import { REFUND_OPERATION_TYPES } from '../refunds/contract.ts';
-import { runStep, type StepDescriptor } from './descriptor.ts';
+import { runStep, type RunStepOptions, type StepDescriptor } from './descriptor.ts';
 import { planReconcile, stepKeyWindowMs } from './reconcile-plan.ts';
 
 type MessageJson = { messageId: string };
@@ -172,7 +172,7 @@ function emailDeps(deps: ReceiptStepDeps) {
 export async function runReceipt(
   deps: ReceiptStepDeps,
   input: ReceiptInput,
-  opts: Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> = {},
+  opts: RunStepOptions = {},
 ): Promise<ReceiptResult> {
   const run = await runStep(receiptStep, emailDeps(deps), input, opts);
   return { messageId: run.result.messageId, replayed: run.replayed };
@@ -182,7 +182,7 @@ export async function runReceipt(
 export async function runRefundReceipt(
   deps: ReceiptStepDeps,
   input: RefundReceiptInput,
-  opts: Pick<ExternalRunOptions, 'heartbeat' | 'renewEveryMs'> = {},
+  opts: RunStepOptions = {},
 ): Promise<ReceiptResult> {
   const run = await runStep(refundReceiptStep, emailDeps(deps), input, opts);
   return { messageId: run.result.messageId, replayed: run.replayed };

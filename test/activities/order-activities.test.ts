@@ -310,6 +310,44 @@ describe('statuses carried by a step (the charge, the receipt)', () => {
     expect((await row(args)).status).toBe('accepted');
   });
 
+  it('a paid that cannot be written: StatusNotRecorded, nothing sent, and the receipt claim written beside it released', async () => {
+    const { email, sent } = recordingEmail();
+    const acts = createOrderActivities({ pool, ledger, payments: scriptedPayments([]).provider, email });
+    const args = chargeArgs();
+    await chargedOrder(args, acts);
+    await plantConflict(args, 'paid');
+    const receipt = receiptCarryingStatus(args);
+    const failure = await failureOf(new MockActivityEnvironment().run(acts.sendReceipt, receipt));
+    expect(failure.type).toBe(FAILURE.statusNotRecorded);
+    expect(failure.message).toMatch(/status paid .* was not recorded/);
+    expect(sent.size).toBe(0);
+    expect(
+      await ledger.get({ tenantId: 'acme', operationType: 'email.receipt', key: receipt.key }),
+    ).toBeNull();
+  });
+
+  it('a payment_pending that cannot be written after a charge whose answer was lost: StatusNotRecorded, no second charge', async () => {
+    const payments = scriptedPayments(['charge-then-timeout']);
+    const acts = createOrderActivities({ pool, ledger, payments: payments.provider, email: noEmail });
+    const args = chargeArgs();
+    await acceptedOrder(args);
+    expect((await failureOf(new MockActivityEnvironment().run(acts.chargePayment, args))).type).toBe(
+      FAILURE.paymentOutcomeUnknown,
+    );
+    await plantConflict(args, 'payment_pending');
+    const failure = await failureOf(
+      new MockActivityEnvironment({ attempt: 2 }).run(acts.chargePayment, {
+        ...args,
+        before: carry(args, 'payment_pending'),
+      }),
+    );
+    expect(failure.type).toBe(FAILURE.statusNotRecorded);
+    expect(payments.calls()).toBe(1);
+    // The claim beside the status took the record over and settled it from the provider's answer.
+    const charge = await ledger.get({ tenantId: 'acme', operationType: 'payment.charge', key: args.key });
+    expect(charge?.state).toBe('succeeded');
+  });
+
   it('the receipt writes paid before it sends and completed, with both IDs, after', async () => {
     const { email, sent } = recordingEmail();
     const acts = createOrderActivities({ pool, ledger, payments: scriptedPayments([]).provider, email });

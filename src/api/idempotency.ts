@@ -106,7 +106,11 @@ export async function idempotentTransaction<T extends Json>(
   ledger: Ledger,
   scope: Scope,
   request: IdempotentRequest,
-  body: (tx: PoolClient, first: pg.QueryResult[]) => Promise<T>,
+  body: (
+    tx: PoolClient,
+    first: pg.QueryResult[],
+    withCommit: (statement: pg.QueryConfig) => void,
+  ) => Promise<T>,
   /** Sent with BEGIN and the claim, in one write (the ledger's `first`); their results are body's second argument. */
   first?: readonly pg.QueryConfig[],
 ): Promise<{ result: T; replayed: boolean }> {

@@ -2,6 +2,7 @@
  * SQL for `workflow_outbox`, and the only module that queries it: the intent to start an order's
  * workflow, committed with the order row; the relay (src/api/outbox.ts) starts it.
  */
+import type pg from 'pg';
 import type { Queryable } from '../db/index.ts';
 import type { OrderWorkflowInput } from '../orders/model.ts';
 import type { RefundWorkflowInput } from '../refunds/contract.ts';
@@ -41,7 +42,13 @@ export interface NewOutboxRow {
  * the workflow after commit with no claim statement, and if it dies first any relay takes over.
  */
 export async function insertOutbox(db: Queryable, r: NewOutboxRow): Promise<OutboxRow> {
-  await db.query({
+  await db.query(insertOutboxStatement(r));
+  return outboxRowOf(r);
+}
+
+/** insertOutbox's statement, for a caller that sends it with others (the ledger's `withCommit`). */
+export function insertOutboxStatement(r: NewOutboxRow): pg.QueryConfig {
+  return {
     text: `insert into workflow_outbox (workflow_id, tenant_id, order_id, workflow_type, task_queue, input,
                                         trace_context, next_attempt_at, memo)
            values ($1, $2, $3, $4, $5, $6, $7, now() + $8::integer * interval '1 millisecond', $9)`,
@@ -56,12 +63,11 @@ export async function insertOutbox(db: Queryable, r: NewOutboxRow): Promise<Outb
       Math.max(0, Math.round(r.claimedForMs ?? 0)),
       r.memo ? JSON.stringify(r.memo) : null,
     ],
-  });
-  return outboxRowOf(r);
+  };
 }
 
 /** The row insertOutbox inserts, as the relay reads it. */
-function outboxRowOf(r: NewOutboxRow): OutboxRow {
+export function outboxRowOf(r: NewOutboxRow): OutboxRow {
   return {
     workflow_id: r.workflowId,
     tenant_id: r.tenantId,

@@ -211,12 +211,18 @@ export class Ledger {
    * - Different input under the scope: LedgerError('conflict').
    * - `fn` throws: rollback, nothing stored, the error is rethrown unchanged.
    * - `fn` throws FinalFailure: commit with the record `failed` (see FinalFailure).
+   * - `withCommit(statement)`: a last write of `fn`'s, sent in the completion's write, ahead of it,
+   *   once `fn` returns (no round trip of its own). Its error rolls it all back and is thrown.
    * The first caller gets the JSON round trip of its result, exactly what a replay returns.
    */
   async runLocal<T extends Json>(
     scope: Scope,
     input: LedgerInput,
-    fn: (tx: PoolClient, first: pg.QueryResult[]) => Promise<T>,
+    fn: (
+      tx: PoolClient,
+      first: pg.QueryResult[],
+      withCommit: (statement: pg.QueryConfig) => void,
+    ) => Promise<T>,
     opts: LocalRunOptions = {},
   ): Promise<{ result: T; replayed: boolean }> {
     const fp = this.#prepare(scope, input);
@@ -320,14 +326,18 @@ export class Ledger {
   }
 
   /**
-   * runLocal's attempt: BEGIN + claim + `first` in one round trip, `fn`, then completion + COMMIT. Leaves
-   * no transaction open.
+   * runLocal's attempt: BEGIN + claim + `first` in one round trip, `fn`, then `withCommit`'s
+   * statements + completion + COMMIT in one more. Leaves no transaction open.
    */
   #transactionAttempt<T extends Json>(
     scope: Scope,
     schemaVersion: number,
     fp: string,
-    fn: (tx: PoolClient, first: pg.QueryResult[]) => Promise<T>,
+    fn: (
+      tx: PoolClient,
+      first: pg.QueryResult[],
+      withCommit: (statement: pg.QueryConfig) => void,
+    ) => Promise<T>,
     first: LocalRunOptions['first'],
   ): (client: PoolClient) => Promise<LocalAttempt> {
     return async (client) => {
@@ -363,6 +373,7 @@ export class Ledger {
 
         let state: FinalState = 'succeeded';
         let value: unknown;
+        let atCommit: pg.QueryConfig[] = [];
         try {
           // A first statement's error is the body's error: rolled back and rethrown below.
           const failed = firstResults.find((r) => r.status === 'rejected');
@@ -370,8 +381,10 @@ export class Ledger {
           value = await fn(
             client,
             firstResults.map((r) => (r as PromiseFulfilledResult<pg.QueryResult>).value),
+            (statement) => atCommit.push(statement),
           );
         } catch (err) {
+          atCommit = [];
           if (!(err instanceof FinalFailure)) {
             await rollback();
             this.#emit('fail', scope, 'rolled_back');
@@ -382,7 +395,7 @@ export class Ledger {
         }
         const stored = toStoredJson(value, state === 'failed' ? 'FinalFailure.result' : 'result');
         // A completion that matches no row fails, so the COMMIT behind it rolls back: never a half-state.
-        await sql.finishLocalClaimAndCommit(client, scope, ownerToken, state, stored.text);
+        await sql.finishLocalClaimAndCommit(client, scope, ownerToken, state, stored.text, atCommit);
         open = false;
         return { kind: 'stored', state, value: stored.value };
       } finally {

@@ -213,9 +213,10 @@ export async function insertLocalStatement(
 export const LOCAL_CLAIM_VANISHED = 'ledger invariant: local claim vanished inside its own transaction';
 
 /**
- * Fenced local-mode completion and `COMMIT` in one write. If the completion matches no row, the
- * statement itself fails (the message cast to int raises 22P02), so the pipelined COMMIT rolls
- * back instead of committing a half-state.
+ * Fenced local-mode completion and `COMMIT` in one write, after the body's `last` statements. If
+ * the completion matches no row, the statement itself fails (the message cast to int raises
+ * 22P02), so the pipelined COMMIT rolls back instead of committing a half-state; a failed `last`
+ * statement aborts the transaction first, and is what this throws.
  */
 export async function finishLocalClaimAndCommit(
   client: Queryable,
@@ -223,22 +224,23 @@ export async function finishLocalClaimAndCommit(
   ownerToken: string,
   state: FinalState,
   resultJson: string,
+  last: readonly pg.QueryConfig[] = [],
 ): Promise<void> {
-  const [finish, commit] = await pipelined<[pg.QueryResult, pg.QueryResult]>(client, () => [
-    client.query({
-      name: 'ledger_finish_local_claim',
-      text: `with done as (
-               update operations
-                  set state = $5, result = $6::json, owner_token = null, lease_expires_at = null,
-                      completed_at = now(), updated_at = now()
-                where tenant_id = $1 and operation_type = $2 and key = $3 and owner_token = $4
-               returning 1)
-             select (case when count(*) = 1 then '1' else '${LOCAL_CLAIM_VANISHED}' end)::int as finished
-               from done`,
-      values: [...pk(scope), ownerToken, state, resultJson],
-    }),
-    client.query('COMMIT'),
-  ]);
+  const results = await pipelined<pg.QueryResult[]>(
+    client,
+    () =>
+      [
+        ...last.map((statement) => client.query(statement)),
+        finishLocalClaim(client, scope, ownerToken, state, resultJson),
+        client.query('COMMIT'),
+      ] as never,
+  );
+  const failedLast = results.slice(0, last.length).find((r) => r.status === 'rejected');
+  if (failedLast) throw failedLast.reason;
+  const [finish, commit] = results.slice(last.length) as [
+    PromiseSettledResult<pg.QueryResult>,
+    PromiseSettledResult<pg.QueryResult>,
+  ];
   if (finish.status === 'rejected') {
     const err: unknown = finish.reason;
     if (err instanceof Error && err.message.includes(LOCAL_CLAIM_VANISHED))
@@ -252,6 +254,27 @@ export async function finishLocalClaimAndCommit(
   const done = settledValue(commit);
   // An aborted transaction answers COMMIT with ROLLBACK: then nothing was stored.
   if (done.command !== 'COMMIT') throw new Error(`ledger: COMMIT answered ${done.command}`);
+}
+
+function finishLocalClaim(
+  client: Queryable,
+  scope: Scope,
+  ownerToken: string,
+  state: FinalState,
+  resultJson: string,
+): Promise<pg.QueryResult> {
+  return client.query({
+    name: 'ledger_finish_local_claim',
+    text: `with done as (
+             update operations
+                set state = $5, result = $6::json, owner_token = null, lease_expires_at = null,
+                    completed_at = now(), updated_at = now()
+              where tenant_id = $1 and operation_type = $2 and key = $3 and owner_token = $4
+             returning 1)
+           select (case when count(*) = 1 then '1' else '${LOCAL_CLAIM_VANISHED}' end)::int as finished
+             from done`,
+    values: [...pk(scope), ownerToken, state, resultJson],
+  });
 }
 
 /**

@@ -159,6 +159,69 @@ describe('runLocal', () => {
     expect(await businessRows(scope)).toEqual(['winner']);
   });
 
+  describe('with a last statement sent along with the completion (withCommit)', () => {
+    const lastInsert = (scope: Scope, label: string) => ({
+      text: `insert into ${business} (tenant_id, key, label) values ($1, $2, $3)`,
+      values: [scope.tenantId, scope.key, label],
+    });
+
+    it('commits it with the body and the record, after the body; a replay sends nothing', async () => {
+      const ledger = new Ledger(pool);
+      const scope = scopeFor('with-commit');
+      let calls = 0;
+      const run = () =>
+        ledger.runLocal(scope, input({ n: 1 }), async (tx, _first, withCommit) => {
+          calls++;
+          await insertBusiness(tx, scope, 'body');
+          withCommit(lastInsert(scope, 'last'));
+          return { n: 1 };
+        });
+      expect(await run()).toEqual({ result: { n: 1 }, replayed: false });
+      expect(await run()).toEqual({ result: { n: 1 }, replayed: true });
+      expect(calls).toBe(1);
+      expect(await businessRows(scope)).toEqual(['body', 'last']);
+    });
+
+    it('its error rolls back the body and the record and is thrown; a retry runs again', async () => {
+      const ledger = new Ledger(pool);
+      const scope = scopeFor('with-commit-fails');
+      await expect(
+        ledger.runLocal(scope, input({ n: 1 }), async (tx, _first, withCommit) => {
+          await insertBusiness(tx, scope, 'body');
+          withCommit({ text: 'select 1 / 0' });
+          return { n: 1 };
+        }),
+      ).rejects.toMatchObject({ code: '22012' });
+      expect(await ledger.get(scope)).toBeNull();
+      expect(await businessRows(scope)).toEqual([]);
+      const retry = await ledger.runLocal(scope, input({ n: 1 }), async (_tx, _first, withCommit) => {
+        withCommit(lastInsert(scope, 'retry'));
+        return 'ok';
+      });
+      expect(retry).toEqual({ result: 'ok', replayed: false });
+      expect(await businessRows(scope)).toEqual(['retry']);
+      const { rows } = await pool.query<{ n: number }>(
+        `select count(*)::int as n from pg_stat_activity
+          where application_name = $1 and state like 'idle in transaction%'`,
+        [appName],
+      );
+      expect(rows[0]!.n).toBe(0);
+    });
+
+    it('a body that throws FinalFailure stores its failure without sending them', async () => {
+      const ledger = new Ledger(pool);
+      const scope = scopeFor('with-commit-final');
+      await expect(
+        ledger.runLocal(scope, input({ n: 1 }), async (_tx, _first, withCommit) => {
+          withCommit(lastInsert(scope, 'last'));
+          throw new FinalFailure({ declined: true });
+        }),
+      ).rejects.toBeInstanceOf(FinalFailure);
+      expect((await ledger.get(scope))?.state).toBe('failed');
+      expect(await businessRows(scope)).toEqual([]);
+    });
+  });
+
   describe('with a first statement sent along with the claim', () => {
     const firstInsert = (scope: Scope, label: string) => ({
       text: `insert into ${business} (tenant_id, key, label) values ($1, $2, $3) returning label`,

@@ -54,7 +54,7 @@ import {
   listOrders,
   type OrderRow,
 } from '../../orders/sql.ts';
-import { insertOutbox, type OutboxRow } from '../../outbox/sql.ts';
+import { insertOutboxStatement, outboxRowOf, type NewOutboxRow, type OutboxRow } from '../../outbox/sql.ts';
 import { createMemo } from '../../restore/memo.ts';
 import { ORDER_WORKFLOW_TYPE } from '../outbox.ts';
 import { requestSpan, requestTraceCarrier } from '../../tracing/index.ts';
@@ -179,7 +179,7 @@ async function createOrderOnce(
     ledger,
     { tenantId, operationType: OPERATION_TYPES.createOrder, key },
     createRequest,
-    async (tx, [sent]) => {
+    async (tx, [sent], withCommit) => {
       const inserted = await insertAcceptedOrder(tx, newOrder, sent);
       if (inserted.duplicateOf !== undefined) {
         // Thrown, so nothing is written, not even the idempotency record: a retry gets the same 409.
@@ -197,7 +197,7 @@ async function createOrderOnce(
         headers: { location: `/v1/orders/${orderId}` },
         body: orderView(row),
       };
-      startIntent = await insertOutbox(tx, {
+      const intent: NewOutboxRow = {
         workflowId,
         tenantId,
         orderId,
@@ -223,7 +223,10 @@ async function createOrderOnce(
           response,
           createdAt: row.created_at.toISOString(),
         }),
-      });
+      };
+      // Sent with the completion and COMMIT: no round trip of its own.
+      withCommit(insertOutboxStatement(intent));
+      startIntent = outboxRowOf(intent);
       return response;
     },
     // The order row goes with BEGIN and the claim: one round trip fewer (docs/BENCHMARKS.md).

@@ -41,7 +41,7 @@ import { getRefund, insertPendingRefund, listRefunds, reserveRefund } from '../.
 import { getOrder } from '../../orders/sql.ts';
 import { refundView } from '../../refunds/view.ts';
 import { createMemo } from '../../restore/memo.ts';
-import { insertOutbox, type OutboxRow } from '../../outbox/sql.ts';
+import { insertOutboxStatement, outboxRowOf, type NewOutboxRow, type OutboxRow } from '../../outbox/sql.ts';
 import { requestSpan, requestTraceCarrier } from '../../tracing/index.ts';
 
 /** Bump when the meaning of a field of the create request changes (it is part of the fingerprint). */
@@ -145,7 +145,7 @@ export const refundRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = asyn
         ledger,
         { tenantId, operationType: REFUND_OPERATION_TYPES.createRefund, key },
         createRequest,
-        async (tx) => {
+        async (tx, _first, withCommit) => {
           const reserved = await reserveRefund(tx, { tenantId, orderId, amount: refund.amount });
           if (reserved.refused === 'no_order') throw new ProblemError('notFound', 'No order with this ID.');
           if (reserved.refused === 'not_refundable') {
@@ -183,7 +183,7 @@ export const refundRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = asyn
             headers: { location: `/v1/orders/${orderId}/refunds/${refundId}` },
             body: refundView(row),
           };
-          startIntent = await insertOutbox(tx, {
+          const intent: NewOutboxRow = {
             workflowId,
             tenantId,
             orderId,
@@ -209,7 +209,10 @@ export const refundRoutes: FastifyPluginAsyncTypebox<{ ctx: ApiContext }> = asyn
               response,
               createdAt: row.created_at.toISOString(),
             }),
-          });
+          };
+          // Sent with the completion and COMMIT: no round trip of its own.
+          withCommit(insertOutboxStatement(intent));
+          startIntent = outboxRowOf(intent);
           return response;
         },
       );

@@ -157,7 +157,7 @@ export interface RunStepOptions extends Pick<ExternalRunOptions, 'heartbeat' | '
 }
 
 /** The step's `before` write failed, so the provider was not called. */
-export class NotPerformed extends Error {
+class NotPerformed extends Error {
   /** What the ledger releases a claim on (onceflow's isDefiniteFailure): nothing was sent. */
   readonly definite = true;
   constructor(cause: unknown) {

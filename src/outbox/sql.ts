@@ -33,7 +33,7 @@ export interface NewOutboxRow {
   traceContext?: TraceCarrier | null;
   /** Started with the workflow as its memo (src/recovery/memo.ts). */
   memo?: Record<string, unknown> | null;
-  /** Inserted already claimed by the inserting process for this long (see insertOutbox). */
+  /** Inserted already claimed by the inserting process for this long (see insertOutboxStatement). */
   claimedForMs?: number;
 }
 
@@ -41,12 +41,6 @@ export interface NewOutboxRow {
  * Inserts the start intent, optionally already claimed for `claimedForMs`: the accepting API starts
  * the workflow after commit with no claim statement, and if it dies first any relay takes over.
  */
-export async function insertOutbox(db: Queryable, r: NewOutboxRow): Promise<OutboxRow> {
-  await db.query(insertOutboxStatement(r));
-  return outboxRowOf(r);
-}
-
-/** insertOutbox's statement, for a caller that sends it with others (the ledger's `withCommit`). */
 export function insertOutboxStatement(r: NewOutboxRow): pg.QueryConfig {
   return {
     text: `insert into workflow_outbox (workflow_id, tenant_id, order_id, workflow_type, task_queue, input,
@@ -66,7 +60,7 @@ export function insertOutboxStatement(r: NewOutboxRow): pg.QueryConfig {
   };
 }
 
-/** The row insertOutbox inserts, as the relay reads it. */
+/** The row insertOutboxStatement inserts, as the relay reads it. */
 export function outboxRowOf(r: NewOutboxRow): OutboxRow {
   return {
     workflow_id: r.workflowId,

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Pool, Queryable } from '../../src/db/index.ts';
 import { orderWorkflowId } from '../../src/orders/model.ts';
 import { insertAcceptedOrder } from '../../src/orders/sql.ts';
-import { deleteStartedOutbox, insertOutbox, markOutboxStarted } from '../../src/outbox/sql.ts';
+import { deleteStartedOutbox, insertOutboxStatement, markOutboxStarted } from '../../src/outbox/sql.ts';
 import { assertRedeliveryWindow, PROVIDER_REDELIVERY_MS } from '../../src/retention/contract.ts';
 import { pruneOutbox, pruneWebhookEvents } from '../../src/retention/prune.ts';
 import { claimWebhookSignal, deleteOldWebhookEvents, recordWebhookEvent } from '../../src/webhooks/sql.ts';
@@ -47,21 +47,23 @@ async function outboxRow(
     items: [{ sku: 'SKU-1', quantity: 1, unitAmount: 3000 }],
     paymentMethod: 'pm_card_visa',
   });
-  await insertOutbox(pool, {
-    workflowId,
-    tenantId: 'acme',
-    orderId,
-    workflowType: 'orderWorkflow',
-    taskQueue: 'retention-test',
-    input: {
+  await pool.query(
+    insertOutboxStatement({
+      workflowId,
       tenantId: 'acme',
       orderId,
-      amount: 3000,
-      currency: 'usd',
-      paymentMethod: 'pm_card_visa',
-      customer: { id: 'cus_1', email: 'buyer@example.com' },
-    },
-  });
+      workflowType: 'orderWorkflow',
+      taskQueue: 'retention-test',
+      input: {
+        tenantId: 'acme',
+        orderId,
+        amount: 3000,
+        currency: 'usd',
+        paymentMethod: 'pm_card_visa',
+        customer: { id: 'cus_1', email: 'buyer@example.com' },
+      },
+    }),
+  );
   if (startedDaysAgo !== null) await markOutboxStarted(pool, workflowId);
   await pool.query(
     `update workflow_outbox

@@ -9,7 +9,7 @@ import { uniq } from '../support/env.ts';
 import { until } from '../support/wait.ts';
 import { assertRetentionWindow, ensureRetentionSchedule } from '../../src/retention/schedule.ts';
 import type { RetentionSummary } from '../../activities/retention.ts';
-import { insertOutbox, markOutboxStarted } from '../../src/outbox/sql.ts';
+import { insertOutboxStatement, markOutboxStarted } from '../../src/outbox/sql.ts';
 import { recordWebhookEvent } from '../../src/webhooks/sql.ts';
 
 let pool: Pool;
@@ -164,14 +164,16 @@ describe('retention schedule', () => {
     const started = await stack.insertOrder();
     const unstarted = await stack.insertOrder();
     for (const { input, workflowId } of [started, unstarted])
-      await insertOutbox(stack.pool, {
-        workflowId,
-        tenantId: input.tenantId,
-        orderId: input.orderId,
-        workflowType: 'orderWorkflow',
-        taskQueue: uniq('retention-unpolled'),
-        input,
-      });
+      await stack.pool.query(
+        insertOutboxStatement({
+          workflowId,
+          tenantId: input.tenantId,
+          orderId: input.orderId,
+          workflowType: 'orderWorkflow',
+          taskQueue: uniq('retention-unpolled'),
+          input,
+        }),
+      );
     await markOutboxStarted(stack.pool, started.workflowId);
     await stack.pool.query(
       `update workflow_outbox set created_at = now() - interval '30 days',

@@ -33,6 +33,16 @@ afterAll(async () => {
 
 const businessRows = (scope: Scope) => table.rows(pool, scope);
 
+/** This file's connections left inside a transaction (a clean rollback or commit leaves none). */
+async function openTransactions(): Promise<number> {
+  const { rows } = await pool.query<{ n: number }>(
+    `select count(*)::int as n from pg_stat_activity
+      where application_name = $1 and state like 'idle in transaction%'`,
+    [appName],
+  );
+  return rows[0]!.n;
+}
+
 function insertBusiness(tx: PoolClient, scope: Scope, label: string) {
   return tx.query(`insert into ${business} (tenant_id, key, label) values ($1, $2, $3)`, [
     scope.tenantId,
@@ -200,12 +210,7 @@ describe('runLocal', () => {
       });
       expect(retry).toEqual({ result: 'ok', replayed: false });
       expect(await businessRows(scope)).toEqual(['retry']);
-      const { rows } = await pool.query<{ n: number }>(
-        `select count(*)::int as n from pg_stat_activity
-          where application_name = $1 and state like 'idle in transaction%'`,
-        [appName],
-      );
-      expect(rows[0]!.n).toBe(0);
+      expect(await openTransactions()).toBe(0);
     });
 
     it('a body that throws FinalFailure stores its failure without sending them', async () => {
@@ -322,12 +327,7 @@ describe('runLocal', () => {
       expect(retry).toEqual({ result: 'ok', replayed: false });
       expect(await businessRows(scope)).toEqual(['retry']);
       // The connection went back to the pool clean: no transaction left open on it.
-      const { rows } = await pool.query<{ n: number }>(
-        `select count(*)::int as n from pg_stat_activity
-          where application_name = $1 and state like 'idle in transaction%'`,
-        [appName],
-      );
-      expect(rows[0]!.n).toBe(0);
+      expect(await openTransactions()).toBe(0);
     });
   });
 

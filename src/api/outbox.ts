@@ -25,7 +25,8 @@
  * A merchant delivery is the exception: a closed run of it is started again, because a delivery
  * row can outlive its run's outcome (a database restore brings it back pending), and a second run
  * only replays the step the ledger recorded, or, if the ledger lost it too, sends the event again
- * under its ID, which the receiver dedupes.
+ * under its ID, which the receiver dedupes. An open run that started before its row (a restore
+ * came while it ran, perhaps after its send) is ended first, for the same reason.
  */
 import { WorkflowExecutionAlreadyStartedError, WorkflowIdReusePolicy, type Client } from '@temporalio/client';
 import { context } from '@opentelemetry/api';
@@ -167,56 +168,80 @@ export class OutboxRelay {
       // Under the accepting request's trace context (stored with the row), not whichever pass or
       // request happens to run this: the client interceptor's StartWorkflow span, and the workflow
       // after it, are children of that POST.
-      await context.with(contextFromCarrier(row.trace_context), () =>
-        temporal.connection.withDeadline(Date.now() + this.startTimeoutMs, () =>
-          temporal.workflow.start(row.workflow_type, {
-            taskQueue: row.task_queue,
-            workflowId: row.workflow_id,
-            args: [row.input],
-            // What a recovery after a database restore rebuilds the order's create record from.
-            memo,
-            workflowIdReusePolicy:
-              row.workflow_type === DELIVERY_WORKFLOW_TYPE
-                ? WorkflowIdReusePolicy.ALLOW_DUPLICATE
-                : WorkflowIdReusePolicy.REJECT_DUPLICATE,
-            ...(row.workflow_type === ORDER_WORKFLOW_TYPE
-              ? { typedSearchAttributes: orderStartSearchAttributes(row.tenant_id) }
-              : {}),
-          }),
-        ),
-      );
-      outcome = 'started';
-    } catch (err) {
-      if (err instanceof WorkflowExecutionAlreadyStartedError) {
-        outcome = 'already_started';
-        startedAt = await this.knownStartTime(row.workflow_id);
-      } else {
-        const retryInMs = backoffMs({ initialMs: 1000, maxMs: this.maxBackoffMs, jitter: 0 }, row.attempts);
-        log.warn('workflow start failed', {
-          workflowId: row.workflow_id,
-          attempts: row.attempts + 1,
-          retryInMs,
-          ...errorFields(err),
-        });
-        // If this record fails too, the claim's lease runs out and the row is retried then.
-        await markOutboxFailed(
-          pool,
-          row.workflow_id,
-          err instanceof Error ? err.message : String(err),
-          retryInMs,
-        ).catch((markErr: unknown) =>
-          log.warn('could not record a failed workflow start', {
-            workflowId: row.workflow_id,
-            ...errorFields(markErr),
-          }),
+      const start = () =>
+        context.with(contextFromCarrier(row.trace_context), () =>
+          this.withDeadline(() =>
+            temporal.workflow.start(row.workflow_type, {
+              taskQueue: row.task_queue,
+              workflowId: row.workflow_id,
+              args: [row.input],
+              // What a recovery after a database restore rebuilds the order's create record from.
+              memo,
+              workflowIdReusePolicy:
+                row.workflow_type === DELIVERY_WORKFLOW_TYPE
+                  ? WorkflowIdReusePolicy.ALLOW_DUPLICATE
+                  : WorkflowIdReusePolicy.REJECT_DUPLICATE,
+              ...(row.workflow_type === ORDER_WORKFLOW_TYPE
+                ? { typedSearchAttributes: orderStartSearchAttributes(row.tenant_id) }
+                : {}),
+            }),
+          ),
         );
-        throw err;
+      try {
+        await start();
+        outcome = 'started';
+      } catch (err) {
+        if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+        const existing = await this.describe(row.workflow_id);
+        if (
+          row.workflow_type === DELIVERY_WORKFLOW_TYPE &&
+          existing?.open &&
+          existing.startTime < row.created_at
+        ) {
+          // A run older than its row: a restore brought the delivery back while that run was still
+          // open, maybe with nothing left to send. A new run delivers the row (at least once).
+          await this.withDeadline(() =>
+            temporal.workflow
+              .getHandle(row.workflow_id)
+              .terminate('a database restore brought its delivery back; a new run delivers it'),
+          );
+          await start();
+          outcome = 'started';
+        } else {
+          outcome = 'already_started';
+          startedAt = existing?.startTime ?? null;
+        }
       }
+    } catch (err) {
+      const retryInMs = backoffMs({ initialMs: 1000, maxMs: this.maxBackoffMs, jitter: 0 }, row.attempts);
+      log.warn('workflow start failed', {
+        workflowId: row.workflow_id,
+        attempts: row.attempts + 1,
+        retryInMs,
+        ...errorFields(err),
+      });
+      // If this record fails too, the claim's lease runs out and the row is retried then.
+      await markOutboxFailed(
+        pool,
+        row.workflow_id,
+        err instanceof Error ? err.message : String(err),
+        retryInMs,
+      ).catch((markErr: unknown) =>
+        log.warn('could not record a failed workflow start', {
+          workflowId: row.workflow_id,
+          ...errorFields(markErr),
+        }),
+      );
+      throw err;
     }
     // If this fails (Postgres down), the row is claimed again after the lease and found already started.
     await markOutboxStarted(pool, row.workflow_id, startedAt);
     log.info('workflow started from outbox', { workflowId: row.workflow_id, outcome });
     return outcome;
+  }
+
+  private withDeadline<R>(call: () => Promise<R>): Promise<R> {
+    return this.opts.temporal.connection.withDeadline(Date.now() + this.startTimeoutMs, call);
   }
 
   /** Read once: a database's identity never changes (a restore keeps it). A failed read is tried again. */
@@ -228,14 +253,13 @@ export class OutboxRelay {
     return this.identity;
   }
 
-  /** When a workflow we found already started was started, per Temporal; null if it can't say. */
-  private async knownStartTime(workflowId: string): Promise<Date | null> {
-    const { temporal } = this.opts;
+  /** When a workflow we found already started was started, and whether it is still open; null if Temporal can't say. */
+  private async describe(workflowId: string): Promise<{ startTime: Date; open: boolean } | null> {
     try {
-      const desc = await temporal.connection.withDeadline(Date.now() + this.startTimeoutMs, () =>
-        temporal.workflow.getHandle(workflowId).describe(),
+      const desc = await this.withDeadline(() =>
+        this.opts.temporal.workflow.getHandle(workflowId).describe(),
       );
-      return desc.startTime;
+      return { startTime: desc.startTime, open: desc.status.name === 'RUNNING' };
     } catch {
       return null;
     }

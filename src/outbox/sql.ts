@@ -21,6 +21,7 @@ export interface OutboxRow {
   trace_context: TraceCarrier | null;
   /** The workflow's memo: what a recovery after a restore needs (src/recovery/memo.ts); null on older rows. */
   memo: Record<string, unknown> | null;
+  created_at: Date;
 }
 
 export interface NewOutboxRow {
@@ -73,11 +74,12 @@ export function outboxRowOf(r: NewOutboxRow): OutboxRow {
     started_at: null,
     trace_context: r.traceContext ?? null,
     memo: r.memo ?? null,
+    created_at: new Date(),
   };
 }
 
 const OUTBOX_COLUMNS = `workflow_id, tenant_id, order_id, workflow_type, task_queue, input, attempts, started_at,
-  trace_context, memo`;
+  trace_context, memo, created_at`;
 
 /**
  * Claims due rows by moving next_attempt_at `leaseMs` ahead, autocommitted, so no transaction stays
@@ -99,7 +101,7 @@ export async function claimDueOutbox(db: Queryable, limit: number, leaseMs: numb
        from due
       where o.workflow_id = due.workflow_id
      returning o.workflow_id, o.tenant_id, o.order_id, o.workflow_type, o.task_queue, o.input, o.attempts,
-               o.started_at, o.trace_context, o.memo`,
+               o.started_at, o.trace_context, o.memo, o.created_at`,
     [limit, leaseMs],
   );
   return rows;

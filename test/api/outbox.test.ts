@@ -6,7 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, WorkflowNotFoundError, type WorkflowClientInterceptor } from '@temporalio/client';
 import { MAX_PASS_BACKOFF_MS, OutboxRelay, passDelayMs } from '../../src/api/outbox.ts';
 import { createMetrics } from '../../src/metrics/index.ts';
-import { getOutbox } from '../../src/outbox/sql.ts';
+import { getOutbox, insertOutboxStatement } from '../../src/outbox/sql.ts';
+import { DELIVERY_WORKFLOW_TYPE } from '../../src/merchant-events/contract.ts';
 import { ownDatabase, uniq } from '../support/env.ts';
 import { call, newTenant, startApi, validOrder, type TestApi } from './support.ts';
 import { deferred } from '../support/wait.ts';
@@ -212,6 +213,44 @@ describe('workflow outbox relay', () => {
     await relay().relayDue();
     expect((await outbox(order.workflowId))?.started_at).toBeInstanceOf(Date);
     expect((await api.client.workflow.getHandle(order.workflowId).describe()).taskQueue).toBe(otherQueue);
+  });
+
+  it('ends an open delivery run older than its row (a restore came while it ran) and starts a new one; a newer run is kept', async () => {
+    const queue = uniq('deliveries'); // no worker polls it: every run stays open
+    const order = await create(); // a delivery's row names its order
+    const input = { tenantId: t.tenantId, endpointId: 'we_ob', eventId: uniq('evt') };
+    const startRun = (workflowId: string) =>
+      api.client.workflow.start(DELIVERY_WORKFLOW_TYPE, { taskQueue: queue, workflowId, args: [input] });
+    const intent = (workflowId: string) =>
+      api.pool.query(
+        insertOutboxStatement({
+          workflowId,
+          tenantId: t.tenantId,
+          orderId: order.id,
+          workflowType: DELIVERY_WORKFLOW_TYPE,
+          taskQueue: queue,
+          input: input as never,
+        }),
+      );
+    // Its run, then its row: what a recovery after a restore writes while the old run is open.
+    const restored = uniq('delivery/we_ob/restored');
+    const old = await startRun(restored);
+    await intent(restored);
+    // Its row, then its run: a relay that started it and lost the record of the start.
+    const relayed = uniq('delivery/we_ob/relayed');
+    await intent(relayed);
+    const kept = await startRun(relayed);
+
+    expect(await relay().relayDue()).toBeGreaterThanOrEqual(2);
+    const describe = (id: string, runId?: string) => api.client.workflow.getHandle(id, runId).describe();
+    expect((await describe(restored, old.firstExecutionRunId)).status.name).toBe('TERMINATED');
+    const latest = await describe(restored);
+    expect(latest.runId).not.toBe(old.firstExecutionRunId);
+    expect(latest.status.name).toBe('RUNNING');
+    expect((await describe(relayed)).runId).toBe(kept.firstExecutionRunId);
+    expect((await describe(relayed)).status.name).toBe('RUNNING');
+    for (const id of [restored, relayed]) expect((await outbox(id))?.started_at).toBeInstanceOf(Date);
+    for (const id of [restored, relayed]) await api.client.workflow.getHandle(id).terminate('test done');
   });
 
   it('holds no transaction open across a Temporal call, and records each start when it happened', async () => {

@@ -3,7 +3,6 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { createCommand, runCli } from '../src/cli/command.ts';
-import { OPENAPI_PATH, SCHEMA_PATH, liveOpenApiDocument, renderClientFiles } from '../dev/codegen.ts';
 
 const program = createCommand(
   'client:generate',
@@ -13,6 +12,9 @@ const program = createCommand(
 
 await runCli(program, async (cmd, out) => {
   const { check } = cmd.opts<{ check?: boolean }>();
+  // Loaded once the command line is read: the whole API and the generator, which --help never needs.
+  const { OPENAPI_PATH, SCHEMA_PATH, liveOpenApiDocument, renderClientFiles } =
+    await import('../dev/codegen.ts');
   const files = await renderClientFiles(await liveOpenApiDocument());
   const targets: [string, string][] = [
     [OPENAPI_PATH, files.openapi],

@@ -5,7 +5,7 @@
  * verifies the token and records its operator's name as the audit actor.
  */
 import { readFileSync } from 'node:fs';
-import { OpsError } from '../operator/index.ts';
+import { OpsError } from '../operator/errors.ts';
 
 type OpsErrorCode = OpsError['code'];
 

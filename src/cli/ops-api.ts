@@ -3,7 +3,8 @@
  * (admin-api.ts). `--json` prints the API's answer (lists unwrapped from
  * `data`), which has the shape the database path prints, with times as ISO strings.
  */
-import { OpsError, type AuditEntry } from '../operator/index.ts';
+import type { AuditEntry } from '../audit/sql.ts';
+import { OpsError } from '../operator/errors.ts';
 import { adminApi, operatorToken } from './admin-api.ts';
 import type { ChosenCommand } from './ops-commands.ts';
 import { attentionText, auditTable, refundRedriveText, resolvedText, table } from './ops-output.ts';

@@ -3,7 +3,7 @@
  * whether a command went to the database or through the admin API. (`--json`
  * prints the results themselves.)
  */
-import type { AuditEntry } from '../operator/index.ts';
+import type { AuditEntry } from '../audit/sql.ts';
 
 /** What a resolve did, for people: the same line whether it went to the database or the admin API. */
 export function resolvedText(

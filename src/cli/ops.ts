@@ -17,14 +17,11 @@
  * the tables.
  */
 import { loadConfig } from '../config.ts';
-import {
-  Operator,
-  OpsError,
-  Recovery,
-  defaultActor,
-  isOpsError,
-  otherDatabaseLine,
-} from '../operator/index.ts';
+// Not operator/index.ts: it brings the admin routes (Fastify), which a command line never serves.
+import { Operator } from '../operator/operator.ts';
+import { OpsError, isOpsError } from '../operator/errors.ts';
+import { defaultActor } from '../operator/views.ts';
+import { Recovery, otherDatabaseLine } from '../restore/recover.ts';
 import {
   OPERATOR_NAME,
   generateOperatorToken,

@@ -200,9 +200,10 @@ export class OutboxRelay {
         ) {
           // A run older than its row: a restore brought the delivery back while that run was still
           // open, maybe with nothing left to send. A new run delivers the row (at least once).
+          // By its run ID: a relay that claimed the row again meanwhile must not end the new run.
           await this.withDeadline(() =>
             temporal.workflow
-              .getHandle(row.workflow_id)
+              .getHandle(row.workflow_id, existing.runId)
               .terminate('a database restore brought its delivery back; a new run delivers it'),
           );
           await start();
@@ -254,12 +255,14 @@ export class OutboxRelay {
   }
 
   /** When a workflow we found already started was started, and whether it is still open; null if Temporal can't say. */
-  private async describe(workflowId: string): Promise<{ startTime: Date; open: boolean } | null> {
+  private async describe(
+    workflowId: string,
+  ): Promise<{ runId: string; startTime: Date; open: boolean } | null> {
     try {
       const desc = await this.withDeadline(() =>
         this.opts.temporal.workflow.getHandle(workflowId).describe(),
       );
-      return { startTime: desc.startTime, open: desc.status.name === 'RUNNING' };
+      return { runId: desc.runId, startTime: desc.startTime, open: desc.status.name === 'RUNNING' };
     } catch {
       return null;
     }

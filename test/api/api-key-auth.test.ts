@@ -15,6 +15,7 @@ import { insertApiKey, insertTenant } from '../../src/tenants/sql.ts';
 import { testDatabaseUrl, testPool, uniq } from '../support/env.ts';
 import { until } from '../support/wait.ts';
 import { PROBLEM, newTenant, startApi, type TestApi } from './support.ts';
+import { entryArgv } from '../support/processes.ts';
 
 const SECRET = randomBytes(32).toString('hex');
 const OTHER_SECRET = randomBytes(32).toString('hex');
@@ -221,7 +222,7 @@ describe('npm run api-key', () => {
     return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
       execFile(
         process.execPath,
-        ['--import', 'tsx', 'src/cli/api-key.ts', ...args],
+        [...entryArgv('src/cli/api-key.ts'), ...args],
         { cwd: root, env: { PATH: process.env.PATH ?? '', ...env } },
         (err, stdout, stderr) => resolve({ code: err ? Number(err.code ?? 1) : 0, stdout, stderr }),
       );

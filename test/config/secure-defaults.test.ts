@@ -17,6 +17,7 @@ import { hashApiKey } from '../../src/api/auth.ts';
 import { findActiveKeyHashes } from '../../src/tenants/sql.ts';
 import { freePort } from '../../src/process/ports.ts';
 import { testDatabaseUrl, temporalAddress, testPool, uniq } from '../support/env.ts';
+import { entryArgv } from '../support/processes.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
 /** An admin token as docs/DEPLOYING.md makes one (`openssl rand -hex 32`). */
@@ -227,7 +228,7 @@ describe('demo API keys', () => {
 
 function runApi(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'src/api/main.ts')], {
+    const child = spawn(process.execPath, entryArgv('src/api/main.ts'), {
       cwd: root,
       env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],

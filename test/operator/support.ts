@@ -8,6 +8,7 @@ import type { Ledger } from 'onceflow';
 import { Operator } from '../../src/operator/index.ts';
 import { createSandboxEmailProvider, createSandboxPaymentProvider } from '../../src/providers/sandbox.ts';
 import { testDatabaseUrl, temporalAddress, uniq } from '../support/env.ts';
+import { entryArgv } from '../support/processes.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
 
@@ -21,7 +22,7 @@ export function runOps(args: string[], env: { sandboxUrl: string; taskQueue?: st
   return new Promise((resolve) => {
     execFile(
       process.execPath,
-      ['--import', 'tsx', 'src/cli/ops.ts', ...args],
+      [...entryArgv('src/cli/ops.ts'), ...args],
       {
         cwd: root,
         timeout: 60_000,

@@ -19,6 +19,7 @@ import { withTransaction } from '../../src/db/index.ts';
 import { reserveRefund } from '../../src/refunds/sql.ts';
 import { until } from '../support/wait.ts';
 import { startRefund } from '../support/refunds.ts';
+import { entryArgv } from '../support/processes.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
 /** The worker's provider client gives up after this; the activity's start-to-close is TEST_TIMING's (4 s). */
@@ -38,7 +39,7 @@ afterAll(async () => {
 });
 
 async function spawnWorker(): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'src/worker/main.ts')], {
+  const child = spawn(process.execPath, entryArgv('src/worker/main.ts'), {
     cwd: root,
     env: {
       ...process.env,

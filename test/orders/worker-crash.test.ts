@@ -12,6 +12,7 @@ import { testDatabaseUrl, temporalAddress, workflowBundlePath } from '../support
 import { freePort } from '../../src/process/ports.ts';
 import { stepKeys } from '../../src/orders/model.ts';
 import { until } from '../support/wait.ts';
+import { entryArgv } from '../support/processes.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
 let stack: OrderStack;
@@ -29,7 +30,7 @@ afterAll(async () => {
 const outputs = new Map<ChildProcess, string[]>();
 
 async function spawnWorker(): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, 'src/worker/main.ts')], {
+  const child = spawn(process.execPath, entryArgv('src/worker/main.ts'), {
     cwd: root,
     env: {
       ...process.env,

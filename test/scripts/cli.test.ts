@@ -1,6 +1,7 @@
 /**
  * Every script in package.json that takes arguments (scripts/*.ts, src/cli/*.ts, bench/*.ts;
- * the ops CLI and the chaos script with cases of their own) behaves like a CLI, run as a child process the way npm runs it:
+ * the ops CLI and the chaos script with cases of their own) behaves like a CLI, run as a child
+ * process (src/ from the run's compiled build, as the image runs it; the rest through tsx, as npm does):
  * --help exits 0 with usage, an unknown flag prints usage and exits 2, and
  * under --json every line on stdout and stderr is JSON, errors included.
  */
@@ -8,6 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { testDatabaseUrl, uniq } from '../support/env.ts';
+import { entryArgv } from '../support/processes.ts';
 
 const root = path.resolve(import.meta.dirname, '../..');
 
@@ -21,7 +23,7 @@ function run(script: string, args: string[], env: Record<string, string> = {}): 
   return new Promise((resolve) => {
     execFile(
       process.execPath,
-      ['--import', 'tsx', script, ...args],
+      [...entryArgv(script), ...args],
       // Unreachable services by default: nothing here may touch a real database by accident.
       {
         cwd: root,

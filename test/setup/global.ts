@@ -6,10 +6,11 @@
  * The fast tier (test/setup/global-unit.ts) sets up Postgres alone.
  */
 import type { TestProject } from 'vitest/node';
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { promisify } from 'node:util';
 import { loadConfig } from '../../src/config.ts';
 import { createPool } from '../../src/db/index.ts';
 import { createThrowawayDatabase } from '../../src/db/migrate.ts';
@@ -42,6 +43,8 @@ declare module 'vitest' {
     /** The variant with the tracing interceptors, which a worker with tracing on uses. */
     tracedWorkflowBundlePath: string;
     dataDir: string;
+    /** The run's compiled app (tsconfig.app.json's entry points as JavaScript), laid out as dist/app. */
+    appBuild: string;
   }
 }
 
@@ -65,6 +68,11 @@ export async function setupRun(project: TestProject, opts: { temporal: boolean }
   // The sandbox's tables (its own chain, dev/sandbox/migrations/): tests run the sandbox in-process too.
   await applySandboxMigrations(databaseUrl);
 
+  // The app's entry points compiled once for the run, in the background while the Temporal server
+  // starts: the tests' child processes start from it as the image does, without tsx's loader.
+  // Under the repo, so the build finds node_modules and the package root by walking up.
+  const appBuild = path.join(root, 'dist/test', runId);
+  let appBuilt: Promise<unknown> | undefined;
   let server: DevServer | undefined;
   // TEMPORAL_BACKEND=postgres: the server's two databases, per run, dropped in teardown.
   const temporalDatabases = {
@@ -74,6 +82,8 @@ export async function setupRun(project: TestProject, opts: { temporal: boolean }
   };
   const teardown = async () => {
     await server?.stop();
+    await appBuilt?.catch(() => undefined);
+    fs.rmSync(appBuild, { recursive: true, force: true });
     // The template, and any clone a file could not drop (its process died).
     await dropDatabasesWithPrefix(config.databaseUrl, databasePrefix);
     if (config.temporal.backend === 'postgres' && !config.temporal.external) {
@@ -98,6 +108,21 @@ export async function setupRun(project: TestProject, opts: { temporal: boolean }
     project.provide('databaseTemplate', databaseTemplate);
     project.provide('dataDir', dataDir);
     if (!opts.temporal) return teardown;
+
+    // Type-checked by `npm run typecheck`; here only emitted.
+    appBuilt = promisify(execFile)(
+      process.execPath,
+      [
+        path.join(root, 'node_modules/typescript/bin/tsc'),
+        '-p',
+        'tsconfig.app.json',
+        '--outDir',
+        appBuild,
+        '--noCheck',
+      ],
+      { cwd: root },
+    );
+    appBuilt.catch(() => undefined); // awaited below; a failure meanwhile is not "unhandled"
 
     // --- Temporal: TEMPORAL_ADDRESS if given, otherwise a dev server of our own on free ports.
     let temporalAddress = config.temporal.address;
@@ -132,6 +157,8 @@ export async function setupRun(project: TestProject, opts: { temporal: boolean }
     const { path: workflowBundlePath } = await ensureWorkflowBundle({ smoke: true });
     const { path: tracedWorkflowBundlePath } = await ensureWorkflowBundle({ traced: true, smoke: true });
 
+    await appBuilt;
+    project.provide('appBuild', appBuild);
     project.provide('temporalAddress', temporalAddress);
     project.provide('temporalUiUrl', temporalUiUrl);
     project.provide('workflowBundlePath', workflowBundlePath);

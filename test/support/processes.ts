@@ -1,6 +1,7 @@
 /** onceflow's real entry points as child processes, for tests that kill, fault and restart them. */
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
+import { inject } from 'vitest';
 import { waitForHttp } from '../../dev/wait.ts';
 import { until } from './wait.ts';
 
@@ -14,14 +15,24 @@ export interface Proc {
   alive: () => boolean;
 }
 
-/** `node --import tsx <entry> [args]` with only PATH/HOME from this process plus `env`. */
+/**
+ * Node's arguments that run `entry` (a path from the repo root): an entry point of the app
+ * (`src/…`) from the run's compiled build, as the image runs it (test/setup/global.ts builds it
+ * once; tsx would cost each child twice the CPU), anything else (dev/, test fixtures) through tsx.
+ */
+export function entryArgv(entry: string): string[] {
+  if (entry.startsWith('src/')) return [path.join(inject('appBuild'), entry.replace(/\.ts$/, '.js'))];
+  return ['--import', 'tsx', path.join(root, entry)];
+}
+
+/** `node <entry> [args]` (see entryArgv) with only PATH/HOME from this process plus `env`. */
 export function spawnEntry(
   name: string,
   entry: string,
   env: Record<string, string>,
   args: string[] = [],
 ): Proc {
-  return spawnNode(name, ['--import', 'tsx', path.join(root, entry), ...args], env);
+  return spawnNode(name, [...entryArgv(entry), ...args], env);
 }
 
 /** `node <argv>` (e.g. a compiled file of dist/app, no tsx) with only PATH/HOME from this process plus `env`. */

@@ -49,6 +49,10 @@ export default defineConfig({
     // (test/setup/runtime.ts). Files run in parallel in forks, each with its own pools.
     pool: 'forks',
     maxWorkers: 2,
+    // Each fork runs file after file with one module cache, instead of a new process importing the
+    // SDK, Fastify and the app again per file (docs/BENCHMARKS.md, "What the test suite spends").
+    // What must be per file is set up by test/setup/runtime.ts, which runs before each file.
+    isolate: false,
     testTimeout: 120_000,
     hookTimeout: 180_000,
     teardownTimeout: 60_000,

@@ -3,7 +3,7 @@ import { afterAll, beforeAll } from 'vitest';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { loadConfig } from '../../src/config.ts';
 import { setLogLevel } from '../../src/log.ts';
-import { createTestDatabase, dropTestDatabase } from '../support/env.ts';
+import { beginTestFile, createTestDatabase, dropTestDatabase } from '../support/env.ts';
 
 try {
   Runtime.install({ logger: new DefaultLogger('ERROR') });
@@ -14,6 +14,7 @@ try {
 // Our own JSON logs follow LOG_LEVEL (vitest.config.ts sets warn).
 setLogLevel(loadConfig().logLevel);
 
+beginTestFile();
 // A clone of the run's migrated, seeded template. Registered before the file's own hooks,
 // so it exists before them and (hooks after a suite run in reverse) is dropped after them,
 // whether the file's tests passed or not.

@@ -21,6 +21,14 @@ function testDatabaseName(): string {
   return fileDatabase;
 }
 
+/**
+ * Forgets the previous file's database name: test/setup/runtime.ts calls it first in each file,
+ * since a worker that runs several files (isolate: false) keeps this module between them.
+ */
+export function beginTestFile(): void {
+  fileDatabase = undefined;
+}
+
 /** This test file's own database: migrated and seeded, shared with no other file. Pass it to spawned processes. */
 export const testDatabaseUrl = (): string => withDatabase(inject('postgresUrl'), testDatabaseName());
 

@@ -1,6 +1,6 @@
 /**
- * An example as its user gets it: `npm pack` of packages/onceflow (its
- * prepack builds dist/ with declarations), the tarball installed into a
+ * An example as its user gets it: `npm pack` of packages/onceflow (dist/
+ * with declarations, as its prepack builds it), the tarball installed into a
  * temporary copy of examples/<name>, which is then type-checked and built
  * against the published declarations alone. Each test file packs once.
  */
@@ -36,22 +36,19 @@ export function sh(
 }
 
 /**
- * Packs packages/onceflow into `work` and returns the tarball's path. It packs
- * a staged copy (the package's files, the tsconfig its build extends, and the
- * repository's node_modules linked in for the compiler and the types), not
- * the package folder: prepack deletes and rebuilds dist/, and two test files
- * packing the same folder at once would race on it.
+ * Packs packages/onceflow into `work` and returns the tarball's path. Its dist/ is the one the
+ * global setup built with the package's own build script (what its prepack runs), so this packs
+ * without scripts: nothing rebuilds the folder under the other files that read it.
  */
 export async function packOnceflow(work: string): Promise<string> {
-  const stage = path.join(work, 'stage');
-  const pkg = path.join(stage, 'packages/onceflow');
-  fs.cpSync(path.join(root, 'packages/onceflow'), pkg, {
-    recursive: true,
-    filter: (src) => !/[/\\](node_modules|dist|test)$/.test(src) && !src.endsWith('.tgz'),
-  });
-  fs.copyFileSync(path.join(root, 'tsconfig.json'), path.join(stage, 'tsconfig.json'));
-  fs.symlinkSync(path.join(root, 'node_modules'), path.join(stage, 'node_modules'), 'dir');
-  const { stdout } = await sh('npm', ['pack', '--silent', '--pack-destination', work], pkg);
+  const pkg = path.join(root, 'packages/onceflow');
+  if (!fs.existsSync(path.join(pkg, 'dist/index.d.ts')))
+    throw new Error(`${pkg}/dist is not built: the integration tier's global setup builds it`);
+  const { stdout } = await sh(
+    'npm',
+    ['pack', '--ignore-scripts', '--silent', '--pack-destination', work],
+    pkg,
+  );
   const name = stdout.trim().split('\n').pop() ?? '';
   const tarball = path.join(work, name);
   if (!name.endsWith('.tgz') || !fs.existsSync(tarball))

@@ -109,18 +109,19 @@ export async function setupRun(project: TestProject, opts: { temporal: boolean }
     project.provide('dataDir', dataDir);
     if (!opts.temporal) return teardown;
 
-    // Type-checked by `npm run typecheck`; here only emitted.
-    appBuilt = promisify(execFile)(
-      process.execPath,
-      [
-        path.join(root, 'node_modules/typescript/bin/tsc'),
-        '-p',
-        'tsconfig.app.json',
-        '--outDir',
-        appBuild,
-        '--noCheck',
-      ],
-      { cwd: root },
+    // Type-checked by `npm run typecheck`; here only emitted. The core package goes inside the
+    // build (node_modules/onceflow, found first from the build's files), so a run's children never
+    // read packages/onceflow/dist while a run beside it rebuilds that (the re-runs of npm test).
+    const tsc = (...args: string[]) =>
+      promisify(execFile)(process.execPath, [path.join(root, 'node_modules/typescript/bin/tsc'), ...args], {
+        cwd: root,
+      });
+    const core = path.join(appBuild, 'node_modules/onceflow');
+    appBuilt = Promise.all([
+      tsc('-p', 'tsconfig.app.json', '--outDir', appBuild, '--noCheck'),
+      tsc('-p', 'packages/onceflow/tsconfig.build.json', '--outDir', path.join(core, 'dist'), '--noCheck'),
+    ]).then(() =>
+      fs.copyFileSync(path.join(root, 'packages/onceflow/package.json'), path.join(core, 'package.json')),
     );
     appBuilt.catch(() => undefined); // awaited below; a failure meanwhile is not "unhandled"
 

@@ -121,7 +121,7 @@ export function rootLogger(): Logger {
   return root;
 }
 
-/** Only the level (test processes keep their default destination). */
+/** Only the level; the destination stays. */
 export function setLogLevel(level: LogLevel): void {
   root.level = level;
 }

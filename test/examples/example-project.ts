@@ -59,7 +59,7 @@ export async function packOnceflow(work: string): Promise<string> {
 /**
  * Copies examples/<name> into `work`, points its `onceflow` dependency at the
  * tarball, installs it from npm's cache where it can, and builds it (tsc,
- * which fails on a type error). Returns the copy's directory.
+ * which type-checks as it emits and fails on a type error). Returns the copy's directory.
  */
 export async function installExample(name: string, work: string, tarball: string): Promise<string> {
   const project = path.join(work, name);
@@ -78,6 +78,14 @@ export async function installExample(name: string, work: string, tarball: string
   });
   await sh('npx', ['tsc'], project);
   return project;
+}
+
+/** The example's sources (src/) that its build emitted no JavaScript for: none, once installExample built it. */
+export function unbuiltSources(project: string): string[] {
+  return fs
+    .readdirSync(path.join(project, 'src'), { recursive: true, encoding: 'utf8' })
+    .filter((f) => f.endsWith('.ts') && !f.endsWith('.d.ts'))
+    .filter((f) => !fs.existsSync(path.join(project, 'dist', f.replace(/\.ts$/, '.js'))));
 }
 
 /** A child process of the test (an example's worker), with its output kept for assertions and failures. */

@@ -15,7 +15,15 @@ import { pathToFileURL } from 'node:url';
 import { Ledger } from 'onceflow';
 import { createPool } from '../../src/db/index.ts';
 import { emptyDatabase, temporalAddress, temporalClient, uniq } from '../support/env.ts';
-import { installExample, packOnceflow, sh, spawnNode, within, type Child } from './example-project.ts';
+import {
+  installExample,
+  packOnceflow,
+  sh,
+  unbuiltSources,
+  spawnNode,
+  within,
+  type Child,
+} from './example-project.ts';
 import type { Account, Bank, startBank as StartBank } from '../../examples/money-transfer/src/bank.ts';
 import type { Transfer, TransferResult } from '../../examples/money-transfer/src/shared.ts';
 
@@ -87,8 +95,8 @@ describe('examples/money-transfer, from the packed onceflow', () => {
     }
   }
 
-  it('type-checks against the published declarations', async () => {
-    await sh('npx', ['tsc', '--noEmit'], project);
+  it('type-checks and builds against the published declarations (in beforeAll: tsc fails on a type error)', () => {
+    expect(unbuiltSources(project)).toEqual([]);
   });
 
   it('moves the money once though the withdrawal answer is lost and the worker is killed mid-deposit', async () => {

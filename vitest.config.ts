@@ -30,6 +30,14 @@ const UNIT = [
   'test/worker/{health,smoke-registration}.test.ts',
 ];
 
+/** TEST_FORKS, 2 by default: scripts/test-rerun.sh runs more, its files wait more than they compute. */
+function forks(): number {
+  const value = process.env.TEST_FORKS ?? '2';
+  if (!/^[1-9][0-9]*$/.test(value))
+    throw new Error(`TEST_FORKS must be a positive integer, not ${JSON.stringify(value)}`);
+  return Number(value);
+}
+
 export default defineConfig({
   // The core package from its sources, as tsconfig.json's paths map it for tsc and tsx.
   resolve: {
@@ -48,7 +56,7 @@ export default defineConfig({
     // Each test file gets its own database, cloned from the run's migrated template
     // (test/setup/runtime.ts). Files run in parallel in forks, each with its own pools.
     pool: 'forks',
-    maxWorkers: 2,
+    maxWorkers: forks(),
     // Each fork runs file after file with one module cache, instead of a new process importing the
     // SDK, Fastify and the app again per file (docs/BENCHMARKS.md, "What the test suite spends").
     // What must be per file is set up by test/setup/runtime.ts, which runs before each file.

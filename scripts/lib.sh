@@ -51,3 +51,18 @@ ensure_chromium() {
     echo "[setup] no Chromium for the Temporal UI browser check: install it (Debian: sudo apt-get install chromium; macOS: brew install --cask chromium) or set CHROMIUM_PATH." >&2
   fi
 }
+
+# What npm test runs a second time (scripts/test-rerun.sh). The tests whose outcome can depend on
+# the Temporal server's backend: workflows, timers, visibility, Worker Versioning, the UI.
+BACKEND_TESTS=(
+  test/orders/{order-workflow,parking,worker-crash,takeover-rejection,api-reasons,deploy-versions}.test.ts
+  test/orders/{refund-workflow,refund-worker-crash}.test.ts
+  test/api/outbox.test.ts test/processes/join.test.ts test/ui/temporal-ui.test.ts
+  test/devserver/temporal-server.test.ts
+)
+# The tests whose outcome can depend on the provider adapters (sandbox clients, or Stripe and SMTP).
+PROVIDER_TESTS=(
+  test/orders/{order-workflow,parking,worker-crash,takeover-rejection,api-reasons}.test.ts
+  test/orders/{refund-workflow,refund-worker-crash}.test.ts
+  test/activities/*.test.ts test/api/refund-webhooks.test.ts
+)

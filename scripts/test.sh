@@ -3,10 +3,9 @@
 # Temporal CLI on first use, then lint, typecheck with the model check, and the
 # core package's own tests side by side; then vitest (whose global setup starts a
 # dev server and creates a throwaway database). Then, for a whole-suite run (no
-# arguments), side by side: the order, fault and UI tests again on the Temporal
-# server on Postgres (scripts/test-postgres.sh; TEST_POSTGRES=0 skips it), and
-# through the real provider adapters, Stripe and SMTP (scripts/test-providers.sh;
-# TEST_PROVIDERS=0 skips it).
+# arguments), the tests that depend on the Temporal backend or the provider set
+# again, on the Temporal server on Postgres through the Stripe and SMTP adapters
+# (scripts/test-rerun.sh; TEST_POSTGRES=0 or TEST_PROVIDERS=0 leaves one off).
 source "$(dirname "$0")/lib.sh"
 # One line per step, printed last whether the run passed or not, so a CI log ends with the whole
 # run's outcome (each vitest run's own summary is above, with its output).
@@ -86,13 +85,16 @@ record "vitest on the Temporal dev server" "$status" "$(node -e '
 ' "$counts" 2>/dev/null || true)"
 rm -f "$counts"
 [ "$status" = 0 ] || exit "$status"
-# The re-runs wait on timers and processes more than they compute, and each has its own databases,
-# Temporal server and ports.
-reruns=()
-if [ $# -eq 0 ] && [ "${TEST_POSTGRES:-1}" != 0 ]; then
-  reruns+=("vitest on the Temporal server on Postgres (scripts/test-postgres.sh)" "bash scripts/test-postgres.sh")
+if [ $# -eq 0 ] && { [ "${TEST_POSTGRES:-1}" != 0 ] || [ "${TEST_PROVIDERS:-1}" != 0 ]; }; then
+  switched=()
+  if [ "${TEST_POSTGRES:-1}" != 0 ]; then switched+=("the Temporal server on Postgres"); fi
+  if [ "${TEST_PROVIDERS:-1}" != 0 ]; then switched+=("the Stripe and SMTP adapters"); fi
+  again="vitest again on $(IFS=,; echo "${switched[*]}" | sed 's/,/ and /') (scripts/test-rerun.sh)"
+  echo "[test] ${again}"
+  rerun="$(mktemp)"
+  status=0
+  bash scripts/test-rerun.sh 2>&1 | tee "$rerun" || status=$?
+  record "$again" "$status" "$(tests_line "$rerun")"
+  rm -f "$rerun"
+  exit "$status"
 fi
-if [ $# -eq 0 ] && [ "${TEST_PROVIDERS:-1}" != 0 ]; then
-  reruns+=("vitest through the Stripe and SMTP adapters (scripts/test-providers.sh)" "bash scripts/test-providers.sh")
-fi
-if [ ${#reruns[@]} -gt 0 ]; then side_by_side "${reruns[@]}"; fi

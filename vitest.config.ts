@@ -30,9 +30,13 @@ const UNIT = [
   'test/worker/{health,smoke-registration}.test.ts',
 ];
 
-/** TEST_FORKS, 2 by default: scripts/test-rerun.sh runs more, its files wait more than they compute. */
+/**
+ * TEST_FORKS, 3 by default: the integration files wait on child processes and Temporal's timers
+ * part of the time, so three forks keep two cores busier than two (docs/BENCHMARKS.md, "What the
+ * test suite spends"); scripts/test-rerun.sh, whose files wait more, runs four.
+ */
 function forks(): number {
-  const value = process.env.TEST_FORKS ?? '2';
+  const value = process.env.TEST_FORKS ?? '3';
   if (!/^[1-9][0-9]*$/.test(value))
     throw new Error(`TEST_FORKS must be a positive integer, not ${JSON.stringify(value)}`);
   return Number(value);

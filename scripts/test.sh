@@ -85,11 +85,11 @@ record "vitest on the Temporal dev server" "$status" "$(node -e '
 ' "$counts" 2>/dev/null || true)"
 rm -f "$counts"
 [ "$status" = 0 ] || exit "$status"
-if [ $# -eq 0 ] && { [ "${TEST_POSTGRES:-1}" != 0 ] || [ "${TEST_PROVIDERS:-1}" != 0 ]; }; then
-  switched=()
-  if [ "${TEST_POSTGRES:-1}" != 0 ]; then switched+=("the Temporal server on Postgres"); fi
-  if [ "${TEST_PROVIDERS:-1}" != 0 ]; then switched+=("the Stripe and SMTP adapters"); fi
-  again="vitest again on $(IFS=,; echo "${switched[*]}" | sed 's/,/ and /') (scripts/test-rerun.sh)"
+on=""
+if [ "${TEST_POSTGRES:-1}" != 0 ]; then on="the Temporal server on Postgres"; fi
+if [ "${TEST_PROVIDERS:-1}" != 0 ]; then on="${on:+$on and }the Stripe and SMTP adapters"; fi
+if [ $# -eq 0 ] && [ -n "$on" ]; then
+  again="vitest again on ${on} (scripts/test-rerun.sh)"
   echo "[test] ${again}"
   rerun="$(mktemp)"
   status=0

@@ -5,14 +5,13 @@
  *   npm run bench:ledger [-- --seconds=3] [--connections=8]
  *
  * - fresh claim: `runLocal` on a new key with a trivial body (claim +
- *   complete in one transaction) as it runs by default (`replayProbe:
- *   'auto'`, which reads first only for types that keep being replayed),
- *   always reading first (`true`) and never (`false`), and
+ *   complete in one transaction) as it runs by default and with `readFirst`,
+ *   and
  *   `runLocalStatement` (one statement, as the order's status steps run), vs. a bare `insert ... on conflict do
  *   nothing` plus `update`, and vs. the physical limit: the same two
  *   statements prepared, in ONE transaction (what pgbench -M prepared does);
- * - replay: `runLocal` on a completed key (by default, always reading first,
- *   never) vs. a primary-key `select`.
+ * - replay: `runLocal` on a completed key (by default, through the claim, and
+ *   with `readFirst`) vs. a primary-key `select`.
  * Each variant's CPU per operation is reported too: this process's (the
  * client's) and its Postgres backends' (from /proc, when Postgres is local).
  * Creates its own throwaway database (dropped at the end), prints a table and
@@ -238,18 +237,13 @@ async function main(): Promise<void> {
         raw: () => rawFresh(pool, 'bench.fresh', `f${n}-${seq++}`, false),
         prepared: () => rawFresh(pool, 'bench.fresh', `f${n}-${seq++}`, true),
         tx: () => rawFreshTx(pool, 'bench.fresh', `f${n}-${seq++}`),
-        // The default ('auto'): a type that is never replayed claims without reading first.
+        // The default: claim first (2 round trips).
         ledger: (_w, i) =>
           ledger.runLocal(scope('bench.fresh', `f${n}-${seq++}`), input(i), async () => ({ ok: true })),
-        // Always the replay probe first (3 round trips): the default before 'auto'.
-        ledgerProbe: (_w, i) =>
+        // Read first (3 round trips), as a retried activity does.
+        ledgerReadFirst: (_w, i) =>
           ledger.runLocal(scope('bench.fresh', `f${n}-${seq++}`), input(i), async () => ({ ok: true }), {
-            replayProbe: true,
-          }),
-        // Never the replay probe (2 round trips).
-        ledgerNoProbe: (_w, i) =>
-          ledger.runLocal(scope('bench.fresh', `f${n}-${seq++}`), input(i), async () => ({ ok: true }), {
-            replayProbe: false,
+            readFirst: true,
           }),
         // As the order's status steps run now: the body, the claim and the record in one
         // autocommitted statement (runLocalStatement); here the body writes nothing, like the others'.
@@ -265,23 +259,21 @@ async function main(): Promise<void> {
           ),
       });
       const pick = (w: number, i: number) => (w * 7919 + i) % REPLAY_KEYS;
-      const replayLocal = (k: number, replayProbe: boolean | 'auto') =>
+      const replayLocal = (k: number, readFirst: boolean) =>
         ledger.runLocal(
           scope('bench.replay', `r${n}-${k}`),
           input(k),
           async () => {
             throw new Error('a replay must not run the body');
           },
-          { replayProbe },
+          { readFirst },
         );
       const { rates: replay, cpu: replayCpu } = await compare(pool, n, {
         raw: (w, i) => rawReplay(pool, `r${n}-${pick(w, i)}`, false),
         prepared: (w, i) => rawReplay(pool, `r${n}-${pick(w, i)}`, true),
-        // The default ('auto'): this type keeps being replayed, so it reads first.
-        ledger: (w, i) => replayLocal(pick(w, i), 'auto'),
-        ledgerProbe: (w, i) => replayLocal(pick(w, i), true),
-        // What a replay costs through the claim (BEGIN, claim, ROLLBACK, read).
-        ledgerNoProbe: (w, i) => replayLocal(pick(w, i), false),
+        // The default: a replay found through the claim (BEGIN, claim, ROLLBACK, read).
+        ledger: (w, i) => replayLocal(pick(w, i), false),
+        ledgerReadFirst: (w, i) => replayLocal(pick(w, i), true),
       });
       await pool.end();
 
@@ -292,10 +284,8 @@ async function main(): Promise<void> {
         freshClaimRatioVsPrepared: round(get(fresh, 'ledger') / get(fresh, 'prepared'), 3),
         /** Against the physical limit: one transaction, prepared (the issue's target: >= 0.8 at 8). */
         freshClaimRatioVsOneTx: round(get(fresh, 'ledger') / get(fresh, 'tx'), 3),
-        /** Always reading first (`replayProbe: true`). */
-        freshClaimProbeRatioVsOneTx: round(get(fresh, 'ledgerProbe') / get(fresh, 'tx'), 3),
-        /** Never reading first (`replayProbe: false`). */
-        freshClaimNoProbeRatioVsOneTx: round(get(fresh, 'ledgerNoProbe') / get(fresh, 'tx'), 3),
+        /** Reading first (`readFirst: true`). */
+        freshClaimReadFirstRatioVsOneTx: round(get(fresh, 'ledgerReadFirst') / get(fresh, 'tx'), 3),
         /** One statement (`runLocalStatement`, what the status steps use now). */
         freshClaimStatementRatioVsOneTx: round(get(fresh, 'ledgerStatement') / get(fresh, 'tx'), 3),
         replayRatioVsPrepared: round(get(replay, 'ledger') / get(replay, 'prepared'), 3),
@@ -303,13 +293,9 @@ async function main(): Promise<void> {
           freshClaimsPerSec: round(get(fresh, 'ledger'), 0),
           replaysPerSec: round(get(replay, 'ledger'), 0),
         },
-        ledgerProbe: {
-          freshClaimsPerSec: round(get(fresh, 'ledgerProbe'), 0),
-          replaysPerSec: round(get(replay, 'ledgerProbe'), 0),
-        },
-        ledgerNoProbe: {
-          freshClaimsPerSec: round(get(fresh, 'ledgerNoProbe'), 0),
-          replaysPerSec: round(get(replay, 'ledgerNoProbe'), 0),
+        ledgerReadFirst: {
+          freshClaimsPerSec: round(get(fresh, 'ledgerReadFirst'), 0),
+          replaysPerSec: round(get(replay, 'ledgerReadFirst'), 0),
         },
         ledgerStatement: { freshClaimsPerSec: round(get(fresh, 'ledgerStatement'), 0) },
         raw: { freshClaimsPerSec: round(get(fresh, 'raw'), 0), replaysPerSec: round(get(replay, 'raw'), 0) },
@@ -357,16 +343,14 @@ function printTable(results: Record<string, unknown>): void {
   type Row = {
     freshClaimRatio: number;
     freshClaimRatioVsOneTx: number;
-    freshClaimProbeRatioVsOneTx: number;
-    freshClaimNoProbeRatioVsOneTx: number;
+    freshClaimReadFirstRatioVsOneTx: number;
     freshClaimStatementRatioVsOneTx: number;
     replayRatio: number;
     ledger: Rates;
     raw: Rates;
     rawPrepared: Rates;
     rawOneTxPrepared: { freshClaimsPerSec: number };
-    ledgerProbe: Rates;
-    ledgerNoProbe: Rates;
+    ledgerReadFirst: Rates;
     ledgerStatement: { freshClaimsPerSec: number };
   };
   const header = [
@@ -377,9 +361,7 @@ function printTable(results: Record<string, unknown>): void {
     '(raw prep/s)',
     '1-tx prep/s',
     'vs 1-tx',
-    'probe/s',
-    'vs 1-tx',
-    'no probe/s',
+    'read first/s',
     'vs 1-tx',
     '1-stmt/s',
     'vs 1-tx',
@@ -387,8 +369,7 @@ function printTable(results: Record<string, unknown>): void {
     'replay raw/s',
     'replay ratio',
     '(raw prep/s)',
-    'probe/s',
-    'no probe/s',
+    'read first/s',
   ];
   const lines = [header];
   for (const [n, value] of Object.entries(results)) {
@@ -401,18 +382,15 @@ function printTable(results: Record<string, unknown>): void {
       String(r.rawPrepared.freshClaimsPerSec),
       String(r.rawOneTxPrepared.freshClaimsPerSec),
       r.freshClaimRatioVsOneTx.toFixed(2),
-      String(r.ledgerProbe.freshClaimsPerSec),
-      r.freshClaimProbeRatioVsOneTx.toFixed(2),
-      String(r.ledgerNoProbe.freshClaimsPerSec),
-      r.freshClaimNoProbeRatioVsOneTx.toFixed(2),
+      String(r.ledgerReadFirst.freshClaimsPerSec),
+      r.freshClaimReadFirstRatioVsOneTx.toFixed(2),
       String(r.ledgerStatement.freshClaimsPerSec),
       r.freshClaimStatementRatioVsOneTx.toFixed(2),
       String(r.ledger.replaysPerSec),
       String(r.raw.replaysPerSec),
       r.replayRatio.toFixed(2),
       String(r.rawPrepared.replaysPerSec),
-      String(r.ledgerProbe.replaysPerSec),
-      String(r.ledgerNoProbe.replaysPerSec),
+      String(r.ledgerReadFirst.replaysPerSec),
     ]);
   }
   const widths = header.map((_, i) => Math.max(...lines.map((l) => (l[i] ?? '').length)));
@@ -425,8 +403,7 @@ function printCpuTable(results: Record<string, unknown>): void {
   const variants: [string, string][] = [
     ['tx', '1-tx prepared'],
     ['ledger', 'ledger'],
-    ['ledgerProbe', 'probe'],
-    ['ledgerNoProbe', 'no probe'],
+    ['ledgerReadFirst', 'read first'],
     ['ledgerStatement', '1-stmt'],
   ];
   const header = ['conns', ...variants.map(([, label]) => `${label} client+pg us`)];

@@ -196,8 +196,13 @@ export async function localStep<T extends Json>(
 ): Promise<{ result: T; replayed: boolean }> {
   const scope = stepScope(name, opts);
   try {
-    return await ledger.runLocal(scope, { schemaVersion: opts.schemaVersion ?? 1, value: opts.input }, (tx) =>
-      opts.run(tx),
+    // A retried attempt most likely finds its record: one read answers it.
+    const readFirst = Context.current().info.attempt > 1;
+    return await ledger.runLocal(
+      scope,
+      { schemaVersion: opts.schemaVersion ?? 1, value: opts.input },
+      (tx) => opts.run(tx),
+      { readFirst },
     );
   } catch (err) {
     throw toActivityFailure(err);

@@ -44,7 +44,6 @@ import type {
   ReconcileUnresolvedResult,
   Scope,
 } from './types.ts';
-import { ReplayProbePolicy } from './probe-policy.ts';
 
 /**
  * Short, because runExternal renews it while the attempt runs: a crashed
@@ -147,8 +146,6 @@ export class Ledger {
   readonly #hooks: LedgerHooks;
   readonly #leaseMs: number;
   readonly #localWaitMs: number;
-  /** Which operation types runLocal reads first (`replayProbe: 'auto'`): see probe-policy.ts. */
-  readonly #probePolicy = new ReplayProbePolicy();
 
   constructor(pool: Pool, options: LedgerOptions = {}) {
     this.#pool = pool;
@@ -226,13 +223,12 @@ export class Ledger {
     opts: LocalRunOptions = {},
   ): Promise<{ result: T; replayed: boolean }> {
     const fp = this.#prepare(scope, input);
-    const { replayProbe = 'auto' } = opts;
-    if (replayProbe !== 'auto' && typeof replayProbe !== 'boolean')
-      throw new LedgerError('invalid_input', "replayProbe must be true, false or 'auto'");
+    const { readFirst = false } = opts;
+    if (typeof readFirst !== 'boolean') throw new LedgerError('invalid_input', 'readFirst must be true or false');
     const ran = await this.#local<T, PoolClient>(
       scope,
       fp,
-      replayProbe,
+      readFirst,
       (body) => withClient(this.#pool, body),
       this.#transactionAttempt(scope, input.schemaVersion, fp, fn, opts.first),
     );
@@ -256,9 +252,7 @@ export class Ledger {
     const fp = this.#prepare(scope, input);
     if (!LocalStatement.isChecked(body))
       throw new LedgerError('invalid_input', 'a local statement must be built with new LocalStatement(...)');
-    // No read first unless asked: replays are rare (a status step reruns only when its workflow task
-    // failed), and reading first costs every first run a statement. No checkout either: both
-    // statements autocommit, so each goes to the pool.
+    // No checkout: both statements autocommit, so each goes to the pool.
     return this.#local<T, Queryable>(
       scope,
       fp,
@@ -276,24 +270,20 @@ export class Ledger {
   async #local<T extends Json, D extends Queryable>(
     scope: Scope,
     fp: string,
-    replayProbe: boolean | 'auto',
+    /** Read the record by primary key before the attempt: a replay then costs one statement. */
+    readFirst: boolean,
     /** Where one try runs: on one checked-out client (a transaction), or on the pool (single statements). */
     on: <R>(step: (db: D) => Promise<R>) => Promise<R>,
     attempt: (db: D) => Promise<LocalAttempt>,
   ): Promise<{ result: T; replayed: boolean } | null> {
-    const type = scope.operationType;
     try {
       return await withRetry(LOCAL_RETRY, () =>
         on(async (client) => {
-          const probe = replayProbe === 'auto' ? this.#probePolicy.shouldProbe(type) : replayProbe;
-          // Probing answers a replay with one primary-key read outside any transaction.
-          if (probe) {
+          if (readFirst) {
             const existing = await sql.selectProbe(client, scope);
-            this.#probePolicy.record(type, existing !== null);
             if (existing) return this.#replayLocal<T>(scope, fp, existing);
           }
           const outcome = await attempt(client);
-          if (!probe || outcome.kind === 'found') this.#probePolicy.record(type, outcome.kind === 'found');
           if (outcome.kind === 'nothing') return null;
           if (outcome.kind === 'found') {
             // The attempt left nothing open, so this autocommitted read sees the committed record.

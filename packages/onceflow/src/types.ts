@@ -158,11 +158,11 @@ export interface LocalRunOptions {
    */
   first?: readonly pg.QueryConfig[];
   /**
-   * Read the stored result by primary key before opening the transaction: always, never, or
-   * 'auto' (default: per operation type, whichever its recent calls make cheaper; probe-policy.ts).
-   * Only the cost differs.
+   * Read the stored result by primary key before opening the transaction (default false). A replay
+   * then costs one statement instead of four, and a first run one more. For a caller that is
+   * likely a replay, such as a retried activity. Only the cost differs.
    */
-  replayProbe?: boolean | 'auto';
+  readFirst?: boolean;
 }
 
 /** Per-call options of runExternal. */

@@ -22,12 +22,13 @@ import {
   type StepLogger,
 } from '../src/index.ts';
 import { testPool, uniq } from './support/env.ts';
-import { businessTable } from './support/ledger.ts';
+import { businessTable, statementRecorder } from './support/ledger.ts';
 import { until } from './support/wait.ts';
 
 const pool = testPool(4);
 const ledger = new Ledger(pool);
 const table = businessTable('activity_biz');
+const statementsOf = statementRecorder(() => pool);
 
 beforeAll(() => table.create(pool));
 afterAll(async () => {
@@ -306,10 +307,11 @@ describe('localStep', () => {
         },
       });
     expect(await activityOf(wf).env.run(step)).toEqual({ result: { status: 'paid' }, replayed: false });
-    expect(await activityOf(wf, { attempt: 2 }).env.run(step)).toEqual({
-      result: { status: 'paid' },
-      replayed: true,
-    });
+    let replay: unknown;
+    // A retried attempt reads its record first: one statement answers it.
+    const sent = await statementsOf(async () => (replay = await activityOf(wf, { attempt: 2 }).env.run(step)));
+    expect(replay).toEqual({ result: { status: 'paid' }, replayed: true });
+    expect(sent).toEqual(['ledger_select_probe']);
     expect(runs).toBe(1);
     expect(await table.rows(pool, scope)).toEqual(['paid']);
     expect((await ledger.get(scope))?.state).toBe('succeeded');

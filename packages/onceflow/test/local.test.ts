@@ -13,7 +13,15 @@ import {
   type Scope,
 } from '../src/index.ts';
 import { LOCAL_CLAIM_VANISHED } from '../src/sql.ts';
-import { businessTable, eventLog, lockWaiters, namedPool, scopeFor, tableName } from './support/ledger.ts';
+import {
+  businessTable,
+  eventLog,
+  lockWaiters,
+  namedPool,
+  scopeFor,
+  statementRecorder,
+  tableName,
+} from './support/ledger.ts';
 import { deferred, until } from './support/wait.ts';
 
 let pool: Pool;
@@ -293,7 +301,7 @@ describe('runLocal', () => {
             calls++;
             return { label: (first?.rows[0] as { label: string }).label };
           },
-          { first: [firstInsert(scope, label)], replayProbe: false },
+          { first: [firstInsert(scope, label)] },
         );
       expect(await run({ n: 1 }, 'first')).toEqual({ result: { label: 'first' }, replayed: false });
       // The replay's own statement ran inside its transaction, then rolled back with it.
@@ -372,7 +380,7 @@ describe('runLocal', () => {
     expect(log.count('conflict')).toBe(25);
     // Only the winner's write committed.
     expect(await businessRows(scope)).toEqual([winner]);
-    // A later loser is refused on the probe path as well.
+    // A later loser is refused as well.
     const other = winner === 'A' ? 'B' : 'A';
     await expect(call(other)).rejects.toMatchObject({ code: 'conflict' });
     expect(ran).toHaveLength(1);
@@ -576,7 +584,7 @@ describe('runLocal', () => {
     const scope = scopeFor('replay-first-fails');
     await ledger.runLocal(scope, input({ n: 1 }), async () => ({ n: 1 }));
     // The first statements run before the claim's outcome is known; a replay must not depend on them.
-    const failing = { first: [{ text: 'select 1 / 0' }], replayProbe: false };
+    const failing = { first: [{ text: 'select 1 / 0' }] };
     await expect(ledger.runLocal(scope, input({ n: 1 }), async () => 'never', failing)).resolves.toEqual({
       result: { n: 1 },
       replayed: true,
@@ -599,90 +607,14 @@ describe('runLocal', () => {
   });
 });
 
-describe("runLocal's replay probe", () => {
-  /** The statements the ledger sends while `run` runs: names of prepared ones, else the text. */
-  let recording: string[] | null = null;
-  const watched = new WeakSet<PoolClient>();
-  const watch = (client: PoolClient) => {
-    if (watched.has(client)) return;
-    watched.add(client);
-    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
-    client.query = ((config: unknown, ...rest: unknown[]) => {
-      const c = config as { name?: string; text?: string } | string;
-      recording?.push(typeof c === 'string' ? c : (c.name ?? c.text ?? '?'));
-      return query(config, ...rest);
-    }) as PoolClient['query'];
-  };
-  async function statementsOf(run: () => Promise<unknown>): Promise<string[]> {
-    const sent: string[] = [];
-    recording = sent;
-    pool.on('acquire', watch);
-    try {
-      await run();
-    } finally {
-      pool.off('acquire', watch);
-      recording = null;
-    }
-    return sent;
-  }
-  const claims = (sent: string[]) => sent.filter((s) => s === 'ledger_insert_local_claim').length;
-  const probes = (sent: string[]) => sent.filter((s) => s === 'ledger_select_probe').length;
+describe("runLocal's readFirst", () => {
+  const statementsOf = statementRecorder(() => pool);
 
-  it("'auto' reads first only for a type whose calls keep finding their record, and answers alike either way", async () => {
-    const log = eventLog();
-    const ledger = new Ledger(pool, { hooks: log });
-    const scope = scopeFor('auto-probe');
-    let calls = 0;
-    const run = () =>
-      ledger.runLocal(scope, input({ n: 1 }), async () => {
-        calls++;
-        return { n: 1 };
-      });
-
-    // A type not seen before: the first run claims straight away (no read first).
-    const fresh = await statementsOf(run);
-    expect(fresh).toEqual(['BEGIN', 'ledger_insert_local_claim', 'ledger_finish_local_claim', 'COMMIT']);
-
-    // Replays: the first ones find the record through the claim (BEGIN, claim, ROLLBACK, read)...
-    const replays: string[][] = [];
-    for (let i = 0; i < 6; i++) {
-      let outcome: unknown;
-      replays.push(await statementsOf(async () => (outcome = await run())));
-      expect(outcome).toEqual({ result: { n: 1 }, replayed: true });
-    }
-    expect(replays[0]).toEqual(['BEGIN', 'ledger_insert_local_claim', 'ROLLBACK', 'ledger_select_probe']);
-    // ...until a quarter of the type's recent calls were replays: then one read answers each.
-    expect(replays.at(-1)).toEqual(['ledger_select_probe']);
-    const switchedAt = replays.findIndex((s) => claims(s) === 0);
-    expect(switchedAt).toBeGreaterThan(0);
-    expect(replays.slice(switchedAt).every((s) => s.length === 1 && probes(s) === 1)).toBe(true);
-    expect(calls).toBe(1);
-
-    // Fresh keys of the same type: read first at first, then no longer once replays are rare again.
-    const later: string[][] = [];
-    for (let i = 0; i < 20; i++) {
-      const s = scopeFor(`auto-probe-fresh-${i}`);
-      later.push(
-        await statementsOf(() =>
-          ledger.runLocal({ ...s, operationType: scope.operationType }, input({ i }), async () => ({ i })),
-        ),
-      );
-    }
-    expect(probes(later[0]!)).toBe(1);
-    expect(later.at(-1)).toEqual([
-      'BEGIN',
-      'ledger_insert_local_claim',
-      'ledger_finish_local_claim',
-      'COMMIT',
-    ]);
-    expect(log.count('replay')).toBe(6);
-  });
-
-  it('true always reads first, false never; both give the same answers as auto', async () => {
+  it('true reads first, false (the default) claims first; both give the same answers', async () => {
     const ledger = new Ledger(pool);
-    const scope = scopeFor('fixed-probe');
+    const scope = scopeFor('read-first');
     let calls = 0;
-    const run = (replayProbe: boolean, value: Json = { n: 1 }) =>
+    const run = (readFirst: boolean, value: Json = { n: 1 }) =>
       ledger.runLocal(
         scope,
         input(value),
@@ -690,7 +622,7 @@ describe("runLocal's replay probe", () => {
           calls++;
           return { n: 1 };
         },
-        { replayProbe },
+        { readFirst },
       );
     const first = await statementsOf(() => run(true));
     expect(first).toEqual([
@@ -700,9 +632,12 @@ describe("runLocal's replay probe", () => {
       'ledger_finish_local_claim',
       'COMMIT',
     ]);
-    // A replay: one read with the probe (however often the type replays), the claim's path without.
+    // A replay: one read first, else the claim's path (BEGIN, the claim finds the record, ROLLBACK, the read).
     for (let i = 0; i < 3; i++) expect(await statementsOf(() => run(true))).toEqual(['ledger_select_probe']);
-    expect(claims(await statementsOf(() => run(false)))).toBe(1);
+    const claimPath = ['BEGIN', 'ledger_insert_local_claim', 'ROLLBACK', 'ledger_select_probe'];
+    expect(await statementsOf(() => run(false))).toEqual(claimPath);
+    const byDefault = () => ledger.runLocal(scope, input({ n: 1 }), async () => ({ n: 1 }));
+    expect(await statementsOf(byDefault)).toEqual(claimPath);
     await expect(run(true)).resolves.toEqual({ result: { n: 1 }, replayed: true });
     await expect(run(false)).resolves.toEqual({ result: { n: 1 }, replayed: true });
     await expect(run(true, { n: 2 })).rejects.toMatchObject({ code: 'conflict' });
@@ -710,12 +645,12 @@ describe("runLocal's replay probe", () => {
     expect(calls).toBe(1);
   });
 
-  it('refuses a replayProbe that is not true, false or auto, before touching the database', async () => {
+  it('refuses a readFirst that is not true or false, before touching the database', async () => {
     const ledger = new Ledger(pool);
-    const scope = scopeFor('bad-probe');
+    const scope = scopeFor('bad-read-first');
     const sent = await statementsOf(() =>
       expect(
-        ledger.runLocal(scope, input({}), async () => 1, { replayProbe: 'yes' as unknown as boolean }),
+        ledger.runLocal(scope, input({}), async () => 1, { readFirst: 'yes' as unknown as boolean }),
       ).rejects.toMatchObject({ code: 'invalid_input' }),
     );
     expect(sent).toEqual([]);

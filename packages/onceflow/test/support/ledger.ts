@@ -6,6 +6,7 @@ import type {
   LedgerEvent,
   OperationRecord,
   Pool,
+  PoolClient,
   ReconcileContext,
   ReconcileOutcome,
   Scope,
@@ -106,4 +107,36 @@ export async function reconcileOnly<T extends Json>(
   reconcile: (ctx: ReconcileContext) => Promise<ReconcileOutcome<T>>,
 ): Promise<OperationRecord> {
   return (await ledger.reconcileUnresolved(scope, reconcile)).record;
+}
+
+/**
+ * `statementsOf(run)`: the statements sent on `pool`'s clients while `run` runs (names of prepared
+ * ones, else the text), to tell the paths apart by what reaches Postgres. `poolOf` is read per call.
+ */
+export function statementRecorder(poolOf: () => Pool): (run: () => Promise<unknown>) => Promise<string[]> {
+  let recording: string[] | null = null;
+  const watched = new WeakSet<PoolClient>();
+  const watch = (client: PoolClient) => {
+    if (watched.has(client)) return;
+    watched.add(client);
+    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+    client.query = ((config: unknown, ...rest: unknown[]) => {
+      const c = config as { name?: string; text?: string } | string;
+      recording?.push(typeof c === 'string' ? c : (c.name ?? c.text ?? '?'));
+      return query(config, ...rest);
+    }) as PoolClient['query'];
+  };
+  return async (run) => {
+    const sent: string[] = [];
+    recording = sent;
+    const pool = poolOf();
+    pool.on('acquire', watch);
+    try {
+      await run();
+    } finally {
+      pool.off('acquire', watch);
+      recording = null;
+    }
+    return sent;
+  };
 }

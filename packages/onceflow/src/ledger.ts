@@ -224,7 +224,8 @@ export class Ledger {
   ): Promise<{ result: T; replayed: boolean }> {
     const fp = this.#prepare(scope, input);
     const { readFirst = false } = opts;
-    if (typeof readFirst !== 'boolean') throw new LedgerError('invalid_input', 'readFirst must be true or false');
+    if (typeof readFirst !== 'boolean')
+      throw new LedgerError('invalid_input', 'readFirst must be true or false');
     const ran = await this.#local<T, PoolClient>(
       scope,
       fp,
@@ -396,7 +397,8 @@ export class Ledger {
 
   /**
    * runLocalStatement's attempt: the body and the record in one autocommitted statement.
-   * A second attempt shape, kept because bench:ledger shows it pays (docs/BENCHMARKS.md).
+   * A second attempt shape, kept because bench:e2e shows it pays (docs/BENCHMARKS.md, "Is a second
+   * local-mode path worth it?").
    */
   #statementAttempt(
     scope: Scope,

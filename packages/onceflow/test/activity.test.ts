@@ -309,7 +309,9 @@ describe('localStep', () => {
     expect(await activityOf(wf).env.run(step)).toEqual({ result: { status: 'paid' }, replayed: false });
     let replay: unknown;
     // A retried attempt reads its record first: one statement answers it.
-    const sent = await statementsOf(async () => (replay = await activityOf(wf, { attempt: 2 }).env.run(step)));
+    const sent = await statementsOf(
+      async () => (replay = await activityOf(wf, { attempt: 2 }).env.run(step)),
+    );
     expect(replay).toEqual({ result: { status: 'paid' }, replayed: true });
     expect(sent).toEqual(['ledger_select_probe']);
     expect(runs).toBe(1);

@@ -52,17 +52,17 @@ ensure_chromium() {
   fi
 }
 
-# What npm test runs a second time (scripts/test-rerun.sh). The tests whose outcome can depend on
-# the Temporal server's backend: workflows, timers, visibility, Worker Versioning, the UI.
-BACKEND_TESTS=(
-  test/orders/{order-workflow,parking,worker-crash,takeover-rejection,api-reasons,deploy-versions}.test.ts
+# What npm test runs a second time (scripts/test-rerun.sh). The order and refund workflows' tests
+# depend on both the Temporal server's backend and the provider adapters.
+WORKFLOW_TESTS=(
+  test/orders/{order-workflow,parking,worker-crash,takeover-rejection,api-reasons}.test.ts
   test/orders/{refund-workflow,refund-worker-crash}.test.ts
+)
+# Also on the backend: Worker Versioning, the outbox's starts, visibility, the UI, the server itself.
+BACKEND_TESTS=(
+  "${WORKFLOW_TESTS[@]}" test/orders/deploy-versions.test.ts
   test/api/outbox.test.ts test/processes/join.test.ts test/ui/temporal-ui.test.ts
   test/devserver/temporal-server.test.ts
 )
-# The tests whose outcome can depend on the provider adapters (sandbox clients, or Stripe and SMTP).
-PROVIDER_TESTS=(
-  test/orders/{order-workflow,parking,worker-crash,takeover-rejection,api-reasons}.test.ts
-  test/orders/{refund-workflow,refund-worker-crash}.test.ts
-  test/activities/*.test.ts test/api/refund-webhooks.test.ts
-)
+# Also on the provider adapters (sandbox clients, or Stripe and SMTP): the activities and webhooks.
+PROVIDER_TESTS=("${WORKFLOW_TESTS[@]}" test/activities/*.test.ts test/api/refund-webhooks.test.ts)

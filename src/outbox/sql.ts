@@ -125,7 +125,10 @@ export async function claimOutboxRow(
   return rows[0] ?? null;
 }
 
-/** `startedAt`: from Temporal when known; null means now (database clock). */
+/**
+ * `startedAt`: from Temporal when known; null means now (database clock). next_attempt_at is left
+ * as it was: no claim or index reads it once started_at is set.
+ */
 export async function markOutboxStarted(
   db: Queryable,
   workflowId: string,
@@ -133,8 +136,7 @@ export async function markOutboxStarted(
 ): Promise<void> {
   await db.query(
     `update workflow_outbox
-        set started_at = coalesce($2::timestamptz, now()), attempts = attempts + 1, last_error = null,
-            next_attempt_at = now()
+        set started_at = coalesce($2::timestamptz, now()), attempts = attempts + 1, last_error = null
       where workflow_id = $1 and started_at is null returning workflow_id`,
     [workflowId, startedAt],
   );

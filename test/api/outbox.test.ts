@@ -86,17 +86,20 @@ describe('workflow outbox relay', () => {
       ?.workflowExecutionStartedEventAttributes?.input;
     expect(input?.payloads).toHaveLength(1);
 
-    // A crash after the start but before it was recorded: the next pass starts it again, harmlessly.
-    await api.pool.query('update workflow_outbox set started_at = null where workflow_id = $1', [
-      order.workflowId,
-    ]);
+    // A crash after the start but before it was recorded: once the claim runs out, the next pass
+    // starts it again, harmlessly.
+    await api.pool.query(
+      'update workflow_outbox set started_at = null, next_attempt_at = now() where workflow_id = $1',
+      [order.workflowId],
+    );
     expect(await r.startOne(order.workflowId)).toBe('already_started');
     expect((await outbox(order.workflowId))?.started_at).toBeInstanceOf(Date);
     // Even after the run has closed, a repeated start is refused (REJECT_DUPLICATE), never a second run.
     await api.client.workflow.getHandle(order.workflowId).terminate('test');
-    await api.pool.query('update workflow_outbox set started_at = null where workflow_id = $1', [
-      order.workflowId,
-    ]);
+    await api.pool.query(
+      'update workflow_outbox set started_at = null, next_attempt_at = now() where workflow_id = $1',
+      [order.workflowId],
+    );
     expect(await r.startOne(order.workflowId)).toBe('already_started');
     await expect.poll(() => runs(order.workflowId)).toBe(1);
   });
@@ -164,18 +167,19 @@ describe('workflow outbox relay', () => {
       });
       expect(res.status).toBe(202);
       const order = res.body as Order;
+      await expect
+        .poll(async () => (await outbox(order.workflowId))?.started_at, { timeout: 10_000 })
+        .toBeInstanceOf(Date);
+      await expect.poll(() => runs(order.workflowId)).toBe(1);
+      // Read after the start, which leaves the claim on record: it was claimed for the relay's
+      // lease (10 s by default) when it committed, so not due for any relay's pass or claim; the
+      // accepting API started it anyway, right after commit.
       const { rows } = await api.pool.query<{ claimed_for_ms: number }>(
         `select (extract(epoch from next_attempt_at - created_at) * 1000)::float8 as claimed_for_ms
            from workflow_outbox where workflow_id = $1`,
         [order.workflowId],
       );
-      // Claimed for the relay's lease (10 s by default) when it committed, so not due for any
-      // relay's pass or claim; the accepting API started it anyway, right after commit.
       expect(rows[0]!.claimed_for_ms).toBeGreaterThan(5_000);
-      await expect
-        .poll(async () => (await outbox(order.workflowId))?.started_at, { timeout: 10_000 })
-        .toBeInstanceOf(Date);
-      await expect.poll(() => runs(order.workflowId)).toBe(1);
     } finally {
       await relaying.close();
     }

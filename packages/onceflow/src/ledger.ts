@@ -141,6 +141,14 @@ type LocalAttempt =
   /** runLocalStatement: the body had nothing to do; nothing was stored. */
   | { kind: 'nothing' };
 
+/** Both local modes' `readFirst`, refused unless a boolean (a JavaScript caller may pass anything). */
+function readFirstOption(opts: Pick<LocalRunOptions, 'readFirst'>): boolean {
+  const { readFirst = false } = opts;
+  if (typeof readFirst !== 'boolean')
+    throw new LedgerError('invalid_input', 'readFirst must be true or false');
+  return readFirst;
+}
+
 export class Ledger {
   readonly #pool: Pool;
   readonly #hooks: LedgerHooks;
@@ -223,13 +231,10 @@ export class Ledger {
     opts: LocalRunOptions = {},
   ): Promise<{ result: T; replayed: boolean }> {
     const fp = this.#prepare(scope, input);
-    const { readFirst = false } = opts;
-    if (typeof readFirst !== 'boolean')
-      throw new LedgerError('invalid_input', 'readFirst must be true or false');
     const ran = await this.#local<T, PoolClient>(
       scope,
       fp,
-      readFirst,
+      readFirstOption(opts),
       (body) => withClient(this.#pool, body),
       this.#transactionAttempt(scope, input.schemaVersion, fp, fn, opts.first),
     );
@@ -248,16 +253,17 @@ export class Ledger {
     scope: Scope,
     input: LedgerInput,
     body: LocalStatement,
-    opts: { readFirst?: boolean } = {},
+    opts: Pick<LocalRunOptions, 'readFirst'> = {},
   ): Promise<{ result: T; replayed: boolean } | null> {
     const fp = this.#prepare(scope, input);
     if (!LocalStatement.isChecked(body))
       throw new LedgerError('invalid_input', 'a local statement must be built with new LocalStatement(...)');
+    const readFirst = readFirstOption(opts);
     // No checkout: both statements autocommit, so each goes to the pool.
     return this.#local<T, Queryable>(
       scope,
       fp,
-      opts.readFirst === true,
+      readFirst,
       (step) => step(this.#pool),
       this.#statementAttempt(scope, input.schemaVersion, fp, body),
     );

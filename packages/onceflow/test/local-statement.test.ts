@@ -257,6 +257,17 @@ describe('runLocalStatement', () => {
     expect(await ledger.get(scope)).toBeNull();
     expect(await businessRows(scope)).toEqual([]);
   });
+
+  it('refuses a readFirst that is not true or false, as runLocal does, and stores nothing', async () => {
+    const ledger = new Ledger(pool);
+    const scope = scopeFor('stmt-bad-read-first');
+    const readFirst = 'yes' as unknown as boolean;
+    await expect(
+      ledger.runLocalStatement(scope, input({}), insertBusiness(scope, 'x'), { readFirst }),
+    ).rejects.toMatchObject({ code: 'invalid_input', message: /readFirst/ });
+    expect(await ledger.get(scope)).toBeNull();
+    expect(await businessRows(scope)).toEqual([]);
+  });
 });
 
 describe('LocalStatement: the body’s contract is checked when it is built', () => {

@@ -4,7 +4,6 @@
  * and the parking path (needs_attention and the wait for a re-drive).
  */
 import {
-  ApplicationFailure,
   condition,
   log,
   proxyActivities,
@@ -22,19 +21,16 @@ import {
   FIRST_ORDER_STATUS,
   OrderLastErrorKey,
   OrderStatusKey,
-  FAILURE,
   paymentEventSignal,
   searchableText,
-  redriveSignal,
   redriveUpdate,
   statusQuery,
   TenantIdKey,
   type OrderState,
   type PaymentEvent,
-  type RedriveRequest,
 } from '../src/orders/contract.ts';
 import { activityOptions, localActivityOptions, resolveTiming, type OrderTiming } from './policies.ts';
-import { failureMessage, summarized } from './steps.ts';
+import { failureMessage, handleRedrive, summarized } from './steps.ts';
 
 export interface OrderWorkflowArgs extends OrderWorkflowInput {
   /** Test and operator overrides of the declared timeouts; defaults in workflows/policies.ts. */
@@ -265,7 +261,7 @@ export function openOrderRun(input: OrderWorkflowArgs): OrderRun {
   return run;
 }
 
-/** The status query, the payment-event signal, and the re-drive (an update, and the older signal). */
+/** The status query, the payment-event signal, and the re-drive (workflows/steps.ts). */
 function handleMessages(run: OrderRun): void {
   const { state, payment, operator } = run;
   setHandler(statusQuery, () => state);
@@ -273,14 +269,12 @@ function handleMessages(run: OrderRun): void {
     // The first settling word wins; duplicates and late events change nothing.
     if (!payment.settled) payment.event ??= event;
   });
-  const acceptRedrive = ({ actor, reason }: RedriveRequest) => {
-    log.info('re-drive requested', { actor, reason });
-    operator.requested = true;
-  };
-  setHandler(
+  handleRedrive(
+    'order',
     redriveUpdate,
-    (request) => {
-      acceptRedrive(request);
+    () => ({ status: state.status, awaitingOperator: state.awaitingOperator, requested: operator.requested }),
+    () => {
+      operator.requested = true;
       return {
         status: state.status,
         reason: state.reason,
@@ -288,32 +282,5 @@ function handleMessages(run: OrderRun): void {
         redrives: operator.redrives + 1,
       };
     },
-    {
-      // Runs before anything is written to the history: a refused re-drive leaves no trace
-      // in the workflow, and the caller (ops CLI, admin API) gets the error.
-      validator: (request) => {
-        if (!request?.actor?.trim() || !request?.reason?.trim()) {
-          throw ApplicationFailure.create({
-            type: FAILURE.redriveRefused,
-            message: 're-drive refused: actor and reason are required',
-            nonRetryable: true,
-          });
-        }
-        if (!state.awaitingOperator || operator.requested) {
-          throw ApplicationFailure.create({
-            type: FAILURE.redriveRefused,
-            message:
-              `re-drive refused: the order workflow is not parked (status ${state.status}` +
-              `${operator.requested ? ', a re-drive is already under way' : ''}); ` +
-              'only a workflow waiting for an operator can be re-driven',
-            nonRetryable: true,
-          });
-        }
-      },
-    },
   );
-  // The older signal form cannot refuse; it is honoured only while parked.
-  setHandler(redriveSignal, (request) => {
-    if (state.awaitingOperator) acceptRedrive(request);
-  });
 }

@@ -32,10 +32,8 @@
  * matches a refund.
  */
 import {
-  ApplicationFailure,
   condition,
   defineQuery,
-  log,
   proxyActivities,
   proxyLocalActivities,
   setHandler,
@@ -49,10 +47,8 @@ import {
   FAILURE,
   OrderLastErrorKey,
   OrderStatusKey,
-  redriveSignal,
   searchableText,
   TenantIdKey,
-  type RedriveRequest,
 } from '../src/orders/contract.ts';
 import {
   refundEventSignal,
@@ -70,7 +66,7 @@ import {
   resolveTiming,
   type OrderTiming,
 } from './policies.ts';
-import { failureMessage, failureType, summarized } from './steps.ts';
+import { failureMessage, failureType, handleRedrive, summarized } from './steps.ts';
 
 interface RefundWorkflowArgs extends RefundWorkflowInput {
   /** Test and operator overrides of the declared timeouts; defaults in workflows/policies.ts. */
@@ -409,42 +405,18 @@ function openRefundRun(input: RefundWorkflowArgs): RefundRun {
     // already the ledger record's, which settleRefund keeps.
     if (!run.settled) run.event ??= event;
   });
-  const acceptRedrive = ({ actor, reason }: RedriveRequest) => {
-    log.info('refund re-drive requested', { actor, reason });
-    run.redriveRequested = true;
-  };
-  setHandler(
+  handleRedrive(
+    'refund',
     refundRedriveUpdate,
-    (request) => {
-      acceptRedrive(request);
+    () => ({
+      status: run.state.status,
+      awaitingOperator: run.state.awaitingOperator,
+      requested: run.redriveRequested,
+    }),
+    () => {
+      run.redriveRequested = true;
       return { status: run.state.status, lastError: run.state.lastError, redrives: run.redrives + 1 };
     },
-    {
-      // Before anything is written to the history: a refused re-drive leaves no trace here.
-      validator: (request) => {
-        if (!request?.actor?.trim() || !request?.reason?.trim()) {
-          throw ApplicationFailure.create({
-            type: FAILURE.redriveRefused,
-            message: 're-drive refused: actor and reason are required',
-            nonRetryable: true,
-          });
-        }
-        if (!run.state.awaitingOperator || run.redriveRequested) {
-          throw ApplicationFailure.create({
-            type: FAILURE.redriveRefused,
-            message:
-              `re-drive refused: the refund workflow is not parked (status ${run.state.status}` +
-              `${run.redriveRequested ? ', a re-drive is already under way' : ''}); ` +
-              'only a workflow waiting for an operator can be re-driven',
-            nonRetryable: true,
-          });
-        }
-      },
-    },
   );
-  // The older signal form cannot refuse; it is honoured only while parked.
-  setHandler(redriveSignal, (request) => {
-    if (run.state.awaitingOperator) acceptRedrive(request);
-  });
   return run;
 }

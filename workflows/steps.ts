@@ -3,10 +3,12 @@
  * steps are: reading an activity's failure (its ApplicationFailure type,
  * which the activities set from FAILURE in src/orders/contract.ts, and a
  * message for operators), and an activity's options with the summary that
- * names the step and its key in the Temporal UI. Deterministic and I/O-free:
- * nothing here schedules a command.
+ * names the step and its key in the Temporal UI; and the re-drive's handlers.
+ * Deterministic and I/O-free: nothing here schedules a command.
  */
-import { ActivityFailure, ApplicationFailure } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, log, setHandler } from '@temporalio/workflow';
+import type { UpdateDefinition } from '@temporalio/common';
+import { FAILURE, redriveSignal, type RedriveRequest } from '../src/orders/contract.ts';
 
 /**
  * The failure a step ended with: an activity's arrives as an ActivityFailure
@@ -37,4 +39,51 @@ export function failureType(err: unknown): string | undefined {
  */
 export function summarized<O extends object>(options: O, summary: string): O & { summary: string } {
   return { ...options, summary };
+}
+
+/** Where a workflow stands when a re-drive arrives. */
+export interface Parking {
+  readonly status: string;
+  /** Parked: waiting for an operator. */
+  readonly awaitingOperator: boolean;
+  /** A re-drive was accepted; the parked step has not resumed yet. */
+  readonly requested: boolean;
+}
+
+/**
+ * The re-drive's handlers, as the order and refund workflows share them: the `redrive` update,
+ * whose validator refuses a request without actor and reason, or a workflow that is not parked,
+ * before anything is written to the history (the caller gets the error); and the older signal,
+ * which cannot refuse and is honoured only while parked. `accept` marks the re-drive requested
+ * and returns the update's answer.
+ */
+export function handleRedrive<A>(
+  workflow: 'order' | 'refund',
+  update: UpdateDefinition<A, [RedriveRequest]>,
+  parking: () => Parking,
+  accept: () => A,
+): void {
+  const accepted = ({ actor, reason }: RedriveRequest): A => {
+    log.info('re-drive requested', { workflow, actor, reason });
+    return accept();
+  };
+  const refuse = (message: string) =>
+    ApplicationFailure.create({ type: FAILURE.redriveRefused, message, nonRetryable: true });
+  setHandler(update, accepted, {
+    validator: (request) => {
+      if (!request?.actor?.trim() || !request?.reason?.trim())
+        throw refuse('re-drive refused: actor and reason are required');
+      const { status, awaitingOperator, requested } = parking();
+      if (!awaitingOperator || requested) {
+        throw refuse(
+          `re-drive refused: the ${workflow} workflow is not parked (status ${status}` +
+            `${requested ? ', a re-drive is already under way' : ''}); ` +
+            'only a workflow waiting for an operator can be re-driven',
+        );
+      }
+    },
+  });
+  setHandler(redriveSignal, (request) => {
+    if (parking().awaitingOperator) accepted(request);
+  });
 }

@@ -137,13 +137,22 @@ function indexStatus(run: OrderRun, status: OrderStatus, lastError?: string | nu
   if (status === 'paid') return;
   const indexed = visibility.firstStatusIndexed && status === FIRST_ORDER_STATUS && !lastError;
   visibility.firstStatusIndexed = false;
-  if (indexed) return;
+  if (!indexed) upsertStatusAttributes(visibility, run.input.tenantId, status, lastError);
+}
+
+/** The status (and the last error) in the search attributes, with TenantId once: the order's and the refund's. */
+export function upsertStatusAttributes(
+  tags: { tenantTagged: boolean },
+  tenantId: string,
+  status: string,
+  lastError?: string | null,
+): void {
   upsertSearchAttributes([
-    ...(visibility.tenantTagged ? [] : [{ key: TenantIdKey, value: run.input.tenantId }]),
+    ...(tags.tenantTagged ? [] : [{ key: TenantIdKey, value: tenantId }]),
     { key: OrderStatusKey, value: status },
     ...(lastError ? [{ key: OrderLastErrorKey, value: searchableText(lastError) }] : []),
   ]);
-  visibility.tenantTagged = true;
+  tags.tenantTagged = true;
 }
 
 // ----------------------------------------------------------------------- parking

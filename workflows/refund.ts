@@ -37,19 +37,12 @@ import {
   proxyActivities,
   proxyLocalActivities,
   setHandler,
-  upsertSearchAttributes,
   workflowInfo,
   type ActivityInterfaceFor,
   type LocalActivityInterfaceFor,
 } from '@temporalio/workflow';
 import type { RefundActivities } from '../activities/refund.ts';
-import {
-  FAILURE,
-  OrderLastErrorKey,
-  OrderStatusKey,
-  searchableText,
-  TenantIdKey,
-} from '../src/orders/contract.ts';
+import { FAILURE, TenantIdKey } from '../src/orders/contract.ts';
 import {
   refundEventSignal,
   refundRedriveUpdate,
@@ -66,6 +59,7 @@ import {
   resolveTiming,
   type OrderTiming,
 } from './policies.ts';
+import { upsertStatusAttributes } from './order-run.ts';
 import { failureMessage, failureType, handleRedrive, summarized } from './steps.ts';
 
 interface RefundWorkflowArgs extends RefundWorkflowInput {
@@ -120,24 +114,20 @@ async function recordStatus(run: RefundRun, status: RefundStatus, lastError?: st
         ],
       );
       run.state.status = status;
-      upsertStatus(run, status, lastError);
+      indexStatus(run, status, lastError);
       return;
     } catch (err) {
       // Out of retries (the database is down for long): visible as needs_attention, then a human.
       run.state.lastError = `refund status ${status} could not be recorded: ${failureMessage(err)}`;
-      upsertStatus(run, 'needs_attention', run.state.lastError);
+      indexStatus(run, 'needs_attention', run.state.lastError);
       await waitForOperator(run);
     }
   }
 }
 
-function upsertStatus(run: RefundRun, status: RefundStatus, lastError?: string | null): void {
-  upsertSearchAttributes([
-    ...(run.tenantTagged ? [] : [{ key: TenantIdKey, value: run.input.tenantId }]),
-    { key: OrderStatusKey, value: `refund:${status}` },
-    ...(lastError ? [{ key: OrderLastErrorKey, value: searchableText(lastError) }] : []),
-  ]);
-  run.tenantTagged = true;
+/** Visibility: the status under OrderStatus as `refund:<status>`, which no order query matches. */
+function indexStatus(run: RefundRun, status: RefundStatus, lastError?: string | null): void {
+  upsertStatusAttributes(run, run.input.tenantId, `refund:${status}`, lastError);
 }
 
 // ------------------------------------------------------------- provider refund
@@ -327,7 +317,7 @@ async function sendReceipt(run: RefundRun): Promise<void> {
     } catch (err) {
       // The refund is made; only the email is missing. A human re-drives it (same key).
       run.state.lastError = `refund receipt failed: ${failureMessage(err)}`;
-      upsertStatus(run, run.state.status, run.state.lastError);
+      indexStatus(run, run.state.status, run.state.lastError);
       await waitForOperator(run);
     }
   }

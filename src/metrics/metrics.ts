@@ -5,7 +5,7 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { withTransaction, type Pool } from '../db/index.ts';
-import type { LedgerEvent, LedgerHooks } from 'onceflow';
+import type { LedgerEvent, LedgerEventType, LedgerHooks } from 'onceflow';
 import { errorFields, log } from '../log.ts';
 import { countUnrecordedParked } from '../orders/sql.ts';
 import { countOpenRefunds } from '../refunds/sql.ts';
@@ -48,102 +48,81 @@ const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 1
 /** Concurrent gauge collectors of one scrape share a single query. */
 const SNAPSHOT_REUSE_MS = 1_000;
 
+/**
+ * One counter per ledger event type, with the label its `outcome` fills (none: not counted). A
+ * Record, so an event type added to the core does not compile here until it has its counter.
+ */
+const LEDGER_COUNTERS: Record<LedgerEventType, { name: string; help: string; outcome?: string }> = {
+  claim: {
+    name: 'onceflow_ledger_claims_total',
+    help: 'Fresh claims of an operation (first attempts), by mode (local | external).',
+    outcome: 'mode',
+  },
+  replay: {
+    name: 'onceflow_ledger_replays_total',
+    help: 'Duplicate hits answered from a stored outcome without running anything, by stored state.',
+    outcome: 'state',
+  },
+  conflict: {
+    name: 'onceflow_ledger_conflicts_total',
+    help: 'Key reuse with a different input (fingerprint mismatch), rejected.',
+  },
+  in_progress: {
+    name: 'onceflow_ledger_in_progress_refusals_total',
+    help: 'Duplicates refused because another attempt still holds the claim.',
+  },
+  takeover: {
+    name: 'onceflow_ledger_takeovers_total',
+    help: 'Claims of an expired lease or an unknown record (always reconciled before acting), by prior state.',
+    outcome: 'from_state',
+  },
+  unknown: {
+    name: 'onceflow_ledger_unknown_outcomes_total',
+    help: 'Records marked unknown (an external outcome was lost or could not be reconciled), by reason.',
+    outcome: 'reason',
+  },
+  reconcile: {
+    name: 'onceflow_ledger_reconciliations_total',
+    help:
+      'Reconciliations by outcome: the provider answer (succeeded, failed, not_found, pending, error) ' +
+      'or settled:<state> for a webhook/operator settlement.',
+    outcome: 'outcome',
+  },
+  ownership_lost: {
+    name: 'onceflow_ledger_ownership_lost_total',
+    help: 'Late attempts refused because their claim was taken over or settled (fencing worked).',
+  },
+  complete: {
+    name: 'onceflow_ledger_completions_total',
+    help: 'Operations completed by their owner, by final state.',
+    outcome: 'state',
+  },
+  fail: {
+    name: 'onceflow_ledger_aborted_total',
+    help: 'Claims given up with nothing stored (rolled_back: local body threw; released: definite provider failure).',
+    outcome: 'reason',
+  },
+};
+
 export function createMetrics(options: MetricsOptions = {}): Metrics {
   const registry = options.registry ?? new Registry();
   if (options.defaultLabels) registry.setDefaultLabels(options.defaultLabels);
   if (options.defaultMetrics !== false) collectDefaultMetrics({ register: registry });
   const registers = [registry];
 
-  const byType = ['operation_type'] as const;
-  const claims = new Counter({
-    name: 'onceflow_ledger_claims_total',
-    help: 'Fresh claims of an operation (first attempts), by mode (local | external).',
-    labelNames: ['operation_type', 'mode'] as const,
-    registers,
-  });
-  const replays = new Counter({
-    name: 'onceflow_ledger_replays_total',
-    help: 'Duplicate hits answered from a stored outcome without running anything, by stored state.',
-    labelNames: ['operation_type', 'state'] as const,
-    registers,
-  });
-  const conflicts = new Counter({
-    name: 'onceflow_ledger_conflicts_total',
-    help: 'Key reuse with a different input (fingerprint mismatch), rejected.',
-    labelNames: byType,
-    registers,
-  });
-  const inProgress = new Counter({
-    name: 'onceflow_ledger_in_progress_refusals_total',
-    help: 'Duplicates refused because another attempt still holds the claim.',
-    labelNames: byType,
-    registers,
-  });
-  const takeovers = new Counter({
-    name: 'onceflow_ledger_takeovers_total',
-    help: 'Claims of an expired lease or an unknown record (always reconciled before acting), by prior state.',
-    labelNames: ['operation_type', 'from_state'] as const,
-    registers,
-  });
-  const unknown = new Counter({
-    name: 'onceflow_ledger_unknown_outcomes_total',
-    help: 'Records marked unknown (an external outcome was lost or could not be reconciled), by reason.',
-    labelNames: ['operation_type', 'reason'] as const,
-    registers,
-  });
-  const reconciliations = new Counter({
-    name: 'onceflow_ledger_reconciliations_total',
-    help:
-      'Reconciliations by outcome: the provider answer (succeeded, failed, not_found, pending, error) ' +
-      'or settled:<state> for a webhook/operator settlement.',
-    labelNames: ['operation_type', 'outcome'] as const,
-    registers,
-  });
-  const ownershipLost = new Counter({
-    name: 'onceflow_ledger_ownership_lost_total',
-    help: 'Late attempts refused because their claim was taken over or settled (fencing worked).',
-    labelNames: byType,
-    registers,
-  });
-  const completions = new Counter({
-    name: 'onceflow_ledger_completions_total',
-    help: 'Operations completed by their owner, by final state.',
-    labelNames: ['operation_type', 'state'] as const,
-    registers,
-  });
-  const aborted = new Counter({
-    name: 'onceflow_ledger_aborted_total',
-    help: 'Claims given up with nothing stored (rolled_back: local body threw; released: definite provider failure).',
-    labelNames: ['operation_type', 'reason'] as const,
-    registers,
-  });
-
+  const ledgerCounters = new Map(
+    Object.entries(LEDGER_COUNTERS).map(([type, c]) => {
+      const labelNames = c.outcome ? ['operation_type', c.outcome] : ['operation_type'];
+      return [type, new Counter({ name: c.name, help: c.help, labelNames, registers })];
+    }),
+  );
   const ledgerHooks: LedgerHooks = {
     onEvent(e: LedgerEvent) {
-      const t = e.operationType;
-      const o = e.outcome ?? 'none';
-      switch (e.type) {
-        case 'claim':
-          return claims.inc({ operation_type: t, mode: o });
-        case 'replay':
-          return replays.inc({ operation_type: t, state: o });
-        case 'conflict':
-          return conflicts.inc({ operation_type: t });
-        case 'in_progress':
-          return inProgress.inc({ operation_type: t });
-        case 'takeover':
-          return takeovers.inc({ operation_type: t, from_state: o });
-        case 'unknown':
-          return unknown.inc({ operation_type: t, reason: o });
-        case 'reconcile':
-          return reconciliations.inc({ operation_type: t, outcome: o });
-        case 'ownership_lost':
-          return ownershipLost.inc({ operation_type: t });
-        case 'complete':
-          return completions.inc({ operation_type: t, state: o });
-        case 'fail':
-          return aborted.inc({ operation_type: t, reason: o });
-      }
+      const { outcome } = LEDGER_COUNTERS[e.type];
+      const labels = outcome
+        ? { operation_type: e.operationType, [outcome]: e.outcome ?? 'none' }
+        : { operation_type: e.operationType };
+      ledgerCounters.get(e.type)?.inc(labels);
     },
   };
 

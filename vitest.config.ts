@@ -15,7 +15,7 @@ const UNIT = [
   'test/bench/cpu-meter.test.ts',
   'test/chaos/invariants.test.ts',
   'test/client/{generated,retry,webhooks}.test.ts',
-  'test/config/{api-key-secret,providers,worker-versioning}.test.ts',
+  'test/config/{api-key-secret,env,providers,worker-versioning}.test.ts',
   'test/db/*.test.ts',
   'test/deploy/{compose,dockerfile,metrics-exposure}.test.ts',
   'test/log/*.test.ts',

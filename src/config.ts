@@ -288,13 +288,8 @@ function workerVersioning(env: NodeJS.ProcessEnv, taskQueue: string): Config['wo
 function otlpEndpoint(env: NodeJS.ProcessEnv): string | undefined {
   const raw = env.OTEL_EXPORTER_OTLP_ENDPOINT;
   if (raw === undefined || raw.trim() === '') return undefined;
-  let url: URL;
-  try {
-    url = new URL(raw.trim());
-  } catch {
-    throw new ConfigError(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(raw)}`);
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+  const protocol = URL.canParse(raw.trim()) ? new URL(raw.trim()).protocol : null;
+  if (protocol !== 'http:' && protocol !== 'https:') {
     throw new ConfigError(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http(s) URL, got ${JSON.stringify(raw)}`);
   }
   return raw.trim();
@@ -320,12 +315,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
   };
   ports.workerSdkMetrics = port(env, 'WORKER_SDK_METRICS_PORT', ports.workerMetrics + 1);
   const externalAddress = env.TEMPORAL_ADDRESS || undefined;
-  const logLevel = (env.LOG_LEVEL ?? 'info') as Config['logLevel'];
-  if (!['debug', 'info', 'warn', 'error'].includes(logLevel)) {
-    throw new ConfigError(
-      `LOG_LEVEL must be one of debug, info, warn, error; got ${JSON.stringify(logLevel)}`,
-    );
-  }
+  const logLevel = oneOf(env, 'LOG_LEVEL', ['debug', 'info', 'warn', 'error'] as const, 'info');
   const bindHost = env.BIND_HOST || '127.0.0.1';
   const headersTimeoutMs = duration(env, 'API_HEADERS_TIMEOUT_MS', 10_000);
   const requestTimeoutMs = duration(env, 'API_REQUEST_TIMEOUT_MS', 30_000);

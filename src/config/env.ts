@@ -5,15 +5,33 @@
 
 import { ConfigError } from './error.ts';
 
-export function positiveInt(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+/** An integer variable: unset or empty is `fallback`; otherwise a safe integer that `ok` accepts. */
+function integer(
+  env: NodeJS.ProcessEnv,
+  name: string,
+  fallback: number,
+  ok: (n: number) => boolean,
+  what: string,
+): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
   const n = Number(raw);
-  if (!Number.isSafeInteger(n) || n <= 0) {
-    throw new ConfigError(`${name} must be a positive integer, got ${JSON.stringify(raw)}`);
-  }
+  if (!Number.isSafeInteger(n) || !ok(n))
+    throw new ConfigError(`${name} must be ${what}, got ${JSON.stringify(raw)}`);
   return n;
 }
+
+export const positiveInt = (env: NodeJS.ProcessEnv, name: string, fallback: number): number =>
+  integer(env, name, fallback, (n) => n > 0, 'a positive integer');
+
+export const nonNegativeInt = (env: NodeJS.ProcessEnv, name: string, fallback: number): number =>
+  integer(env, name, fallback, (n) => n >= 0, 'a non-negative integer');
+
+export const duration = (env: NodeJS.ProcessEnv, name: string, fallback: number): number =>
+  integer(env, name, fallback, (n) => n > 0, 'a positive number of milliseconds');
+
+export const port = (env: NodeJS.ProcessEnv, name: string, fallback: number): number =>
+  integer(env, name, fallback, (n) => n > 0 && n <= 65535, 'a port number (1-65535)');
 
 export function onOff(env: NodeJS.ProcessEnv, name: string, fallback: boolean): boolean {
   const raw = env[name];
@@ -21,26 +39,6 @@ export function onOff(env: NodeJS.ProcessEnv, name: string, fallback: boolean): 
   if (['on', 'true', '1'].includes(raw)) return true;
   if (['off', 'false', '0'].includes(raw)) return false;
   throw new ConfigError(`${name} must be on or off, got ${JSON.stringify(raw)}`);
-}
-
-export function duration(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n <= 0) {
-    throw new ConfigError(`${name} must be a positive number of milliseconds, got ${JSON.stringify(raw)}`);
-  }
-  return n;
-}
-
-export function nonNegativeInt(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const n = Number(raw);
-  if (!Number.isSafeInteger(n) || n < 0) {
-    throw new ConfigError(`${name} must be a non-negative integer, got ${JSON.stringify(raw)}`);
-  }
-  return n;
 }
 
 export function oneOf<T extends string>(
@@ -55,14 +53,4 @@ export function oneOf<T extends string>(
     throw new ConfigError(`${name} must be one of ${values.join(', ')}; got ${JSON.stringify(raw)}`);
   }
   return raw as T;
-}
-
-export function port(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n <= 0 || n > 65535) {
-    throw new ConfigError(`${name} must be a port number (1-65535), got ${JSON.stringify(raw)}`);
-  }
-  return n;
 }

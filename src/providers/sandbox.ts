@@ -166,6 +166,10 @@ function stringMap(v: unknown): Record<string, string> {
   return out;
 }
 
+/** A 2xx whose body is not what the call returns: whatever the call did is unknown. */
+const notA = (what: string, noun: string, status: number) =>
+  new ProviderError('uncertain', `${what}: response is not a ${noun}`, { code: 'bad_response', status });
+
 function parseCharge(what: string, v: unknown, status: number): Charge {
   if (
     !isRecord(v) ||
@@ -176,10 +180,7 @@ function parseCharge(what: string, v: unknown, status: number): Charge {
     typeof v.idempotency_key !== 'string' ||
     typeof v.created !== 'number'
   ) {
-    throw new ProviderError('uncertain', `${what}: response is not a charge`, {
-      code: 'bad_response',
-      status,
-    });
+    throw notA(what, 'charge', status);
   }
   const charge: Charge = {
     id: v.id,
@@ -205,10 +206,7 @@ function parseRefund(what: string, v: unknown, status: number): Refund {
     typeof v.idempotency_key !== 'string' ||
     typeof v.created !== 'number'
   ) {
-    throw new ProviderError('uncertain', `${what}: response is not a refund`, {
-      code: 'bad_response',
-      status,
-    });
+    throw notA(what, 'refund', status);
   }
   return {
     id: v.id,
@@ -231,10 +229,7 @@ function parseMessage(what: string, v: unknown, status: number): Message {
     typeof v.idempotency_key !== 'string' ||
     typeof v.created !== 'number'
   ) {
-    throw new ProviderError('uncertain', `${what}: response is not a message`, {
-      code: 'bad_response',
-      status,
-    });
+    throw notA(what, 'message', status);
   }
   return {
     id: v.id,

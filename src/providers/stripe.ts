@@ -215,6 +215,21 @@ function refundFromStripe(what: string, r: Stripe.Refund, chargeId: string, key:
   );
 }
 
+/**
+ * The one object found under a key, or null. Two under one key are only possible if the key was
+ * reused past the window: an operator must look, so the outcome stays unknown.
+ */
+function onlyMatch<T extends { id: string }>(what: string, nouns: string, matches: T[]): T | null {
+  if (matches.length > 1) {
+    throw new ProviderError(
+      'uncertain',
+      `${what}: ${matches.length} ${nouns} carry this key (${matches.map((m) => m.id).join(', ')}); an operator must look`,
+      { code: 'ambiguous' },
+    );
+  }
+  return matches[0] ?? null;
+}
+
 export function createStripePaymentProvider(opts: StripeProviderOptions): PaymentProvider {
   const stripe = createStripeClient(opts);
   return {
@@ -278,16 +293,8 @@ export function createStripePaymentProvider(opts: StripeProviderOptions): Paymen
           });
         }
       }
-      if (matches.length === 0) return null;
-      if (matches.length > 1) {
-        // Two refunds under one key: only possible if the key was reused past the window.
-        throw new ProviderError(
-          'uncertain',
-          `${what}: ${matches.length} refunds carry this key (${matches.map((m) => m.id).join(', ')}); an operator must look`,
-          { code: 'ambiguous' },
-        );
-      }
-      return refundFromStripe(what, matches[0]!, ref.chargeId, ref.idempotencyKey);
+      const match = onlyMatch(what, 'refunds', matches);
+      return match && refundFromStripe(what, match, ref.chargeId, ref.idempotencyKey);
     },
 
     async searchChargeByIdempotencyKey(idempotencyKey: string): Promise<Charge | null> {
@@ -301,16 +308,8 @@ export function createStripePaymentProvider(opts: StripeProviderOptions): Paymen
       }
       // The index matches on the metadata value; keep only exact matches.
       const matches = found.filter((pi) => pi.metadata?.[KEY_METADATA] === idempotencyKey);
-      if (matches.length === 0) return null;
-      if (matches.length > 1) {
-        // Two PaymentIntents under one key: only possible if the key was reused past the window.
-        throw new ProviderError(
-          'uncertain',
-          `${what}: ${matches.length} PaymentIntents carry this key (${matches.map((m) => m.id).join(', ')}); an operator must look`,
-          { code: 'ambiguous' },
-        );
-      }
-      return chargeFromPaymentIntent(what, matches[0]!, idempotencyKey);
+      const match = onlyMatch(what, 'PaymentIntents', matches);
+      return match && chargeFromPaymentIntent(what, match, idempotencyKey);
     },
   };
 }

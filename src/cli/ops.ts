@@ -285,6 +285,7 @@ async function recoverCommand(
       `create records: ${s.createRecords.restored} restored, ${s.createRecords.present} present, ` +
         `${s.createRecords.noMemo} without a memo (started before 0.2.0: a retry of those creates a new order)`,
       `merchant events: ${s.events.recorded} recorded (terminal statuses the restore lost)`,
+      `merchant deliveries: ${s.deliveries.reopened} pending made due again (their runs may have ended after T0)`,
       `start intents: ${s.outbox.restored} restored`,
       `steps: ${s.steps.final} final, ${s.steps.unknown} unknown, ${s.steps.settledExisting} settled, ${s.steps.present} present`,
       `reconciled: ${s.reconciled.settled} settled, ${s.reconciled.stillUnknown} still unknown, ${s.reconciled.failed} failed`,

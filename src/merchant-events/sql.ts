@@ -360,6 +360,24 @@ export async function planRedelivery(
   return rows[0] ? { workflowId: rows[0].workflow_id } : null;
 }
 
+/**
+ * After a restore (`ops recover-after-restore`): the start intent of every pending delivery is due
+ * again, as if created now. A backup can hold an intent already started beside a delivery still
+ * pending, whose run then delivered after T0: closed, or open past its send. No relay starts a
+ * started intent again; this one starts a closed run's workflow again and ends an open run older
+ * than its intent first (src/api/outbox.ts). The new run replays its step, or sends under the same
+ * event ID, which the merchant dedupes. Returns how many intents it made due.
+ */
+export async function reopenPendingDeliveries(db: Queryable): Promise<number> {
+  const { rowCount } = await db.query(
+    `update workflow_outbox o
+        set started_at = null, next_attempt_at = now(), created_at = now()
+       from webhook_deliveries d
+      where d.status = 'pending' and o.workflow_id = d.workflow_id and o.started_at is not null`,
+  );
+  return rowCount ?? 0;
+}
+
 export interface DeliveryBacklog {
   pending: number;
   oldestPendingSeconds: number;

@@ -83,7 +83,7 @@ import {
   type Payloads,
   type StepTrace,
 } from './history.ts';
-import { recordRestoredEvent } from '../merchant-events/sql.ts';
+import { recordRestoredEvent, reopenPendingDeliveries } from '../merchant-events/sql.ts';
 
 const ORDER_WORKFLOW_TYPE = 'orderWorkflow';
 /** Default margin before T0: a backup's "taken at" is rarely exact to the second. */
@@ -124,6 +124,8 @@ export interface RecoverySummary {
   rows: { restored: number; broughtForward: number; unchanged: number };
   /** Merchant events of terminal statuses written to restored rows (the restore lost them with the rows). */
   events: { recorded: number };
+  /** Pending deliveries whose start intent the backup held as started, due again for the relay. */
+  deliveries: { reopened: number };
   createRecords: { restored: number; present: number; noMemo: number };
   outbox: { restored: number };
   steps: { final: number; unknown: number; present: number; settledExisting: number };
@@ -206,6 +208,7 @@ export class Recovery {
       otherDatabase: { skipped: skipped.length, example: skipped[0]?.workflowId ?? null },
       rows: { restored: 0, broughtForward: 0, unchanged: 0 },
       events: { recorded: 0 },
+      deliveries: { reopened: 0 },
       createRecords: { restored: 0, present: 0, noMemo: 0 },
       outbox: { restored: 0 },
       steps: { final: 0, unknown: 0, present: 0, settledExisting: 0 },
@@ -247,6 +250,10 @@ export class Recovery {
         progress(`${workflowId}: receipt NOT restored: ${error}`);
       }
     }
+    // Every pending delivery, not only the rebuilt workflows': its run may have ended after T0.
+    summary.deliveries.reopened = await withClient(pool, (c) => reopenPendingDeliveries(c));
+    if (summary.deliveries.reopened > 0)
+      progress(`${summary.deliveries.reopened} pending merchant deliveries due again for the relay`);
     summary.finishedAt = new Date().toISOString();
     if (summary.errors.length === 0) {
       await withClient(pool, (c) => completeRecovery(c, recovery.id, summary));

@@ -302,6 +302,61 @@ describe('recover-after-restore', () => {
     await api.pool.query(`update webhook_endpoints set deleted_at = now() where id = 'we_rr'`);
   }, 120_000);
 
+  it('makes a pending delivery due again whose start intent the backup held as started, so a new run settles it', async () => {
+    const receiver = await startReceiver(() => 200);
+    try {
+      await insertEndpoint(api.pool, {
+        tenantId: tenant.tenantId,
+        id: 'we_rd',
+        url: receiver.url,
+        events: ['order.completed'],
+        secret: 'whsec_cnJzZWNyZXQ=',
+      });
+      const { created } = await placeAndFinish('rd-1');
+      const event = await api.pool.query<{ id: string }>(
+        `select id from merchant_events where object_id = $1 and type = 'order.completed'`,
+        [created.id],
+      );
+      const eventId = event.rows[0]!.id;
+      const workflowId = `delivery/we_rd/${eventId}`;
+      const delivery = async () =>
+        (
+          await api.pool.query<{ status: string }>(
+            `select status from webhook_deliveries where endpoint_id = 'we_rd' and event_id = $1`,
+            [eventId],
+          )
+        ).rows[0]?.status;
+      await until('delivered', async () => (await delivery()) === 'succeeded');
+
+      // A backup taken after the relay recorded the delivery's start and before its run settled it:
+      // the intent started, the delivery pending, the ledger without the send. Its run has closed.
+      await stack.stopWorker();
+      await api.pool.query(
+        `update webhook_deliveries set status = 'pending', delivered_at = null
+          where endpoint_id = 'we_rd' and event_id = $1`,
+        [eventId],
+      );
+      await api.pool.query('delete from operations where key = $1', [`${workflowId}/deliver`]);
+      const started = await api.pool.query(
+        'select 1 from workflow_outbox where workflow_id = $1 and started_at is not null',
+        [workflowId],
+      );
+      expect(started.rowCount).toBe(1);
+
+      const { summary, progress } = await recoverSince(await dbNow());
+      expect(summary.errors).toEqual([]);
+      expect(summary.deliveries.reopened).toBeGreaterThanOrEqual(1);
+      expect(progress.some((l) => l.includes('pending merchant deliveries due again'))).toBe(true);
+      // The relay starts the closed run's workflow again; the new run sends under the same event ID.
+      await stack.startWorker();
+      await until('restored delivery settled', async () => (await delivery()) === 'succeeded');
+      expect(receiver.received.filter((r) => r.id === eventId).length).toBe(2);
+    } finally {
+      await api.pool.query(`update webhook_endpoints set deleted_at = now() where id = 'we_rd'`);
+      await receiver.close();
+    }
+  }, 120_000);
+
   it('restores the charge of a running order whose first workflow task never finished as unknown, and charges it once', async () => {
     // The workflow task that runs an order's first steps (the status write, then the charge, as
     // local activities) leaves nothing in the history until it completes, not even the patch

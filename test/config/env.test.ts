@@ -1,17 +1,8 @@
 /** The readers of one variable each (src/config/env.ts): unset or empty is the default, anything else parses or is refused by name. */
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config.ts';
+import { configRefusal as refusal } from '../support/config.ts';
 import { duration, nonNegativeInt, oneOf, onOff, port, positiveInt } from '../../src/config/env.ts';
-
-const refusal = (read: () => unknown): string => {
-  try {
-    read();
-  } catch (err) {
-    expect(err).toBeInstanceOf(ConfigError);
-    return (err as Error).message;
-  }
-  throw new Error('expected a ConfigError');
-};
 
 describe('config readers', () => {
   it('take the default when the variable is unset or empty', () => {

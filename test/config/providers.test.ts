@@ -1,17 +1,8 @@
 /** PAYMENT_PROVIDER / EMAIL_PROVIDER and their settings (src/config.ts): defaults, and what is refused. */
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config.ts';
+import { refusedConfig as refused } from '../support/config.ts';
 import { SANDBOX_STRIPE_KEY } from '../../src/config/providers.ts';
-
-const refused = (env: NodeJS.ProcessEnv) => {
-  try {
-    loadConfig(env);
-  } catch (err) {
-    expect(err).toBeInstanceOf(ConfigError);
-    return (err as Error).message;
-  }
-  throw new Error('expected a ConfigError');
-};
 
 describe('provider config', () => {
   it('defaults to the sandbox for both', () => {

@@ -1,17 +1,8 @@
 /** ONCEFLOW_WORKER_* (src/config.ts): Worker Versioning's defaults, and what is refused (docs/UPGRADING.md). */
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../../src/config.ts';
+import { loadConfig } from '../../src/config.ts';
+import { refusedConfig as refused } from '../support/config.ts';
 import { defaultBuildId } from '../../src/worker/bundle.ts';
-
-const refused = (env: NodeJS.ProcessEnv) => {
-  try {
-    loadConfig(env);
-  } catch (err) {
-    expect(err).toBeInstanceOf(ConfigError);
-    return (err as Error).message;
-  }
-  throw new Error('expected a ConfigError');
-};
 
 describe('worker versioning config', () => {
   it('is on by default, the deployment named after the task queue, promoting new builds itself', () => {

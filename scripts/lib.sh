@@ -55,7 +55,7 @@ ensure_chromium() {
 # What npm test runs a second time (scripts/test-rerun.sh). The order and refund workflows' tests
 # depend on both the Temporal server's backend and the provider adapters.
 WORKFLOW_TESTS=(
-  test/orders/{order-workflow,parking,worker-crash,takeover-rejection,api-reasons}.test.ts
+  test/orders/{order-workflow,order-faults,parking,worker-crash,takeover-rejection,api-reasons}.test.ts
   test/orders/{refund-workflow,refund-worker-crash}.test.ts
 )
 # Also on the backend: Worker Versioning, the outbox's starts, visibility, the UI, the server itself.

@@ -3,8 +3,9 @@
  * see the README there) replay with the current workflow code. A change that
  * would make an order already running in production fail its replay
  * (non-determinism: a step added, removed or reordered without a patch) fails
- * here, before it ships. order-workflow.test.ts also replays the histories its
- * own run records, which covers the scenarios only the tests produce.
+ * here, before it ships. order-workflow.test.ts and order-faults.test.ts also
+ * replay the histories their own runs record, which covers the scenarios only
+ * the tests produce.
  */
 import fs from 'node:fs';
 import path from 'node:path';

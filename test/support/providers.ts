@@ -5,7 +5,7 @@
  * EMAIL_PROVIDER=smtp the SMTP adapter against a real local SMTP server
  * (dev/mail). So the order and fault tests run unchanged through either:
  *
- *   PAYMENT_PROVIDER=stripe EMAIL_PROVIDER=smtp npx vitest run test/orders/order-workflow.test.ts
+ *   PAYMENT_PROVIDER=stripe EMAIL_PROVIDER=smtp npx vitest run test/orders/order-faults.test.ts
  */
 import { loadConfig } from '../../src/config.ts';
 import { SANDBOX_STRIPE_KEY } from '../../src/config/providers.ts';

@@ -33,7 +33,7 @@ const UNIT = [
 /**
  * TEST_FORKS, 3 by default: the integration files wait on child processes and Temporal's timers
  * part of the time, so three forks keep two cores busier than two (docs/BENCHMARKS.md, "What the
- * test suite spends"); scripts/test-rerun.sh, whose files wait more, runs four.
+ * test suite spends"); scripts/test-rerun.sh, whose files wait more, runs six.
  */
 function forks(): number {
   const value = process.env.TEST_FORKS ?? '3';

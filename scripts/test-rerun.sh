@@ -21,9 +21,9 @@ if [ "${TEST_PROVIDERS:-1}" != 0 ]; then
 fi
 ensure_temporal_cli
 ensure_chromium
-# These files wait on Temporal's timers and on child processes more than they compute: four forks
-# keep two cores about 60 % busy, where two leave them idle half the time (docs/BENCHMARKS.md).
-export TEST_FORKS="${TEST_FORKS:-4}"
+# These files wait on Temporal's timers and on child processes more than they compute: six forks
+# finish sooner than four, and four than two (docs/BENCHMARKS.md).
+export TEST_FORKS="${TEST_FORKS:-6}"
 if [ $# -eq 0 ]; then
   if [ ${#files[@]} -eq 0 ]; then
     echo "[test] TEST_POSTGRES=0 and TEST_PROVIDERS=0: nothing to run again" >&2
